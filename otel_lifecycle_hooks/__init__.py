@@ -1,0 +1,1 @@
+"""otel-lifecycle-hooks: declarative lifecycle hooks for AI agents, visible in OpenTelemetry."""

@@ -1,0 +1,1 @@
+"""Template spec: the model of `lifecycle_hooks:`, its loader, validation and schema."""
