@@ -1,1 +1,30 @@
-"""otel-lifecycle-hooks: declarative lifecycle hooks for AI agents, visible in OpenTelemetry."""
+"""otel-lifecycle-hooks: declarative lifecycle hooks for AI agents, visible in OpenTelemetry.
+
+The names below load on first use, so that importing the package (as the harness hook
+command does) costs almost nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "LifecycleHookProcessor": "otel_lifecycle_hooks.engine.processor",
+    "AgentSession": "otel_lifecycle_hooks.engine.session",
+    "HookEngine": "otel_lifecycle_hooks.engine.engine",
+    "load_templates": "otel_lifecycle_hooks.spec.loader",
+    "TemplateError": "otel_lifecycle_hooks.spec.loader",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'otel_lifecycle_hooks' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,5 @@
+import sys
+
+from otel_lifecycle_hooks.cli.main import main
+
+sys.exit(main())

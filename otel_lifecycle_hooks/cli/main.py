@@ -1,0 +1,61 @@
+"""The `otel-lifecycle-hooks` command line.
+
+Each command lives in its own module exposing `add_parser(subparsers)` and `run(args) -> int`;
+a module imports what is heavy inside `run`, so building the parser stays cheap. `hook` is
+dispatched before argparse is even imported: a harness calls it on every event.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+# command name -> module under otel_lifecycle_hooks.cli
+COMMANDS: dict[str, str] = {
+    "validate": "validate",
+    "list": "list_hooks",
+    "test": "dry_run",
+    "schema": "schema",
+    "run": "run",
+    "hook": "hook",
+    "status": "status",
+    "history": "history",
+    "replay": "replay",
+    "trace": "trace",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "hook" and "-h" not in args and "--help" not in args:
+        from .hook import main as hook_main
+
+        return hook_main(args[1:])
+    return _run_parsed(args)
+
+
+def _run_parsed(args: list[str]) -> int:
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="otel-lifecycle-hooks",
+        description="Lifecycle hooks for AI agents, visible as OpenTelemetry traces and metrics.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    modules = {}
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{module_name}":
+                raise
+            continue  # a command not built yet
+        module.add_parser(subparsers)
+        modules[name] = module
+    parsed = parser.parse_args(args)
+    return int(modules[parsed.command].run(parsed) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""`HookEngine`: a loaded template with its executor, dispatcher and recorders, ready to fire."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from opentelemetry import metrics as metrics_api
+from opentelemetry import trace
+
+from ..spec.model import Template
+from .clock import SYSTEM_CLOCK, Clock
+from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
+from .executor import HookExecutor
+from .model import LifecycleEvent, SessionInfo
+from .recording import Recorders, build_recorders
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+# How long shutdown() waits for pending and in-flight hooks by default.
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+
+
+class HookEngine:
+    """Fires a template's hooks for lifecycle events and records every execution.
+
+    Hooks are business logic, not telemetry: nothing here depends on a span being sampled or
+    on the SDK being enabled; the tracer provider only receives the hook spans.
+    """
+
+    def __init__(
+        self,
+        template: Template,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics_api.MeterProvider | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        journal: Any = None,
+        hook_log: Any = None,
+        credentials: Any = None,
+        http_client: Any = None,
+        queue_limit: int = DEFAULT_QUEUE_LIMIT,
+        script_user: str | None = None,
+    ) -> None:
+        self.template = template
+        self.clock = clock
+        env = os.environ if environ is None else environ
+        self.executor = HookExecutor(
+            template,
+            tracer_provider=tracer_provider,
+            environ=environ,
+            clock=clock,
+            credentials=credentials,
+            http_client=http_client,
+            script_user=script_user,
+        )
+        self.recorders: Recorders = build_recorders(
+            self.executor, meter_provider=meter_provider, journal=journal, hook_log=hook_log, environ=env
+        )
+        self.dispatcher = Dispatcher(template, self.executor, self.recorders.listener, queue_limit)
+        self._shut = False
+
+    @classmethod
+    def from_template(cls, *paths: str | os.PathLike[str], **options: Any) -> "HookEngine":
+        """Load and validate template files (parent first), then build an engine."""
+        from ..spec.loader import load_templates
+
+        return cls(load_templates([Path(p) for p in paths]), **options)
+
+    def fire(
+        self,
+        event: str | LifecycleEvent,
+        session: SessionInfo,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> DispatchResult:
+        """Fire the hooks of one event. Returns after the blocking hooks finished (or
+        `deadline`, monotonic, passed); non-blocking hooks run on their own workers."""
+        if isinstance(event, str):
+            event = LifecycleEvent(
+                name=event,
+                fields={k: _text(v) for k, v in (fields or {}).items() if v is not None},
+                timestamp=self.clock.wall(),
+            )
+        self.recorders.event_recorded(event)
+        return self.dispatcher.dispatch(event, session, deadline)
+
+    def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> bool:
+        return self.dispatcher.wait_idle(timeout)
+
+    def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> None:
+        """Deliver pending debounced events, drain queued and in-flight hooks within
+        `timeout` seconds, then release the HTTP client, credentials and recorders."""
+        if self._shut:
+            return
+        self._shut = True
+        self.dispatcher.shutdown(timeout)
+        self.executor.close()
+        self.recorders.close()
+
+    def hooks_for(self, event: str) -> Sequence[str]:
+        return [h.name for h in self.template.hooks_for(event)]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,417 @@
+"""One execution of one hook: resolve variables, check the condition, render, authenticate,
+make the attempts the retry policy allows, and record what happened in a hook span.
+
+Everything here runs on the hook's own worker thread (or the caller's, for a blocking hook);
+nothing in it raises into the caller: every failure becomes an `Execution` with an outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from .. import events as ev
+from ..actions.base import AttemptResult
+from ..redact import Redactor
+from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
+from ..spec.model import HookSpec, Template
+from ..variables import Variables
+from .clock import SYSTEM_CLOCK, Clock
+from .model import Execution, LifecycleEvent, SessionInfo
+from .policies import attempt_timeout, outcome_of, retry_policy_for
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+# Bound on a captured response body, for ${HOOK_<NAME>_RESPONSE}.
+CAPTURE_LIMIT = 64 * 1024
+
+ExecutionSink = Callable[[Execution], None]
+
+
+@dataclass
+class _Refusal(Exception):
+    """The execution is refused before any attempt: nothing is sent."""
+
+    error_type: str
+    message: str
+
+
+def capture_prefix(hook_name: str) -> str:
+    """`register-agent` -> `HOOK_REGISTER_AGENT` (seed 000's `${HOOK_<NAME>_RESPONSE}`)."""
+    return "HOOK_" + "".join(c if c.isalnum() else "_" for c in hook_name.upper())
+
+
+class HookExecutor:
+    """Runs hook executions for one template; shared by every hook's worker."""
+
+    def __init__(
+        self,
+        template: Template,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        sinks: Sequence[ExecutionSink] = (),
+        credentials: Any = None,
+        http_client: Any = None,
+        script_user: str | None = None,
+    ) -> None:
+        self.template = template
+        self._tracer_provider = tracer_provider
+        self._tracer: trace.Tracer | None = None
+        self._environ = environ
+        self.clock = clock
+        self.sinks: list[ExecutionSink] = list(sinks)
+        self._credentials = credentials
+        self._http_client = http_client
+        self._lazy_lock = threading.Lock()
+        self.script_user = script_user
+        # Set during shutdown: retry waits end early, so draining stays within its deadline.
+        self.stopping = threading.Event()
+        # Told of every retry (metrics), and of every line a script prints (the hook log).
+        self.retry_listeners: list[Callable[[HookSpec, LifecycleEvent], None]] = []
+        self.output_sink: Callable[[HookSpec, str, str], None] | None = None
+
+    # -- lazily built collaborators: a template with only scripts never builds an HTTP client --
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        if self._tracer is None:
+            provider = self._tracer_provider or trace.get_tracer_provider()
+            self._tracer = provider.get_tracer("otel_lifecycle_hooks")
+        return self._tracer
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def http_client(self) -> Any:
+        with self._lazy_lock:
+            if self._http_client is None:
+                from ..actions.http import make_client
+
+                self._http_client = make_client(tracer_provider=self._tracer_provider)
+            return self._http_client
+
+    def credentials(self) -> Any:
+        with self._lazy_lock:
+            if self._credentials is None:
+                from ..auth import Credentials
+
+                self._credentials = Credentials()
+            return self._credentials
+
+    def close(self) -> None:
+        with self._lazy_lock:
+            if self._http_client is not None:
+                self._http_client.close()
+            if self._credentials is not None and hasattr(self._credentials, "close"):
+                self._credentials.close()
+
+    # -- the execution --
+
+    def variables_for(self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> Variables:
+        context = dict(event.fields)
+        context["EVENT"] = event.name
+        context.setdefault("TIMESTAMP", _rfc3339(event.timestamp))
+        metadata = dict(session.metadata)
+        metadata.setdefault("SESSION_ID", session.session_id)
+        metadata["HOOK_NAME"] = hook.name
+        return Variables(
+            event=context,
+            metadata=metadata,
+            captured=session.captured_snapshot(),
+            template_env=self.template.env,
+            environ=self.environ,
+            secret_names=self.template.secrets,
+        )
+
+    def redactor(self, variables: Variables | None) -> Redactor:
+        values: set[str] = set()
+        if variables is not None:
+            values |= variables.secret_values()
+        if self._credentials is not None:
+            values |= set(self._credentials.secret_values())
+        return Redactor(values)
+
+    def run(
+        self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, deadline: float | None = None
+    ) -> Execution:
+        """Execute `hook` for `event`; `deadline` (monotonic) cuts attempts and retries short."""
+        started_wall = self.clock.wall()
+        started = self.clock.monotonic()
+        variables = self.variables_for(hook, event, session)
+        hook_id = hook_id_header(variables, hook.name, event.name)[1]
+        span = self._start_span(hook, event, session)
+        attempts = 0
+        last: AttemptResult | None = None
+        outcome = "failed"
+        error_type: str | None = None
+        message = ""
+        request_record: dict[str, Any] | None = None
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                if hook.condition is not None and not hook.condition.evaluate(variables.get):
+                    outcome, message = "skipped", f"condition false: {hook.condition.source}"
+                else:
+                    rendered = render_action(hook.action, variables)
+                    request_record = _request_record(rendered, self.redactor(variables))
+                    attempts, last = self._attempts(hook, event, session, rendered, hook_id, span, deadline, variables)
+                    outcome = outcome_of(last)
+                    error_type = last.error_type
+                    message = last.message
+                    if last.ok and hook.action.is_http:
+                        self._capture(hook, session, last)
+        except _Refusal as refusal:
+            outcome, error_type, message = "refused", refusal.error_type, refusal.message
+        except RenderError as exc:
+            outcome, error_type, message = "refused", "RenderError", str(exc)
+        except Exception as exc:  # a hook never takes the agent down
+            log.exception("hook %s failed unexpectedly", hook.name)
+            outcome, error_type, message = "failed", type(exc).__name__, str(exc)
+        unresolved = sorted(getattr(variables, "unresolved", ()) or ())
+        if unresolved:
+            log.warning("hook %s: unresolved variables %s rendered empty", hook.name, ", ".join(unresolved))
+        redactor = self.redactor(variables)
+        message = redactor.redact_text(message)
+        duration = self.clock.monotonic() - started
+        execution = Execution(
+            hook=hook,
+            event=event,
+            session_id=session.session_id,
+            outcome=outcome,
+            attempts=attempts,
+            duration=duration,
+            started_at=started_wall,
+            idempotency_key=hook_id,
+            status_code=last.status_code if last else None,
+            exit_code=last.exit_code if last else None,
+            error_type=error_type,
+            message=message,
+            request=request_record,
+            trace_id=_hex(span.get_span_context().trace_id, 32),
+            span_id=_hex(span.get_span_context().span_id, 16),
+        )
+        self._end_span(span, execution)
+        for sink in self.sinks:
+            try:
+                sink(execution)
+            except Exception:  # a broken sink must not stop the others
+                log.exception("recording hook execution of %s failed", hook.name)
+        return execution
+
+    def _attempts(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        session: SessionInfo,
+        rendered: RenderedRequest | RenderedCommand,
+        hook_id: str,
+        span: Span,
+        deadline: float | None,
+        variables: Variables,
+    ) -> tuple[int, AttemptResult]:
+        policy = retry_policy_for(hook)
+        waited = 0.0
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = attempt_timeout(hook, self.clock.monotonic(), deadline)
+            if timeout <= 0:
+                result = AttemptResult("timeout", 0.0, error_type="timeout", message="deadline passed")
+            elif isinstance(rendered, RenderedRequest):
+                result = self._http_attempt(hook, rendered, hook_id, timeout, variables)
+            else:
+                result = self._script_attempt(hook, event, session, rendered, span, timeout)
+            decision = policy.decide(attempt, result, waited)
+            if not decision.retry:
+                return attempt, result
+            delay = float(decision.delay or 0.0)
+            if deadline is not None and self.clock.monotonic() + delay >= deadline:
+                return attempt, result
+            span.add_event(
+                ev.HOOK_RETRY_EVENT,
+                {"attempt": attempt + 1, "delay": delay, "reason": decision.reason},
+            )
+            for sink in self.retry_listeners:
+                sink(hook, event)
+            if self.clock.sleep(delay, self.stopping):
+                return attempt, result
+            waited += delay
+
+    def _http_attempt(
+        self, hook: HookSpec, request: RenderedRequest, hook_id: str, timeout: float, variables: Variables
+    ) -> AttemptResult:
+        from ..actions.http import send
+
+        headers: dict[str, str] = {"X-Scion-Hook-ID": hook_id}
+        action = hook.action
+        if action.type == "http" and action.auth.type != "none":
+            from ..auth import AuthError, check_transport
+
+            try:
+                check_transport(request.url, action.auth)
+                headers.update(self.credentials().headers_for(action.auth, request.url, self._env_for_auth(variables)))
+            except AuthError as exc:
+                raise _Refusal("AuthError", str(exc)) from None
+        elif "authorization" in {k.lower() for k in request.headers}:
+            from ..auth import AuthError, check_transport
+
+            try:
+                check_transport(request.url, action.auth, has_credentials=True)
+            except AuthError as exc:
+                raise _Refusal("AuthError", str(exc)) from None
+        if action.signing_secret_env:
+            from ..auth import AuthError
+            from ..auth.signing import sign_request
+
+            try:
+                headers.update(
+                    sign_request(
+                        self._env_for_auth(variables).get(action.signing_secret_env, ""),
+                        hook_id,
+                        int(self.clock.wall()),
+                        request.body or b"",
+                    )
+                )
+            except AuthError as exc:
+                raise _Refusal("AuthError", str(exc)) from None
+        return send(self.http_client(), request, timeout, extra_headers=headers)
+
+    def _env_for_auth(self, variables: Variables) -> Mapping[str, str]:
+        """Secrets named by `token_env` come from the template's env, then the process's."""
+        merged = dict(self.template.env)
+        merged.update(self.environ)
+        return merged
+
+    def _script_attempt(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        session: SessionInfo,
+        command: RenderedCommand,
+        span: Span,
+        timeout: float,
+    ) -> AttemptResult:
+        from ..actions.script import run_script
+
+        env = dict(command.env)
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+        if not carrier and session.span_context is not None and session.span_context.is_valid:
+            TraceContextTextMapPropagator().inject(
+                carrier, context=trace.set_span_in_context(NonRecordingSpan(session.span_context))
+            )
+        if "traceparent" in carrier:
+            env["TRACEPARENT"] = carrier["traceparent"]
+        stdin = json.dumps(script_payload(hook, event, session), ensure_ascii=False).encode()
+        outcome = run_script(
+            RenderedCommand(argv=command.argv, env=env, stdin=stdin),
+            timeout,
+            user=self.script_user,
+            on_output=self.output_listener(hook),
+        )
+        return getattr(outcome, "result", outcome)
+
+    def output_listener(self, hook: HookSpec) -> Callable[[str, str], None] | None:
+        sink = self.output_sink
+        if sink is None:
+            return None
+        return lambda stream, line: sink(hook, stream, line)
+
+    def _capture(self, hook: HookSpec, session: SessionInfo, result: AttemptResult) -> None:
+        prefix = capture_prefix(hook.name)
+        values: dict[str, Any] = {f"{prefix}_STATUS": str(result.status_code or "")}
+        body = result.response_body
+        if body is not None:
+            values[f"{prefix}_RESPONSE"] = body[:CAPTURE_LIMIT].decode("utf-8", "replace")
+        session.capture(values)
+
+    # -- spans --
+
+    def _start_span(self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> Span:
+        parent = None
+        if session.span_context is not None and session.span_context.is_valid:
+            parent = trace.set_span_in_context(NonRecordingSpan(session.span_context))
+        try:
+            return self.tracer.start_span(
+                ev.HOOK_SPAN_NAME,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    ev.HOOK_ATTR_NAME: hook.name,
+                    ev.HOOK_ATTR_EVENT: event.name,
+                    ev.ATTR_EVENT: event.name,
+                    ev.HOOK_ATTR_ACTION: hook.action.type,
+                    ev.HOOK_ATTR_BLOCKING: hook.blocking,
+                    ev.HOOK_ATTR_ON_ERROR: hook.on_error,
+                    ev.HOOK_ATTR_INTERNAL: True,
+                },
+            )
+        except Exception:  # telemetry never stops a hook
+            log.debug("could not start hook span", exc_info=True)
+            return NonRecordingSpan(session.span_context or trace.INVALID_SPAN_CONTEXT)
+
+    def _end_span(self, span: Span, execution: Execution) -> None:
+        try:
+            span.set_attribute(ev.HOOK_ATTR_ATTEMPTS, execution.attempts)
+            span.set_attribute(ev.HOOK_ATTR_OUTCOME, execution.outcome)
+            if execution.status_code is not None:
+                span.set_attribute("http.response.status_code", execution.status_code)
+            if execution.exit_code is not None:
+                span.set_attribute("process.exit.code", execution.exit_code)
+            if execution.hook.action.type == "script":
+                span.set_attribute("process.command", execution.hook.action.command[0])
+            if execution.outcome in ("failed", "timeout", "refused"):
+                span.set_attribute("error.type", execution.error_type or execution.outcome)
+                span.set_status(Status(StatusCode.ERROR, execution.message[:256]))
+            elif execution.outcome == "success":
+                span.set_status(Status(StatusCode.OK))
+            span.end()
+        except Exception:
+            log.debug("could not end hook span", exc_info=True)
+
+
+def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:
+    """The JSON object a script reads on stdin (`hook_event_name` as seeds 001 and 003 have it)."""
+    return {
+        "hook_event_name": event.name,
+        "hook_name": hook.name,
+        "session_id": session.session_id,
+        "timestamp": _rfc3339(event.timestamp),
+        "context": dict(event.fields),
+        "agent": dict(session.metadata),
+        "recovered": event.recovered,
+    }
+
+
+def _request_record(rendered: RenderedRequest | RenderedCommand, redactor: Redactor) -> dict[str, Any]:
+    if isinstance(rendered, RenderedRequest):
+        return {
+            "method": rendered.method,
+            "url": redactor.redact_url(rendered.url),
+            "headers": redactor.redact_headers(dict(rendered.headers)),
+            "body": redactor.redact_text(rendered.body.decode("utf-8", "replace")) if rendered.body else None,
+        }
+    return {
+        "argv": [redactor.redact_text(a) for a in rendered.argv],
+        "env": {k: redactor.redact_text(v) for k, v in rendered.env.items()},
+    }
+
+
+def _rfc3339(unix: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _hex(value: int, width: int) -> str | None:
+    return format(value, f"0{width}x") if value else None

@@ -1,0 +1,182 @@
+"""`LifecycleHookProcessor`: the OpenTelemetry SpanProcessor that turns lifecycle span events
+on an agent's session span into hook executions.
+
+The SDK has no callback for span events, so for session spans only the processor wraps that
+one span's `_add_event` (a private method: its presence is checked, and where it is missing the
+events are read when the span ends). Spans that are not sessions cost one attribute look-up.
+Events recorded through `AgentSession.record` are dispatched directly, so that hooks run even
+when the session is sampled out or the SDK is disabled; they carry `agent.lifecycle.event_id`,
+and the observer skips ids it has already dispatched, so each event fires each hook once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from .. import events as ev
+from .engine import HookEngine
+from .model import LifecycleEvent, SessionInfo
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+_FIELD_BY_ATTRIBUTE = {attr: name for name, attr in ev.EVENT_ATTRIBUTES.items()}
+_METADATA_BY_ATTRIBUTE = {attr: name for name, attr in ev.METADATA_ATTRIBUTES.items()}
+
+
+class _RecentIds:
+    """A bounded set of event ids dispatched by the API and not yet seen on a span."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def add(self, event_id: str) -> None:
+        with self._lock:
+            self._ids[event_id] = None
+            while len(self._ids) > self._limit:
+                self._ids.popitem(last=False)
+
+    def take(self, event_id: str) -> bool:
+        with self._lock:
+            if event_id not in self._ids:
+                return False
+            del self._ids[event_id]
+            return True
+
+
+def is_session_span(attributes: Mapping[str, Any] | None) -> bool:
+    """An agent session span: `gen_ai.operation.name = invoke_agent`, not made by the engine."""
+    return bool(attributes) and attributes.get(ev.ATTR_OPERATION_NAME) == ev.OPERATION_INVOKE_AGENT  # type: ignore[union-attr]
+
+
+def session_from_span(span: ReadableSpan) -> SessionInfo:
+    """Agent metadata from the span's attributes, then its resource's."""
+    metadata: dict[str, str] = {}
+    for source in (span.resource.attributes if span.resource else {}, span.attributes or {}):
+        for attr, value in source.items():
+            name = _METADATA_BY_ATTRIBUTE.get(attr)
+            if name is not None:
+                metadata[name] = str(value)
+    context = span.get_span_context()
+    session_id = metadata.get("SESSION_ID") or format(context.span_id, "016x")
+    return SessionInfo(session_id=session_id, metadata=metadata, span_context=context)
+
+
+def fields_from_attributes(attributes: Mapping[str, Any] | None) -> dict[str, str]:
+    """Event context variables (PHASE, TOOL_NAME, ...) from span event attributes."""
+    fields: dict[str, str] = {}
+    for attr, value in (attributes or {}).items():
+        name = _FIELD_BY_ATTRIBUTE.get(attr)
+        if name is not None:
+            fields[name] = str(value)
+    return fields
+
+
+class LifecycleHookProcessor(SpanProcessor):
+    """Runs a template's hooks for the lifecycle events recorded on agent session spans.
+
+    Add it to any SDK TracerProvider, one the package built or an application's own::
+
+        provider.add_span_processor(LifecycleHookProcessor.from_template("scion-agent.yaml"))
+    """
+
+    def __init__(self, engine: HookEngine) -> None:
+        self.engine = engine
+        self._sessions: dict[int, SessionInfo] = {}
+        self._observed: set[int] = set()  # session span ids whose _add_event is wrapped
+        self._api_ids = _RecentIds()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_template(cls, *paths: Any, **options: Any) -> "LifecycleHookProcessor":
+        """Load template files (parent first) and build a processor; options go to HookEngine
+        (`tracer_provider=` for the hook spans when the provider is not the global one)."""
+        return cls(HookEngine.from_template(*paths, **options))
+
+    # -- SpanProcessor --
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if not is_session_span(span.attributes):
+            return
+        session = session_from_span(span)
+        span_id = session.span_context.span_id if session.span_context else 0
+        with self._lock:
+            self._sessions[span_id] = session
+        original = getattr(span, "_add_event", None)
+        if not callable(original):
+            return  # SDK without it: events are read in on_end instead
+        processor = self
+
+        def add_event_and_observe(event: Any) -> None:
+            original(event)
+            processor._observe(session, event.name, event.attributes, event.timestamp)
+
+        try:
+            span._add_event = add_event_and_observe  # type: ignore[method-assign]
+        except (AttributeError, TypeError):
+            return
+        with self._lock:
+            self._observed.add(span_id)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        span_id = span.get_span_context().span_id
+        with self._lock:
+            session = self._sessions.pop(span_id, None)
+            observed = span_id in self._observed
+            self._observed.discard(span_id)
+        if session is None or observed:
+            return
+        for event in span.events:
+            self._observe(session, event.name, event.attributes, event.timestamp)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.engine.force_flush(timeout_millis / 1000.0)
+
+    # -- events --
+
+    def session_for(self, span: Any) -> SessionInfo | None:
+        context = span.get_span_context()
+        with self._lock:
+            return self._sessions.get(context.span_id)
+
+    def expect_event_id(self, event_id: str) -> None:
+        """The API dispatched this event itself; the observer must not fire it again."""
+        self._api_ids.add(event_id)
+
+    def _observe(
+        self, session: SessionInfo, name: str, attributes: Mapping[str, Any] | None, timestamp: int | None
+    ) -> None:
+        event_name = ev.event_from_span_event_name(name)
+        if event_name is None:
+            return
+        event_id = (attributes or {}).get(ev.ATTR_EVENT_ID)
+        if isinstance(event_id, str) and self._api_ids.take(event_id):
+            return
+        event = LifecycleEvent(
+            name=event_name,
+            fields=fields_from_attributes(attributes),
+            timestamp=(timestamp / 1e9) if timestamp else self.engine.clock.wall(),
+            **({"event_id": event_id} if isinstance(event_id, str) else {}),
+        )
+        try:
+            result = self.engine.fire(event, session)
+        except Exception:  # never raise into the code that added the event
+            log.exception("dispatching %s failed", event_name)
+            return
+        if result.failed is not None:
+            log.error(
+                "hook %s failed with on_error: fail for %s (recorded with span.add_event: "
+                "use AgentSession.record to act on it)",
+                result.failed.hook.name,
+                event_name,
+            )

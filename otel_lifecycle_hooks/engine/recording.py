@@ -1,0 +1,104 @@
+"""Where executions are recorded besides their span: metrics, the hook log and the journal.
+
+Each recorder is optional and isolated: a journal on a full disk or a hook log that cannot be
+written is reported once by its own module and never stops a hook.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from opentelemetry import metrics as metrics_api
+
+from ..spec.model import HookSpec
+from .dispatch import EngineListener
+from .executor import HookExecutor
+from .model import Execution, LifecycleEvent
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+
+class _MetricsListener(EngineListener):
+    def __init__(self, metrics: Any) -> None:
+        self._metrics = metrics
+
+    def debounced(self, hook: HookSpec, event: LifecycleEvent) -> None:
+        self._metrics.record_debounced(hook.name, event.name)
+
+    def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None:
+        self._metrics.record_dropped(hook.name, event.name, reason)
+
+    def queue_changed(self, hook: HookSpec, delta: int) -> None:
+        self._metrics.queue_changed(hook.name, delta)
+
+
+@dataclass
+class Recorders:
+    metrics: Any = None
+    hook_log: Any = None
+    journal: Any = None
+    listener: EngineListener = field(default_factory=EngineListener)
+    _owned: list[Any] = field(default_factory=list)
+
+    def event_recorded(self, event: LifecycleEvent) -> None:
+        if self.metrics is not None:
+            self.metrics.record_event(event.name)
+
+    def close(self) -> None:
+        for owned in self._owned:
+            try:
+                owned.close()
+            except Exception:
+                log.debug("closing %r failed", owned, exc_info=True)
+
+
+def build_recorders(
+    executor: HookExecutor,
+    *,
+    meter_provider: metrics_api.MeterProvider | None,
+    journal: Any,
+    hook_log: Any,
+    environ: Mapping[str, str],
+) -> Recorders:
+    """Wire the recorders into the executor. `journal` / `hook_log`: an instance, a path,
+    None for the default location, or False for none."""
+    from ..hooklog import HookLog, default_hook_log_path
+    from ..journal import Journal, default_journal_path
+    from ..telemetry.metrics import HookMetrics
+
+    recorders = Recorders()
+    recorders.metrics = HookMetrics(meter_provider)
+    recorders.listener = _MetricsListener(recorders.metrics)
+    if hook_log is not False:
+        if hook_log is None or isinstance(hook_log, (str, bytes)) or hasattr(hook_log, "__fspath__"):
+            hook_log = HookLog(hook_log or default_hook_log_path(environ))
+            recorders._owned.append(hook_log)
+        recorders.hook_log = hook_log
+    if journal is not False:
+        if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
+            journal = Journal(journal or default_journal_path(environ))
+            recorders._owned.append(journal)
+        recorders.journal = journal
+
+    metrics = recorders.metrics
+
+    def record_metrics(execution: Execution) -> None:
+        metrics.record_execution(
+            execution.hook.name,
+            execution.event.name,
+            execution.hook.action.type,
+            execution.outcome,
+            execution.duration,
+        )
+
+    executor.sinks.append(record_metrics)
+    executor.retry_listeners.append(lambda hook, event: metrics.record_retry(hook.name, event.name))
+    if recorders.hook_log is not None:
+        hook_log_ = recorders.hook_log
+        executor.sinks.append(hook_log_.record_execution)
+        executor.output_sink = lambda hook, stream, line: hook_log_.script_output(hook.name, stream, line)
+    if recorders.journal is not None:
+        executor.sinks.append(recorders.journal.record)
+    return recorders

@@ -1,0 +1,116 @@
+"""`AgentSession`: the package's API for recording lifecycle events on a session span."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Mapping
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+
+from .. import events as ev
+from .dispatch import DispatchResult
+from .engine import HookEngine
+from .model import LifecycleEvent, SessionInfo
+from .processor import LifecycleHookProcessor
+
+
+class AgentSession:
+    """One agent session: the `invoke_agent {name}` span and the events recorded on it.
+
+    `record()` fires the matching hooks directly (so they run even when the span is sampled
+    out or the SDK is disabled) and adds the `agent.lifecycle.<event>` span event for the
+    trace. It returns after the blocking hooks finished; `result.failed` names a blocking
+    `on_error: fail` hook that did not succeed.
+    """
+
+    def __init__(
+        self,
+        hooks: LifecycleHookProcessor | HookEngine,
+        *,
+        agent_name: str,
+        metadata: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        parent: trace.SpanContext | None = None,
+    ) -> None:
+        if isinstance(hooks, LifecycleHookProcessor):
+            self._processor: LifecycleHookProcessor | None = hooks
+            self.engine = hooks.engine
+        else:
+            self._processor, self.engine = None, hooks
+        self.session_id = session_id or uuid.uuid4().hex
+        merged = {"AGENT_NAME": agent_name, "SESSION_ID": self.session_id}
+        merged.update(self.engine.template.metadata)
+        merged.update({k: v for k, v in (metadata or {}).items() if v})
+        merged.setdefault("AGENT_ID", self.session_id)
+        self.metadata = merged
+        provider = tracer_provider or trace.get_tracer_provider()
+        attributes: dict[str, Any] = {
+            ev.ATTR_OPERATION_NAME: ev.OPERATION_INVOKE_AGENT,
+            ev.ATTR_CONVERSATION_ID: self.session_id,
+        }
+        for name, attr in ev.METADATA_ATTRIBUTES.items():
+            if merged.get(name):
+                attributes[attr] = merged[name]
+        context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
+        self.span: Span = provider.get_tracer("otel_lifecycle_hooks").start_span(
+            f"invoke_agent {agent_name}", context=context, kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        known = self._processor.session_for(self.span) if self._processor else None
+        self.info = known or SessionInfo(
+            session_id=self.session_id, metadata=merged, span_context=self.span.get_span_context()
+        )
+        if known is not None:
+            known.metadata = merged
+
+    def record(
+        self,
+        event: str,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+        recovered: bool = False,
+    ) -> DispatchResult:
+        """Record `event` (a template or runtime event name) with its context variables."""
+        if event not in ev.ALL_EVENTS:
+            raise ValueError(f"unknown lifecycle event {event!r}")
+        values = {k: _text(v) for k, v in (fields or {}).items() if v is not None}
+        lifecycle_event = LifecycleEvent(
+            name=event, fields=values, timestamp=self.engine.clock.wall(), recovered=recovered
+        )
+        attributes: dict[str, Any] = {ev.ATTR_EVENT: event, ev.ATTR_EVENT_ID: lifecycle_event.event_id}
+        for name, value in values.items():
+            attr = ev.EVENT_ATTRIBUTES.get(name)
+            if attr is not None:
+                attributes[attr] = int(value) if attr == "process.exit.code" and _is_int(value) else value
+        if self._processor is not None:
+            self._processor.expect_event_id(lifecycle_event.event_id)
+        self.span.add_event(ev.span_event_name(event), attributes)
+        return self.engine.fire(lifecycle_event, self.info, deadline=deadline)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.span.set_attribute(key, value)
+
+    def end(self) -> None:
+        self.span.end()
+
+    def __enter__(self) -> "AgentSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _is_int(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
