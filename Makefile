@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m otel_lifecycle_hooks.demo
+	$(BIN)/python examples/demo/run_demo.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -42,7 +42,7 @@ def _run_parsed(args: list[str]) -> int:
         prog="otel-lifecycle-hooks",
         description="Lifecycle hooks for AI agents, visible as OpenTelemetry traces and metrics.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     modules = {}
     for name, module_name in COMMANDS.items():
         try:
@@ -54,7 +54,7 @@ def _run_parsed(args: list[str]) -> int:
         module.add_parser(subparsers)
         modules[name] = module
     parsed = parser.parse_args(args)
-    return int(modules[parsed.command].run(parsed) or 0)
+    return int(modules[parsed.subcommand].run(parsed) or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,7 +23,7 @@ from ..actions.base import AttemptResult
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..spec.model import HookSpec, Template
-from ..variables import Variables
+from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import attempt_timeout, outcome_of, retry_policy_for
@@ -65,6 +65,7 @@ class HookExecutor:
         script_user: str | None = None,
     ) -> None:
         self.template = template
+        self._secret_names = secret_names_for(template)
         self._tracer_provider = tracer_provider
         self._tracer: trace.Tracer | None = None
         self._environ = environ
@@ -131,7 +132,7 @@ class HookExecutor:
             captured=session.captured_snapshot(),
             template_env=self.template.env,
             environ=self.environ,
-            secret_names=self.template.secrets,
+            secret_names=self._secret_names,
         )
 
     def redactor(self, variables: Variables | None) -> Redactor:
@@ -159,7 +160,9 @@ class HookExecutor:
         request_record: dict[str, Any] | None = None
         try:
             with trace.use_span(span, end_on_exit=False):
-                if hook.condition is not None and not hook.condition.evaluate(variables.get):
+                if hook.condition is not None and not hook.condition.evaluate(
+                    lambda name: variables.get(name, record=False)
+                ):
                     outcome, message = "skipped", f"condition false: {hook.condition.source}"
                 else:
                     rendered = render_action(hook.action, variables)
@@ -252,38 +255,26 @@ class HookExecutor:
     ) -> AttemptResult:
         from ..actions.http import send
 
+        from ..auth import AuthError, check_transport
+
         headers: dict[str, str] = {"X-Scion-Hook-ID": hook_id}
         action = hook.action
-        if action.type == "http" and action.auth.type != "none":
-            from ..auth import AuthError, check_transport
-
-            try:
-                check_transport(request.url, action.auth)
-                headers.update(self.credentials().headers_for(action.auth, request.url, self._env_for_auth(variables)))
-            except AuthError as exc:
-                raise _Refusal("AuthError", str(exc)) from None
-        elif "authorization" in {k.lower() for k in request.headers}:
-            from ..auth import AuthError, check_transport
-
-            try:
-                check_transport(request.url, action.auth, has_credentials=True)
-            except AuthError as exc:
-                raise _Refusal("AuthError", str(exc)) from None
-        if action.signing_secret_env:
-            from ..auth import AuthError
-            from ..auth.signing import sign_request
-
-            try:
+        environ = self._env_for_auth(variables)
+        has_written_credentials = "authorization" in {k.lower() for k in request.headers}
+        try:
+            # Credentials only over https (loopback excepted), checked on the rendered URL:
+            # a URL from a variable cannot be checked at load time.
+            check_transport(request.url, action.auth, has_credentials=has_written_credentials)
+            if action.type == "http":
+                headers.update(self.credentials().headers_for(action.auth, request.url, environ))
+            if action.signing_secret_env:
                 headers.update(
-                    sign_request(
-                        self._env_for_auth(variables).get(action.signing_secret_env, ""),
-                        hook_id,
-                        int(self.clock.wall()),
-                        request.body or b"",
+                    self.credentials().signing_headers(
+                        action, hook_id, request.body or b"", environ, timestamp=int(self.clock.wall())
                     )
                 )
-            except AuthError as exc:
-                raise _Refusal("AuthError", str(exc)) from None
+        except AuthError as exc:
+            raise _Refusal(getattr(exc, "error_type", "AuthError"), str(exc)) from None
         return send(self.http_client(), request, timeout, extra_headers=headers)
 
     def _env_for_auth(self, variables: Variables) -> Mapping[str, str]:

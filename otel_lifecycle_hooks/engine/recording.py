@@ -64,19 +64,21 @@ def build_recorders(
 ) -> Recorders:
     """Wire the recorders into the executor. `journal` / `hook_log`: an instance, a path,
     None for the default location, or False for none."""
-    from ..hooklog import HookLog, default_hook_log_path
-    from ..journal import Journal, default_journal_path
     from ..telemetry.metrics import HookMetrics
 
     recorders = Recorders()
     recorders.metrics = HookMetrics(meter_provider)
     recorders.listener = _MetricsListener(recorders.metrics)
     if hook_log is not False:
+        from ..hooklog import HookLog, default_hook_log_path
+
         if hook_log is None or isinstance(hook_log, (str, bytes)) or hasattr(hook_log, "__fspath__"):
             hook_log = HookLog(hook_log or default_hook_log_path(environ))
             recorders._owned.append(hook_log)
         recorders.hook_log = hook_log
     if journal is not False:
+        from ..journal import Journal, default_journal_path
+
         if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
             journal = Journal(journal or default_journal_path(environ))
             recorders._owned.append(journal)

@@ -19,8 +19,8 @@ Conditions are parsed once, at load time; evaluation is a few dictionary look-up
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Union
 
 # Deep enough for any hand-written condition, shallow enough to never hit Python's recursion limit.
 MAX_NESTING = 32
@@ -29,7 +29,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _BRACED_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KEYWORDS = ("and", "or")
 
-Lookup = Union[Callable[[str], "str | None"], Mapping[str, str]]
+Lookup = Callable[[str], "str | None"] | Mapping[str, str]
 
 
 class ConditionSyntaxError(ValueError):
@@ -73,7 +73,7 @@ class AnyOf:
         return any(operand.evaluate(lookup) for operand in self.operands)
 
 
-Expression = Union[Comparison, AllOf, AnyOf]
+Expression = Comparison | AllOf | AnyOf
 
 
 @dataclass(frozen=True)
@@ -254,9 +254,7 @@ class _Parser:
 
     def _comparison(self) -> Comparison:
         name_token = self._next()
-        if name_token.kind == "var":
-            name = name_token.text
-        elif (
+        if name_token.kind == "var" or (
             name_token.kind == "word"
             and _NAME.match(name_token.text)
             and name_token.text not in _KEYWORDS

@@ -1,1 +1,128 @@
+"""The dialect registry: one small translator per harness, found by name.
 
+Built-in dialects are modules of this package, imported only when named. Any other name is
+looked up as `<name>.yaml` in the directories of `$OTEL_LIFECYCLE_HOOKS_DIALECTS`
+(`os.pathsep`-separated), then among the data-driven dialects shipped beside this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..normalized import NormalizedEvent
+
+DIALECTS_ENV = "OTEL_LIFECYCLE_HOOKS_DIALECTS"
+
+# dialect name -> module under this package
+BUILTIN_DIALECTS: dict[str, str] = {
+    "claude": "claude",
+    "gemini": "gemini",
+    "codex": "codex",
+    "opencode": "opencode",
+    "core-agent": "core_agent",
+}
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_GEMINI_ONLY = frozenset(
+    {"BeforeAgent", "AfterAgent", "BeforeModel", "AfterModel", "BeforeTool", "AfterTool"}
+    | {"BeforeToolSelection", "PreCompress"}
+)
+
+Translate = Callable[[dict[str, Any], list[str]], list[NormalizedEvent]]
+
+
+class UnknownDialectError(LookupError):
+    """No built-in dialect and no dialect file has this name."""
+
+
+class Dialect(Protocol):
+    """What the `hook` command needs of a dialect."""
+
+    @property
+    def name(self) -> str:
+        """The dialect's name, as `--dialect` takes it."""
+        ...
+
+    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+        """Raw payload (and any extra argv) -> normalized events, usually one."""
+        ...
+
+    def response(self, payload: Mapping[str, Any]) -> str | None:
+        """Text to print on stdout for the harness, or None for nothing."""
+        ...
+
+
+@dataclass(frozen=True)
+class BuiltinDialect:
+    """A dialect written in Python: a name and a translate function."""
+
+    name: str
+    translate_fn: Translate
+
+    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+        return self.translate_fn(payload, argv_extra)
+
+    def response(self, payload: Mapping[str, Any]) -> str | None:
+        return None
+
+
+def get_dialect(name: str, environ: Mapping[str, str] | None = None) -> Dialect:
+    """The dialect called `name`; raises `UnknownDialectError` listing what is available."""
+    module_name = BUILTIN_DIALECTS.get(name)
+    if module_name is not None:
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        return BuiltinDialect(name=name, translate_fn=module.translate)
+    path = find_dialect_file(name, os.environ if environ is None else environ)
+    if path is None:
+        known = ", ".join(sorted(BUILTIN_DIALECTS) + shipped_dialect_names())
+        raise UnknownDialectError(
+            f"unknown dialect {name!r}: use one of {known}, put {name}.yaml in a directory "
+            f"of ${DIALECTS_ENV}, or pass --dialect-file"
+        )
+    from ..dialect_yaml import load_dialect_file
+
+    return load_dialect_file(path)
+
+
+def find_dialect_file(name: str, environ: Mapping[str, str]) -> Path | None:
+    """`<name>.yaml` from $OTEL_LIFECYCLE_HOOKS_DIALECTS, then the shipped ones; else None."""
+    if not _SAFE_NAME.match(name):
+        return None  # never let a name walk out of the directories
+    directories = [Path(d) for d in environ.get(DIALECTS_ENV, "").split(os.pathsep) if d]
+    for directory in [*directories, Path(__file__).parent]:
+        candidate = directory / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def shipped_dialect_names() -> list[str]:
+    """Names of the data-driven dialects that ship with the package."""
+    return sorted(p.stem for p in Path(__file__).parent.glob("*.yaml"))
+
+
+def detect_dialect(payload: Mapping[str, Any], argv_extra: list[str]) -> str:
+    """Guess the built-in dialect from a payload's shape, for `hook` without `--dialect`."""
+    from ...events import RUNTIME_EVENTS
+
+    if argv_extra and argv_extra[-1].lstrip().startswith("{"):
+        return "codex"  # notify passes its JSON as the last argument
+    hook_event = payload.get("hook_event_name")
+    kind = payload.get("type")
+    if isinstance(payload.get("event"), dict) or (isinstance(kind, str) and "." in kind):
+        return "opencode"
+    if isinstance(kind, str) and kind:
+        return "codex"
+    if hook_event in RUNTIME_EVENTS:
+        return "core-agent"
+    if hook_event in _GEMINI_ONLY or ("timestamp" in payload and "permission_mode" not in payload):
+        return "gemini"
+    if "turn_id" in payload:
+        return "codex"
+    return "claude"

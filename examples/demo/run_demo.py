@@ -1,0 +1,103 @@
+"""`make demo`: a sample agent run under the supervisor, its hooks hitting a local receiver.
+
+Starts a receiver on 127.0.0.1, runs `otel-lifecycle-hooks run` on a stand-in agent that
+reports Claude Code events, stops it with SIGTERM as a container runtime would, then shows
+what the receiver got, the hook log, the journal and the session's trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+received: list[tuple[str, str, str]] = []
+
+
+class Receiver(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode() if length else ""
+        received.append((self.command, self.path, body))
+        payload = json.dumps({"name": "services/demo-agent"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_POST = do_PATCH = do_DELETE = do_PUT = do_GET = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def cli(*args: str, env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-m", "otel_lifecycle_hooks", *args], env=env, check=False)
+
+
+def main() -> int:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state = Path(tempfile.mkdtemp(prefix="otel-lifecycle-hooks-demo-"))
+    env = dict(os.environ)
+    env.update(
+        DEMO_RECEIVER=f"http://127.0.0.1:{server.server_port}",
+        OTEL_LIFECYCLE_HOOKS_JOURNAL=str(state / "journal.sqlite3"),
+        OTEL_LIFECYCLE_HOOKS_LOG=str(state / "agent.log"),
+        OTEL_LIFECYCLE_HOOKS_TRACE_DIR=str(state / "traces"),
+        OTEL_SERVICE_NAME="demo-agent",
+    )
+    for key in [k for k in env if k.startswith("OTEL_EXPORTER_") or k in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")]:
+        del env[key]  # the demo shows the embedded default: a local trace file
+    template = str(HERE / "scion-agent.yaml")
+    print(f"== demo state in {state}")
+    print("== otel-lifecycle-hooks run --template examples/demo/scion-agent.yaml -- python agent.py")
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", template,
+         "--agent-name", "demo-agent", "--grace-period", "5s", "--", sys.executable, str(HERE / "agent.py")],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )
+    assert supervisor.stdout is not None
+    for line in supervisor.stdout:
+        print(f"   {line.rstrip()}")
+        if "waiting to be stopped" in line:
+            break
+    time.sleep(1.0)  # let the debounced activity update's window close
+    print("== SIGTERM to the supervisor, as a container runtime stops it")
+    supervisor.send_signal(signal.SIGTERM)
+    try:
+        code = supervisor.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        supervisor.kill()
+        print("demo: the supervisor did not stop in time", file=sys.stderr)
+        return 1
+    server.shutdown()
+    print(f"== supervisor exited with {code} (the agent's own exit code: it was stopped by SIGTERM)")
+    print(f"== the receiver got {len(received)} requests:")
+    for method, path, body in received:
+        print(f"   {method:6} {path}  {body.strip()[:100]}")
+    print("== hook log")
+    print("   " + (state / "agent.log").read_text().strip().replace("\n", "\n   "))
+    print("== otel-lifecycle-hooks list (hooks and their recent executions)")
+    cli("list", template, "--journal", str(state / "journal.sqlite3"), env=env)
+    print("== otel-lifecycle-hooks trace (the session's spans from the local trace file)")
+    cli("trace", "--width", "110", env=env)
+    expected = {("POST", "/registry/services"), ("DELETE", "/registry/services/demo-agent")}
+    missing = expected - {(m, p) for m, p, _ in received}
+    if missing:
+        print(f"demo: expected requests never arrived: {sorted(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""`otel-lifecycle-hooks hook`: what a harness calls from its own hook configuration.
+
+    otel-lifecycle-hooks hook [--dialect NAME | --dialect-file PATH] [--template PATH]... [ARG]...
+
+Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`) on stdin, or from the last argument when
+that is a JSON object (Codex's `notify` passes it so), translates it with the dialect, and sends
+the normalized events to the supervisor's socket (`$OTEL_LIFECYCLE_HOOKS_SOCKET`). Without a
+reachable supervisor and with a template, it tracks activity in a state file and runs the hooks
+in-process. Without `--dialect` the dialect is guessed from the payload's shape.
+
+It always exits 0: a hook must never break its harness. Failures go to stderr in one line and
+to the hook log (`$OTEL_LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`); payload content never
+does. `main` runs before argparse is imported and imports no OpenTelemetry, httpx or YAML on the
+way to the socket: a harness pays for this command on every event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:  # for annotations only: importing them costs every harness event
+    from ..harness.dialects import Dialect
+    from ..harness.normalized import NormalizedEvent
+
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
+_DESCRIPTION = """\
+Reads one harness hook payload (JSON) on stdin, or from the last argument when that is a JSON
+object (Codex notify), and sends its normalized events to the supervisor at
+$OTEL_LIFECYCLE_HOOKS_SOCKET. With no supervisor and a template, runs the hooks in-process.
+Always exits 0; failures are logged to stderr and to $OTEL_LIFECYCLE_HOOKS_LOG ($HOME/agent.log).
+
+examples:
+  echo '{"hook_event_name": "PreToolUse", "tool_name": "Bash"}' | otel-lifecycle-hooks hook --dialect claude
+  otel-lifecycle-hooks hook --dialect codex '{"type": "agent-turn-complete"}'
+"""
+_VALUE_OPTIONS = {
+    "--dialect": "dialect",
+    "--dialect-file": "dialect_file",
+    "--template": "template",
+}
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdin: BinaryIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run the hook command; always returns 0."""
+    env = os.environ if environ is None else environ
+    try:
+        _hook(list(sys.argv[2:] if argv is None else argv), stdin, env)
+    except _Refused as exc:
+        log(str(exc), env)
+    # A hook must never fail its harness, whatever went wrong.
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
+        # Only the type: an exception's text may quote the payload.
+        log(f"hook failed: {type(exc).__name__}", env)
+    return 0
+
+
+class _Refused(Exception):
+    """A failure whose message is safe and useful to log as is."""
+
+
+def _hook(argv: list[str], stdin: BinaryIO | None, env: Mapping[str, str]) -> None:
+    options, extra = parse_args(argv)
+    # Read the payload first, so that the harness's write to our stdin never fails.
+    payload = _payload(extra, stdin)
+    dialect = _named_dialect(options, env)
+    if payload is None:
+        return  # nothing on stdin: nothing happened
+    if dialect is None:
+        from ..harness.dialects import detect_dialect, get_dialect
+
+        dialect = get_dialect(detect_dialect(payload, extra), env)
+    _answer(dialect.response(payload))
+    events = dialect.translate(payload, extra)
+    if events:
+        _deliver(events, options.get("template", []), env)
+
+
+def _answer(text: str | None) -> None:
+    """Print what the dialect says the harness expects on stdout, if anything."""
+    if text is None:
+        return
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # the harness stopped listening; the events still go out
+
+
+def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """`--dialect`, `--dialect-file`, `--template` (repeatable); everything else is extra."""
+    options: dict[str, Any] = {"template": []}
+    extra: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        name, has_value, value = arg.partition("=")
+        key = _VALUE_OPTIONS.get(name)
+        if arg == "--":
+            extra.extend(args)
+        elif key is None:
+            extra.append(arg)
+        else:
+            if not has_value:
+                value = next(args, "")
+            if not value:
+                raise _Refused(f"{name} needs a value")
+            if key == "template":
+                options["template"].append(value)
+            else:
+                options[key] = value
+    return options, extra
+
+
+def _named_dialect(options: Mapping[str, Any], env: Mapping[str, str]) -> Dialect | None:
+    from ..harness.dialects import UnknownDialectError, get_dialect
+
+    try:
+        if "dialect_file" in options:
+            from ..harness.dialect_yaml import load_dialect_file
+
+            return load_dialect_file(options["dialect_file"])
+        if "dialect" in options:
+            return get_dialect(options["dialect"], env)
+    except (UnknownDialectError, ValueError) as exc:  # ValueError: DialectFileError
+        raise _Refused(str(exc)) from None
+    return None
+
+
+def _payload(extra: list[str], stdin: BinaryIO | None) -> dict[str, Any] | None:
+    """The payload object: the last argument if it is a JSON object, else stdin."""
+    if extra and extra[-1].lstrip().startswith("{"):
+        raw: bytes = extra[-1].encode("utf-8", "surrogatepass")
+    else:
+        raw = _read_stdin(stdin)
+    if not raw.strip():
+        return None
+    try:
+        payload = json.loads(raw)
+    except ValueError as exc:
+        # The position only: the message of a decode error can quote the input.
+        raise _Refused(f"payload is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(payload, dict):
+        raise _Refused(f"payload is a JSON {type(payload).__name__}, not an object")
+    return payload
+
+
+def _read_stdin(stdin: BinaryIO | None) -> bytes:
+    stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+    if stream is None or (hasattr(stream, "isatty") and stream.isatty()):
+        return b""  # no stdin, or a terminal: no payload to wait for
+    data = stream.read(MAX_PAYLOAD_BYTES + 1)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise _Refused(f"payload larger than {MAX_PAYLOAD_BYTES} bytes, ignored")
+    return data
+
+
+def _deliver(
+    events: list[NormalizedEvent], given_templates: list[str], env: Mapping[str, str]
+) -> None:
+    from ..harness import socket_client
+
+    try:
+        socket_client.send_events(events, env)
+        return
+    except socket_client.SupervisorUnavailable as unavailable:
+        reason = str(unavailable)
+    except OSError as exc:  # accepted, then lost: the same as no supervisor
+        reason = f"supervisor socket: {exc.strerror or type(exc).__name__}"
+    from ..harness import without_supervisor
+
+    templates = without_supervisor.template_paths(given_templates, env)
+    if not templates:
+        raise _Refused(f"{reason}; no template given, event not delivered")
+    try:
+        without_supervisor.fire_events(templates, events, env)
+    except without_supervisor.EngineMissing as exc:
+        raise _Refused(f"{reason}; {exc}") from None
+
+
+def log(message: str, environ: Mapping[str, str] | None = None) -> None:
+    """One line to stderr and one appended to the hook log; never raises."""
+    import time
+
+    env = os.environ if environ is None else environ
+    line = message.replace("\n", " ")
+    try:
+        sys.stderr.write(f"otel-lifecycle-hooks: {line}\n")
+    except (OSError, ValueError, AttributeError):
+        pass
+    path = env.get(LOG_ENV) or os.path.join(env.get("HOME") or os.path.expanduser("~"), "agent.log")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        with open(path, "a", encoding="utf-8") as hook_log:
+            hook_log.write(f"{stamp} [hook] {line}\n")
+    except OSError:
+        pass
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `hook` for `--help`; a real invocation goes straight to `main`."""
+    import argparse
+
+    parser = subparsers.add_parser(
+        "hook",
+        help="feed one harness hook payload (stdin) to the running supervisor",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--dialect",
+        metavar="NAME",
+        help="claude, gemini, codex, opencode, core-agent, cursor, or a dialect file's name "
+        "found in $OTEL_LIFECYCLE_HOOKS_DIALECTS (default: guessed from the payload)",
+    )
+    parser.add_argument("--dialect-file", metavar="PATH", help="a dialect.yaml to translate with")
+    parser.add_argument(
+        "--template",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="templates to run in-process when no supervisor is reachable "
+        "(default: $OTEL_LIFECYCLE_HOOKS_TEMPLATE)",
+    )
+    parser.add_argument("extra", nargs="*", metavar="ARG", help="a JSON payload (Codex notify)")
+
+
+def run(args: Any) -> int:
+    """argparse entry: rebuild the argument list and run `main`."""
+    argv: list[str] = []
+    if args.dialect:
+        argv += ["--dialect", args.dialect]
+    if args.dialect_file:
+        argv += ["--dialect-file", args.dialect_file]
+    for template in args.template:
+        argv += ["--template", template]
+    return main([*argv, "--", *args.extra])

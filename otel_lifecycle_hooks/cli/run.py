@@ -1,0 +1,88 @@
+"""`otel-lifecycle-hooks run [--template T]... [--grace-period 10s] -- CMD...`"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="supervise an agent command through every phase and fire every hook",
+        description=(
+            "Run CMD as the agent: fire pre-start, start it, fire post-start, feed it runtime "
+            "events from its harness (through `hook --dialect`), and on SIGTERM/SIGINT fire "
+            "pre-stop, stop it within the grace period and fire session-end. Exits with the "
+            "agent's exit code, 10 when a limit was exceeded, 1 on the supervisor's own failure."
+        ),
+    )
+    parser.add_argument(
+        "--template", "-t", action="append", default=[], metavar="FILE",
+        help=f"template file (repeat: parent first, child last); default ${TEMPLATE_ENV} "
+        "or ./scion-agent.yaml when present",
+    )
+    parser.add_argument("--grace-period", default="10s", help="shared by pre-stop hooks and the agent's shutdown (default 10s)")
+    parser.add_argument("--agent-name", help="agent name (default: $SCION_AGENT_NAME, else the command's name)")
+    parser.add_argument("--agent-id", help="stable agent id (default: $SCION_AGENT_ID, else derived from the slug)")
+    parser.add_argument("--agent-slug", help="agent slug (default: derived from the name)")
+    parser.add_argument("--user", help="run the agent and its script hooks as this user (needs root)")
+    parser.add_argument("--journal", help="execution journal file (default: $OTEL_LIFECYCLE_HOOKS_JOURNAL or ~/.local/state/...)")
+    parser.add_argument("--hook-log", help="hook log file (default: $OTEL_LIFECYCLE_HOOKS_LOG or $HOME/agent.log)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+    parser.set_defaults(func=run)
+
+
+def template_paths(given: list[str]) -> list[str]:
+    if given:
+        return given
+    if os.environ.get(TEMPLATE_ENV):
+        return [p for p in os.environ[TEMPLATE_ENV].split(os.pathsep) if p]
+    return ["scion-agent.yaml"] if os.path.exists("scion-agent.yaml") else []
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..spec.durations import DurationError, parse_duration
+    from ..spec.loader import TemplateError, load_templates
+    from ..spec.model import Template
+    from ..supervisor.run import Supervisor, SupervisorOptions
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("otel-lifecycle-hooks run: no command given (usage: run [options] -- CMD...)", file=sys.stderr)
+        return 2
+    try:
+        grace = parse_duration(args.grace_period)
+    except DurationError as exc:
+        print(f"otel-lifecycle-hooks run: --grace-period: {exc}", file=sys.stderr)
+        return 2
+    paths = template_paths(args.template)
+    try:
+        template = load_templates(paths) if paths else Template()
+    except TemplateError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if args.user:
+        template_user = args.user
+    else:
+        template_user = template.user
+    options = SupervisorOptions(
+        command=command,
+        template=template,
+        grace_period=grace,
+        metadata={
+            "AGENT_NAME": args.agent_name or "",
+            "AGENT_ID": args.agent_id or "",
+            "AGENT_SLUG": args.agent_slug or "",
+        },
+        journal=args.journal,
+        hook_log=args.hook_log,
+        user=template_user,
+    )
+    return Supervisor(options).run()

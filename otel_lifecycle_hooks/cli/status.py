@@ -1,0 +1,65 @@
+"""`otel-lifecycle-hooks status ask_user|blocked|task_completed|limits_exceeded [MESSAGE]`.
+
+Explicit agent signals, as `sciontool status` has: an agent (or its harness) says it waits for
+the user, is blocked on something, finished its task, or hit a limit. The signal goes to the
+supervisor's socket. Without a supervisor but with a template (`--template`, or
+`$OTEL_LIFECYCLE_HOOKS_TEMPLATE`), the hooks run in-process instead. Exit 0 when the signal was
+delivered; 1, with the reason on stderr, when it could not be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+# The message used when none is given, as sciontool words it.
+DEFAULT_MESSAGES: dict[str, str] = {
+    "ask_user": "Input requested",
+    "blocked": "Agent is blocked",
+    "task_completed": "Task completed",
+    "limits_exceeded": "Agent limits exceeded",
+}
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the `status` command."""
+    parser = subparsers.add_parser(
+        "status",
+        help="signal ask_user, blocked, task_completed or limits_exceeded",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("signal", choices=list(DEFAULT_MESSAGES), help="what the agent signals")
+    parser.add_argument("message", nargs="*", help="a question, a reason or a task summary")
+    parser.add_argument(
+        "--template",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="templates to run in-process when no supervisor is reachable",
+    )
+
+
+def run(args: Any) -> int:
+    """Send the signal; 0 when delivered, 1 when nothing could take it."""
+    from ..harness import socket_client, without_supervisor
+
+    message = " ".join(args.message).strip() or DEFAULT_MESSAGES[args.signal]
+    try:
+        socket_client.send_status(args.signal, message)
+        return 0
+    except socket_client.SupervisorUnavailable as unavailable:
+        reason = str(unavailable)
+    except OSError as exc:
+        reason = f"could not send to the supervisor: {exc.strerror or exc}"
+    templates = without_supervisor.template_paths(args.template)
+    if not templates:
+        print(f"otel-lifecycle-hooks status: {reason}", file=sys.stderr)
+        return 1
+    try:
+        without_supervisor.fire_signal(templates, args.signal, message)
+    except without_supervisor.EngineMissing as exc:
+        print(f"otel-lifecycle-hooks status: {reason}; {exc}", file=sys.stderr)
+        return 1
+    return 0

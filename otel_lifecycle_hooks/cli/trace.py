@@ -1,0 +1,253 @@
+"""`otel-lifecycle-hooks trace [FILE] [--json]`: a terminal waterfall of a local trace file.
+
+invoke_agent reviewer   trace 5b8e0c1f…   ✓ 3.204s
+──────────────────────────────────────────────────────────────────────────────────────
+invoke_agent reviewer                              ██████████████████████████████  3.204s
+◆ agent.lifecycle.post_start         +0.012s       ◆
+✓ register-agent  post-start  ×1                   ██                              120ms
+    POST 200                                       █                               110ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import events
+
+OUTCOME_MARKS = {"success": "✓", "failed": "✗", "timeout": "⏱", "skipped": "–", "refused": "⊘"}
+EVENT_MARK = "◆"
+RETRY_MARK = "↻"
+DEFAULT_WIDTH = 100
+MIN_WIDTH = 72
+BAR_SHARE = 0.34  # of the line, for the time axis
+
+_ANSI = {"✓": "32", "✗": "31", "⏱": "33", "⊘": "33", EVENT_MARK: "36", RETRY_MARK: "33"}
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "trace",
+        help="show a local trace file as a waterfall",
+        description="Show a trace file written by the embedded default exporter as a waterfall:"
+        " the session span, its lifecycle events and every hook execution.",
+    )
+    parser.add_argument(
+        "file",
+        nargs="?",
+        type=Path,
+        help="a .jsonl trace file (default: the newest in $OTEL_LIFECYCLE_HOOKS_TRACE_DIR"
+        " or ~/.local/state/otel-lifecycle-hooks/traces)",
+    )
+    parser.add_argument("--trace-id", help="show only this trace")
+    parser.add_argument("--json", action="store_true", help="print the spans as JSON")
+    parser.add_argument("--width", type=int, help="line width (default: the terminal's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..telemetry.tracefile import default_trace_dir, newest_trace_file, read_trace_file
+
+    path: Path | None = args.file
+    if path is None:
+        directory = default_trace_dir()
+        path = newest_trace_file(directory)
+        if path is None:
+            print(f"no trace files in {directory}", file=sys.stderr)
+            return 1
+    try:
+        spans = read_trace_file(path)
+    except OSError as exc:
+        print(f"cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if args.trace_id:
+        spans = [span for span in spans if span.get("trace_id") == args.trace_id.lower()]
+    if not spans:
+        print(f"no spans in {path}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump({"file": str(path), "spans": spans}, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    tty = sys.stdout.isatty()
+    width = args.width or (
+        shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if tty else DEFAULT_WIDTH
+    )
+    color = tty and not os.environ.get("NO_COLOR")
+    sys.stdout.write(render_waterfall(spans, width=max(width, MIN_WIDTH), color=color))
+    return 0
+
+
+# --- rendering (pure) ------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    span: dict[str, Any]
+    children: list[_Node] = field(default_factory=list)
+
+    @property
+    def start(self) -> int:
+        return int(self.span.get("start_time_unix_nano") or 0)
+
+    @property
+    def end(self) -> int:
+        return int(self.span.get("end_time_unix_nano") or self.start)
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str
+    start: int
+    end: int | None  # None: an instant (a span event)
+    right: str
+    mark: str = ""
+
+
+def render_waterfall(
+    spans: list[dict[str, Any]], *, width: int = DEFAULT_WIDTH, color: bool = False
+) -> str:
+    """Every trace in `spans` as a waterfall, `width` columns wide, oldest trace first."""
+    blocks = [_render_tree(root, width, color) for root in _roots(spans)]
+    return "\n".join(blocks)
+
+
+def _roots(spans: list[dict[str, Any]]) -> list[_Node]:
+    nodes = {(s.get("trace_id"), s.get("span_id")): _Node(s) for s in spans}
+    roots: list[_Node] = []
+    for node in nodes.values():
+        parent = nodes.get((node.span.get("trace_id"), node.span.get("parent_span_id")))
+        (parent.children if parent is not None else roots).append(node)
+    for node in nodes.values():
+        node.children.sort(key=lambda n: n.start)
+    return sorted(roots, key=lambda n: n.start)
+
+
+def _render_tree(root: _Node, width: int, color: bool) -> str:
+    rows = [_span_row(root, 0)] + list(_rows_below(root, 1))
+    bar_width = max(int(width * BAR_SHARE), 10)
+    right_width = 8
+    label_width = width - bar_width - right_width - 2
+    origin, finish = root.start, max(root.end, root.start + 1)
+    for row in rows:
+        finish = max(finish, row.end or row.start)
+    scale = bar_width / (finish - origin)
+
+    status = _mark_of(root.span) or "·"
+    title = f"{root.span.get('name', '?')}   trace {str(root.span.get('trace_id', ''))[:8]}…   "
+    title += f"{status} {_duration(root.end - root.start)}"
+    lines = [_paint(_fit(title, width), color), "─" * width]
+    for row in rows:
+        label = _fit(row.label, label_width).ljust(label_width)
+        bar = _bar(row, origin, scale, bar_width)
+        lines.append(_paint(f"{label} {bar} {row.right.rjust(right_width)}".rstrip(), color))
+    return "\n".join(lines) + "\n"
+
+
+def _rows_below(node: _Node, depth: int) -> Iterator[_Row]:
+    # Span events and child spans interleaved in time: a hook's bar sits under its event.
+    items: list[tuple[int, int, Any]] = []
+    for event in node.span.get("events") or []:
+        items.append((int(event.get("time_unix_nano") or node.start), 0, event))
+    for child in node.children:
+        items.append((child.start, 1, child))
+    for at, kind, item in sorted(items, key=lambda entry: (entry[0], entry[1])):
+        if kind == 0:
+            yield _event_row(item, at, node.start, depth)
+        else:
+            yield _span_row(item, depth)
+            yield from _rows_below(item, depth + 1)
+
+
+def _event_row(event: dict[str, Any], at: int, origin: int, depth: int) -> _Row:
+    indent = "  " * max(depth - 1, 0)
+    name = str(event.get("name", "?"))
+    attributes = event.get("attributes") or {}
+    if name == events.HOOK_RETRY_EVENT:
+        detail = " ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in attributes.items())
+        return _Row(f"{indent}{RETRY_MARK} retry {detail}".rstrip(), at, None, "", RETRY_MARK)
+    label = f"{indent}{EVENT_MARK} {name:<32} +{(at - origin) / 1e9:.3f}s"
+    return _Row(label, at, None, "", EVENT_MARK)
+
+
+def _span_row(node: _Node, depth: int) -> _Row:
+    span = node.span
+    attributes = span.get("attributes") or {}
+    indent = "  " * max(depth - 1, 0)
+    if span.get("name") == events.HOOK_SPAN_NAME:
+        mark = _mark_of(span)
+        attempts = attributes.get(events.HOOK_ATTR_ATTEMPTS)
+        parts = [
+            f"{mark} {attributes.get(events.HOOK_ATTR_NAME, '?')}",
+            str(attributes.get(events.HOOK_ATTR_EVENT, "")),
+            f"×{attempts}" if attempts is not None else "",
+        ]
+        if attributes.get(events.HOOK_ATTR_OUTCOME) not in (None, "success"):
+            parts.append(str(attributes.get(events.HOOK_ATTR_OUTCOME)))
+        label = indent + "  ".join(part for part in parts if part)
+    elif span.get("kind") == "CLIENT":
+        label = indent + "  " + _client_label(span)
+    else:
+        mark = "✗ " if _status_code(span) == "ERROR" else ""
+        label = indent + mark + str(span.get("name", "?"))
+    return _Row(label, node.start, node.end, _duration(node.end - node.start))
+
+
+def _client_label(span: dict[str, Any]) -> str:
+    attributes = span.get("attributes") or {}
+    status = attributes.get("http.response.status_code", attributes.get("http.status_code"))
+    error = attributes.get("error.type")
+    text = str(span.get("name", "?"))
+    if status is not None:
+        text += f" {status}"
+    if error and str(error) != str(status):
+        text += f" {error}"
+    return ("✗ " if _status_code(span) == "ERROR" else "") + text
+
+
+def _mark_of(span: dict[str, Any]) -> str:
+    outcome = (span.get("attributes") or {}).get(events.HOOK_ATTR_OUTCOME)
+    if outcome in OUTCOME_MARKS:
+        return OUTCOME_MARKS[outcome]
+    return "✗" if _status_code(span) == "ERROR" else "✓"
+
+
+def _status_code(span: dict[str, Any]) -> str:
+    return str((span.get("status") or {}).get("code", "UNSET"))
+
+
+def _bar(row: _Row, origin: int, scale: float, bar_width: int) -> str:
+    first = min(int((row.start - origin) * scale), bar_width - 1)
+    cells = [" "] * bar_width
+    if row.end is None:
+        cells[max(first, 0)] = row.mark or EVENT_MARK
+    else:
+        last = min(max(int((row.end - origin) * scale), first + 1), bar_width)
+        for index in range(max(first, 0), last):
+            cells[index] = "█"
+    return "".join(cells)
+
+
+def _duration(nanos: int) -> str:
+    seconds = max(nanos, 0) / 1e9
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    return f"{seconds:.3f}s"
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _paint(line: str, color: bool) -> str:
+    if not color:
+        return line
+    for mark, code in _ANSI.items():
+        line = line.replace(mark, f"\x1b[{code}m{mark}\x1b[0m")
+    return line

@@ -1,0 +1,193 @@
+"""Data-driven dialects: a harness described by a `dialect.yaml` instead of code.
+
+The format is Scion's declarative dialect spec:
+
+```yaml
+dialect: cursor
+event_name_field: hook_event_name        # or event_name_fields: [hook_event_name, type]
+mappings:
+  beforeSubmitPrompt:                    # the raw event name
+    event: prompt-submit                 # a runtime event (events.RUNTIME_EVENTS)
+    fields:
+      prompt: .prompt                    # field: dotted path into the payload
+  stop: agent-end                        # shorthand when there are no fields
+responses:                               # optional: what the command prints on stdout
+  beforeSubmitPrompt: {continue: true}   # a mapping is printed as JSON, a string as is
+  default: "{}"                          # for any other raw event
+```
+
+Field names are template variables: `tool_name` fills `TOOL_NAME`, `error` fills `ERROR_MESSAGE`,
+any other name is upper-cased; `session_id` sets the event's session id. A path's segments are
+mapping keys or list indexes (`tool_input.files.0`); a leading `.` is allowed. Raw events with no
+mapping produce no event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..events import RUNTIME_EVENTS
+from .dialects._common import as_text
+from .normalized import ERROR_MESSAGE, NormalizedEvent
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FIELD_ALIASES = {"error": ERROR_MESSAGE}
+_DEFAULT_RESPONSE = "default"
+
+
+class DialectFileError(ValueError):
+    """A dialect file that cannot be read or does not follow the format."""
+
+
+@dataclass(frozen=True)
+class EventMapping:
+    """How one raw event becomes a normalized event: its name and its field paths."""
+
+    event: str
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MappingDialect:
+    """A dialect read from a dialect.yaml (see the module docstring)."""
+
+    name: str
+    event_name_fields: tuple[tuple[str, ...], ...]
+    mappings: Mapping[str, EventMapping]
+    responses: Mapping[str, str] = field(default_factory=dict)
+
+    def raw_event(self, payload: Mapping[str, Any]) -> str:
+        """The payload's raw event name: the first non-empty string among the name fields."""
+        for path in self.event_name_fields:
+            value = resolve(payload, path)
+            if isinstance(value, str) and value:
+                return value
+        return ""
+
+    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+        """Raw payload -> the mapped normalized event, or none when the event is unmapped."""
+        raw = self.raw_event(payload)
+        mapping = self.mappings.get(raw)
+        if mapping is None:
+            return []
+        values = {name: as_text(resolve(payload, path)) for name, path in mapping.fields.items()}
+        session_id = values.pop("session_id", "") or as_text(payload.get("session_id"))
+        return [
+            NormalizedEvent(
+                event=mapping.event,
+                dialect=self.name,
+                raw_event=raw,
+                session_id=session_id,
+                fields=values,
+            )
+        ]
+
+    def response(self, payload: Mapping[str, Any]) -> str | None:
+        """What to print on stdout for this payload, if the dialect asks for anything."""
+        raw = self.raw_event(payload)
+        return self.responses.get(raw, self.responses.get(_DEFAULT_RESPONSE))
+
+
+def resolve(value: Any, path: tuple[str, ...]) -> Any:
+    """The value at `path` (keys or list indexes), or None where the payload has no such path."""
+    for segment in path:
+        if isinstance(value, Mapping):
+            value = value.get(segment)
+        elif isinstance(value, list) and segment.isdigit() and int(segment) < len(value):
+            value = value[int(segment)]
+        else:
+            return None
+    return value
+
+
+def load_dialect_file(path: str | Path) -> MappingDialect:
+    """Read and check a dialect file; every problem raises `DialectFileError` naming the file."""
+    import yaml  # only data-driven dialects pay for the YAML parser
+
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise DialectFileError(f"{path}: cannot read dialect file: {exc}") from None
+    return parse_dialect(document, str(path))
+
+
+def parse_dialect(document: Any, source: str) -> MappingDialect:
+    """Build a MappingDialect from a parsed document; `source` names it in errors."""
+    if not isinstance(document, dict):
+        raise DialectFileError(f"{source}: a dialect file must be a mapping")
+    name = document.get("dialect")
+    if not isinstance(name, str) or not name:
+        raise DialectFileError(f"{source}: 'dialect' must name the dialect")
+    return MappingDialect(
+        name=name,
+        event_name_fields=_name_fields(document, source),
+        mappings=_mappings(document.get("mappings"), source),
+        responses=_responses(document.get("responses"), source),
+    )
+
+
+def _path(text: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(text, str) or not text.strip(". "):
+        raise DialectFileError(f"{where}: expected a dotted path such as '.tool_name'")
+    return tuple(text.strip().lstrip(".").split("."))
+
+
+def _name_fields(document: dict[str, Any], source: str) -> tuple[tuple[str, ...], ...]:
+    several = document.get("event_name_fields")
+    if several is not None:
+        if not isinstance(several, list) or not several:
+            raise DialectFileError(f"{source}: 'event_name_fields' must be a non-empty list")
+        return tuple(_path(item, f"{source}: event_name_fields") for item in several)
+    one = document.get("event_name_field", "hook_event_name")
+    return (_path(one, f"{source}: event_name_field"),)
+
+
+def _mappings(raw_mappings: Any, source: str) -> dict[str, EventMapping]:
+    if not isinstance(raw_mappings, dict) or not raw_mappings:
+        raise DialectFileError(f"{source}: 'mappings' must map raw event names to events")
+    valid = ", ".join(RUNTIME_EVENTS)
+    result: dict[str, EventMapping] = {}
+    for raw, spec in raw_mappings.items():
+        where = f"{source}: mappings.{raw}"
+        if isinstance(spec, str):
+            spec = {"event": spec}
+        if not isinstance(spec, dict):
+            raise DialectFileError(f"{where}: expected a mapping with 'event' and 'fields'")
+        event = spec.get("event")
+        if event not in RUNTIME_EVENTS:
+            raise DialectFileError(f"{where}.event: {event!r} is not one of {valid}")
+        fields = spec.get("fields") or {}
+        if not isinstance(fields, dict):
+            raise DialectFileError(f"{where}.fields: expected field: path pairs")
+        result[str(raw)] = EventMapping(
+            event=event,
+            fields={
+                _field_name(name, f"{where}.fields"): _path(path, f"{where}.fields.{name}")
+                for name, path in fields.items()
+            },
+        )
+    return result
+
+
+def _field_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise DialectFileError(f"{where}: {name!r} is not a valid field name")
+    if name == "session_id":
+        return name
+    return _FIELD_ALIASES.get(name, name.upper())
+
+
+def _responses(raw_responses: Any, source: str) -> dict[str, str]:
+    if raw_responses is None:
+        return {}
+    if not isinstance(raw_responses, dict):
+        raise DialectFileError(f"{source}: 'responses' must map raw event names to output")
+    return {
+        str(raw): value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        for raw, value in raw_responses.items()
+    }

@@ -1,0 +1,52 @@
+"""Small readers shared by the dialects: payloads are untrusted JSON of any shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..normalized import NormalizedEvent
+
+# Claude Code tools that stop and wait for the user; the activity tracker reads TOOL_NAME.
+WAITING_TOOLS = frozenset({"AskUserQuestion", "ExitPlanMode"})
+
+
+def text(payload: Mapping[str, Any], *keys: str) -> str:
+    """The first non-empty string value among `keys`, else ""."""
+    for key in keys:
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def nested(value: Any, *path: str) -> Any:
+    """`value[path[0]][path[1]]...`, or None where the shape does not match."""
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def as_text(value: Any) -> str:
+    """A string as is; other JSON values as compact JSON; None as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return ""
+
+
+def event(
+    name: str, dialect: str, raw_event: str, payload: Mapping[str, Any], **fields: str
+) -> NormalizedEvent:
+    """A NormalizedEvent with the payload's session id (`session_id`, or camelCase forms)."""
+    session_id = text(payload, "session_id", "sessionID", "sessionId", "conversation_id")
+    return NormalizedEvent(
+        event=name, dialect=dialect, raw_event=raw_event, session_id=session_id, fields=fields
+    )

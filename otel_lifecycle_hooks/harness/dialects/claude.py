@@ -1,0 +1,148 @@
+"""Claude Code hooks (https://code.claude.com/docs/en/hooks).
+
+Every hook gets one JSON object on stdin with `session_id`, `transcript_path`, `cwd`,
+`permission_mode` and `hook_event_name`, plus the event's own fields. Codex's hooks use the same
+shape, so the codex dialect reuses `translate_hook_payload`.
+
+`SessionEnd` is not translated: `session-end` is the supervisor's phase event (the agent
+process exited), and a harness session also ends on `/clear` while the agent keeps running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..normalized import (
+    ASSISTANT_TEXT,
+    ERROR_MESSAGE,
+    ERROR_TYPE,
+    MESSAGE,
+    NOTIFICATION_TYPE,
+    PROMPT,
+    SOURCE,
+    TOOL_NAME,
+    TRANSCRIPT_PATH,
+    NormalizedEvent,
+)
+from ._common import as_text, event, text
+
+NAME = "claude"
+
+# Only the end of a transcript is read: it can grow to many megabytes over a long session.
+TRANSCRIPT_TAIL_BYTES = 1024 * 1024
+
+_SIMPLE: dict[str, str] = {
+    "SessionStart": "session-start",
+    "UserPromptSubmit": "prompt-submit",
+    "PreToolUse": "tool-start",
+    "PostToolUse": "tool-end",
+    "PostToolUseFailure": "tool-end",
+    "Notification": "notification",
+    "PermissionRequest": "notification",
+    "Stop": "agent-end",
+    "StopFailure": "agent-end",
+    "SubagentStop": "subagent-end",
+    "PreCompact": "pre-compact",
+    "PostCompact": "post-compact",
+}
+
+
+def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+    """Claude Code hook payload -> normalized events (none for events we do not use)."""
+    return translate_hook_payload(payload, NAME)
+
+
+def translate_hook_payload(payload: Mapping[str, Any], dialect: str) -> list[NormalizedEvent]:
+    """The Claude-shaped hook payload that Claude Code and Codex both send."""
+    raw = text(payload, "hook_event_name")
+    name = _SIMPLE.get(raw)
+    if name is None:
+        return []
+    fields: dict[str, str] = {
+        TRANSCRIPT_PATH: text(payload, "transcript_path"),
+        TOOL_NAME: text(payload, "tool_name"),
+    }
+    if raw == "UserPromptSubmit":
+        fields[PROMPT] = text(payload, "prompt")
+    elif raw == "PostToolUseFailure":
+        fields[ERROR_MESSAGE] = text(payload, "error", "error_message")
+    elif raw == "Notification":
+        fields[MESSAGE] = text(payload, "message")
+        fields[NOTIFICATION_TYPE] = text(payload, "notification_type")
+    elif raw == "PermissionRequest":
+        fields[MESSAGE] = f"Permission requested for {fields[TOOL_NAME] or 'a tool'}"
+        fields[NOTIFICATION_TYPE] = "permission_prompt"
+    elif raw in ("Stop", "SubagentStop", "StopFailure"):
+        fields[ASSISTANT_TEXT] = final_assistant_text(payload)
+        if raw == "StopFailure":
+            fields[ERROR_TYPE] = text(payload, "error_type", "error")
+            fields[ERROR_MESSAGE] = text(payload, "error_message", "error_details", "error")
+    elif raw == "SessionStart":
+        fields[SOURCE] = text(payload, "source")
+    elif raw in ("PreCompact", "PostCompact"):
+        fields[SOURCE] = text(payload, "trigger")
+    return [event(name, dialect, raw, payload, **fields)]
+
+
+def final_assistant_text(payload: Mapping[str, Any]) -> str:
+    """The turn's final text: `last_assistant_message` if given, else the transcript's tail."""
+    given = payload.get("last_assistant_message")
+    if isinstance(given, str) and given.strip():
+        return given.strip()
+    path = text(payload, "agent_transcript_path", "transcript_path")
+    return transcript_final_text(path) if path else ""
+
+
+def transcript_final_text(path: str, tail_bytes: int = TRANSCRIPT_TAIL_BYTES) -> str:
+    """Text of the trailing run of assistant entries in a Claude JSONL transcript, or ""."""
+    try:
+        with open(path, "rb") as transcript:
+            size = transcript.seek(0, os.SEEK_END)
+            start = max(0, size - tail_bytes)
+            transcript.seek(start)
+            tail = transcript.read(tail_bytes)
+    except OSError:
+        return ""
+    lines = tail.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line was cut by the seek
+    parts: list[str] = []
+    for line in lines:
+        entry = _json_object(line)
+        if entry is None:
+            continue
+        message = entry.get("message")
+        role = entry.get("type") or (message.get("role") if isinstance(message, dict) else None)
+        if role == "user":
+            parts = []  # a user entry (a prompt or a tool result) ends the previous run
+        elif role == "assistant" and isinstance(message, dict):
+            found = _content_text(message.get("content"))
+            if found:
+                parts.append(found)
+    return "\n\n".join(parts).strip()
+
+
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    if not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content.strip()
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        as_text(block.get("text"))
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+    return "".join(texts).strip()

@@ -1,0 +1,59 @@
+"""OpenAI Codex: its hooks and its legacy `notify` program.
+
+Hooks (https://developers.openai.com/codex/hooks) send a Claude-shaped object on stdin
+(`hook_event_name`, `session_id`, `turn_id`, `transcript_path`, `model`, ...), translated as the
+claude dialect does. The legacy `notify = [...]` program instead receives one JSON object as its
+LAST argv element: `{"type": "agent-turn-complete", "thread-id": ..., "turn-id": ...,
+"input-messages": [...], "last-assistant-message": ...}`; that one becomes `response-complete`,
+as Scion maps it. Already-normalized names (`tool-start`, ...) in `type` or `event` pass through.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...events import RUNTIME_EVENTS
+from ..normalized import ASSISTANT_TEXT, MESSAGE, TOOL_NAME, NormalizedEvent
+from ._common import event, text
+from .claude import translate_hook_payload
+
+NAME = "codex"
+
+_NOTIFY_TYPES: dict[str, str] = {
+    "agent-turn-complete": "response-complete",
+    "approval-requested": "notification",
+    "notification": "notification",
+}
+
+
+def notify_payload(argv_extra: list[str]) -> dict[str, Any] | None:
+    """The JSON object Codex's `notify` passes as the last argument, if there is one."""
+    if not argv_extra:
+        return None
+    try:
+        value = json.loads(argv_extra[-1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+    """Codex hook payload (stdin) or notify payload (last argv element) -> normalized events."""
+    notified = notify_payload(argv_extra)
+    if notified is not None:
+        payload = notified
+    hook_name = text(payload, "hook_event_name")
+    if hook_name and hook_name not in RUNTIME_EVENTS and not text(payload, "type"):
+        return translate_hook_payload(payload, NAME)
+    raw = text(payload, "type", "event", "hook_event_name")
+    name = _NOTIFY_TYPES.get(raw) or (raw if raw in RUNTIME_EVENTS else None)
+    if name is None:
+        return []
+    fields = {
+        ASSISTANT_TEXT: text(payload, "last-assistant-message", "last_assistant_message").strip(),
+        MESSAGE: text(payload, "title", "message"),
+        TOOL_NAME: text(payload, "tool_name"),
+    }
+    session = {"session_id": text(payload, "thread-id", "session_id", "thread_id")}
+    return [event(name, NAME, raw, session, **fields)]

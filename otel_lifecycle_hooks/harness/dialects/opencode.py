@@ -1,0 +1,90 @@
+"""opencode plugin events (https://opencode.ai/docs/plugins).
+
+opencode runs plugins in-process, so a small plugin forwards what it sees as JSON on stdin
+(docs/harness-protocol.md has one). Accepted shapes:
+
+- a bus event, as the plugin's `event` hook receives it: `{"type": "session.idle",
+  "properties": {"sessionID": ...}}`, bare or wrapped as `{"event": {...}}`;
+- a functional hook: `{"type": "tool.execute.before", "input": {"tool", "sessionID",
+  "callID"}, "output": {...}}`, likewise `tool.execute.after` and `chat.message`.
+
+`session.idle` (the assistant finished and waits) is the end of a turn, `agent-end`;
+`session.error` also ends the turn, with ERROR_MESSAGE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..normalized import (
+    ERROR_MESSAGE,
+    ERROR_TYPE,
+    MESSAGE,
+    NOTIFICATION_TYPE,
+    PROMPT,
+    TOOL_NAME,
+    NormalizedEvent,
+)
+from ._common import as_text, event, nested, text
+
+NAME = "opencode"
+
+_SIMPLE: dict[str, str] = {
+    "session.created": "session-start",
+    "chat.message": "prompt-submit",
+    "tool.execute.before": "tool-start",
+    "tool.execute.after": "tool-end",
+    "permission.asked": "notification",
+    "permission.updated": "notification",
+    "session.idle": "agent-end",
+    "session.error": "agent-end",
+    "experimental.session.compacting": "pre-compact",
+    "session.compacted": "post-compact",
+}
+
+
+def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+    """opencode plugin event -> normalized events."""
+    wrapped = payload.get("event")
+    body: Mapping[str, Any] = wrapped if isinstance(wrapped, dict) else payload
+    raw = text(body, "type")
+    name = _SIMPLE.get(raw)
+    if name is None:
+        return []
+    properties = _mapping(body.get("properties"))
+    hook_input = _mapping(body.get("input"))
+    fields: dict[str, str] = {TOOL_NAME: text(hook_input, "tool")}
+    if raw == "chat.message":
+        fields[PROMPT] = _parts_text(nested(body, "output", "parts"))
+    elif raw.startswith("permission."):
+        fields[MESSAGE] = text(properties, "title", "message") or "Permission requested"
+        fields[NOTIFICATION_TYPE] = "permission_prompt"
+        fields[TOOL_NAME] = text(properties, "tool", "type", "permission")
+    elif raw == "session.error":
+        error = _mapping(properties.get("error"))
+        fields[ERROR_TYPE] = text(error, "name")
+        fields[ERROR_MESSAGE] = as_text(nested(error, "data", "message")) or text(error, "name")
+    session_id = (
+        text(properties, "sessionID")
+        or as_text(nested(properties, "info", "id"))
+        or text(hook_input, "sessionID")
+    )
+    return [event(name, NAME, raw, {"session_id": session_id}, **fields)]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _parts_text(parts: Any) -> str:
+    if not isinstance(parts, list):
+        return ""
+    texts = [
+        part["text"]
+        for part in parts
+        if isinstance(part, dict)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    ]
+    return "\n".join(texts).strip()

@@ -1,0 +1,117 @@
+"""The normalized harness event: what every dialect produces and the supervisor consumes.
+
+A dialect turns one raw harness payload into zero or more `NormalizedEvent`s. The event name is
+one of `events.RUNTIME_EVENTS` (Scion's normalized vocabulary); `fields` carries only what a
+hook can use, keyed by the template variable that will hold it:
+
+| field               | holds                                                            |
+|---------------------|------------------------------------------------------------------|
+| `TOOL_NAME`         | the tool a tool-start / tool-end is about                        |
+| `ASSISTANT_TEXT`    | the agent's final text of a turn (agent-end, response-complete)  |
+| `TASK_SUMMARY`      | a summary the harness gives with a completion                    |
+| `ERROR_MESSAGE`     | why a tool or a turn failed                                      |
+| `ERROR_TYPE`        | the harness's short error class (`rate_limit`, ...)              |
+| `MESSAGE`           | notification text                                                |
+| `NOTIFICATION_TYPE` | the harness's notification kind (`permission_prompt`, ...)       |
+| `PROMPT`            | the prompt the user submitted (prompt-submit)                    |
+| `SOURCE`, `REASON`  | why a session started / ended, or a compaction's trigger         |
+| `TRANSCRIPT_PATH`   | where the harness keeps its transcript                           |
+
+`PROMPT`, `ASSISTANT_TEXT` and `TASK_SUMMARY` are text that a user or the model wrote: a hook may
+forward them, but they are data, never trusted configuration. Every value is cut to
+`MAX_FIELD_CHARS` so that one event stays one small line on the wire.
+
+This module imports only the standard library: the `hook` command runs it on every event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..events import RUNTIME_EVENTS
+
+WIRE_VERSION = 1
+MAX_FIELD_CHARS = 16 * 1024
+
+# The variables a dialect may fill; anything else a data-driven dialect maps is kept as given.
+TOOL_NAME = "TOOL_NAME"
+ASSISTANT_TEXT = "ASSISTANT_TEXT"
+TASK_SUMMARY = "TASK_SUMMARY"
+ERROR_MESSAGE = "ERROR_MESSAGE"
+ERROR_TYPE = "ERROR_TYPE"
+MESSAGE = "MESSAGE"
+NOTIFICATION_TYPE = "NOTIFICATION_TYPE"
+PROMPT = "PROMPT"
+SOURCE = "SOURCE"
+REASON = "REASON"
+TRANSCRIPT_PATH = "TRANSCRIPT_PATH"
+
+_RUNTIME_EVENTS = frozenset(RUNTIME_EVENTS)
+
+
+class WireFormatError(ValueError):
+    """A wire object that is not a valid normalized event."""
+
+
+def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """`text` cut to `limit` characters, marking the cut with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class NormalizedEvent:
+    """One harness event in the shared vocabulary.
+
+    `event` is a runtime event name; `dialect` and `raw_event` say where it came from
+    (`claude`, `PreToolUse`); `session_id` is the harness's conversation id, or empty.
+    """
+
+    event: str
+    dialect: str
+    raw_event: str = ""
+    session_id: str = ""
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.event not in _RUNTIME_EVENTS:
+            raise ValueError(f"{self.event!r} is not a runtime event")
+        kept = {key: clip(value) for key, value in self.fields.items() if value}
+        object.__setattr__(self, "fields", MappingProxyType(kept))
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object sent to the supervisor (see docs/harness-protocol.md)."""
+        return {
+            "v": WIRE_VERSION,
+            "kind": "event",
+            "event": self.event,
+            "dialect": self.dialect,
+            "raw_event": self.raw_event,
+            "session_id": self.session_id,
+            "fields": dict(self.fields),
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Mapping[str, Any]) -> NormalizedEvent:
+        """Parse a wire object; raises `WireFormatError` naming what is wrong."""
+        if obj.get("kind") != "event":
+            raise WireFormatError("kind must be 'event'")
+        if obj.get("v") != WIRE_VERSION:
+            raise WireFormatError(f"unsupported wire version {obj.get('v')!r}")
+        event = obj.get("event")
+        if event not in _RUNTIME_EVENTS:
+            raise WireFormatError(f"unknown event {event!r}")
+        fields = obj.get("fields", {})
+        if not isinstance(fields, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fields.items()
+        ):
+            raise WireFormatError("fields must map strings to strings")
+        strings = {}
+        for key in ("dialect", "raw_event", "session_id"):
+            value = obj.get(key, "")
+            if not isinstance(value, str):
+                raise WireFormatError(f"{key} must be a string")
+            strings[key] = value
+        return cls(event=str(event), fields=fields, **strings)

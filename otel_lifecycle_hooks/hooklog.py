@@ -1,0 +1,180 @@
+"""The human-readable hook log (`$HOME/agent.log` by default): one line per execution, and the
+output of scripts, for someone tailing the file.
+
+    2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1 duration=12ms status=201
+    2026-11-30T10:00:01.456Z [cleanup-credentials stdout] revoked 2 tokens
+
+Callers pass redacted text; the optional `redact` callable is a last line of defence applied
+to every line. Control characters are escaped, so no value can forge or split a line, nor
+send escape sequences to a terminal. Writing never raises: a failure is reported once through
+logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("otel_lifecycle_hooks.hooklog")
+
+LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
+
+# C0 controls and DEL, except tab, become visible escapes.
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
+_ESCAPES.update({0x0A: "\\n", 0x0D: "\\r"})
+
+
+def default_hook_log_path(environ: Mapping[str, str]) -> Path:
+    """`$OTEL_LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`."""
+    explicit = environ.get(LOG_ENV)
+    if explicit:
+        return Path(explicit)
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / "agent.log"
+
+
+def format_timestamp(at: float) -> str:
+    """Unix seconds as UTC ISO 8601 with milliseconds: `2026-11-30T10:00:00.123Z`."""
+    # Round to whole milliseconds first: 10:00:00.123 is stored as 10:00:00.12299999...
+    seconds, millis = divmod(round(at * 1000), 1000)
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+
+
+def format_execution(
+    hook: str,
+    event: str,
+    outcome: str,
+    attempts: int,
+    duration: float,
+    *,
+    status_code: int | None = None,
+    exit_code: int | None = None,
+    error_type: str | None = None,
+    message: str = "",
+) -> str:
+    """The `key=value` body of an execution line (no timestamp). `duration` in seconds."""
+    fields: list[tuple[str, Any]] = [
+        ("hook", hook),
+        ("event", event),
+        ("outcome", outcome),
+        ("attempts", attempts),
+        ("duration", f"{round(duration * 1000)}ms"),
+        ("status", status_code),
+        ("exit_code", exit_code),
+        ("error", error_type),
+        ("message", message or None),
+    ]
+    return " ".join(f"{key}={_value(value)}" for key, value in fields if value is not None)
+
+
+def _value(value: Any) -> str:
+    text = str(value)
+    if text and not any(c.isspace() or c in "\"'=\\" for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class HookLog:
+    """Appends lines to the hook log file. Thread-safe; never raises into callers."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], redact: Callable[[str], str] | None = None
+    ) -> None:
+        self.path = Path(path)
+        self._redact = redact
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._healthy = True
+
+    @property
+    def healthy(self) -> bool:
+        """False once a line could not be written (it may have recovered since)."""
+        return self._healthy
+
+    def write_execution(
+        self,
+        hook: str,
+        event: str,
+        outcome: str,
+        attempts: int,
+        duration: float,
+        *,
+        status_code: int | None = None,
+        exit_code: int | None = None,
+        error_type: str | None = None,
+        message: str = "",
+        at: float | None = None,
+    ) -> None:
+        """One line for one execution. `duration` in seconds; `at` unix seconds (default now)."""
+        body = format_execution(
+            hook, event, outcome, attempts, duration,
+            status_code=status_code, exit_code=exit_code, error_type=error_type, message=message,
+        )  # fmt: skip
+        self.write(body, at=at)
+
+    def record_execution(self, execution: Any) -> None:
+        """One line for the engine's execution record (a sink for the executor)."""
+        hook = getattr(execution.hook, "name", execution.hook)
+        event = getattr(execution.event, "name", execution.event)
+        self.write_execution(
+            str(hook), str(event), execution.outcome, execution.attempts, execution.duration,
+            status_code=execution.status_code, exit_code=execution.exit_code,
+            error_type=execution.error_type, message=execution.message,
+        )  # fmt: skip
+
+    def script_output(self, hook: str, stream: str, line: str, at: float | None = None) -> None:
+        """One line a script wrote, prefixed `[hook stream]`."""
+        self.write(f"[{hook} {stream}] {line}", at=at)
+
+    def write(self, text: str, at: float | None = None) -> None:
+        """Any line, timestamped."""
+        line = f"{format_timestamp(time.time() if at is None else at)} {text}"
+        if self._redact is not None:
+            try:
+                line = self._redact(line)
+            except Exception as exc:  # noqa: BLE001 - an unredacted line is never written
+                # Only the exception's type: its message may quote the secret.
+                self._report("redact a line", type(exc).__name__)
+                return
+        self._append((line.translate(_ESCAPES) + "\n").encode("utf-8", "replace"))
+
+    def close(self) -> None:
+        """Close the file; a later write opens it again."""
+        with self._lock:
+            self._close_fd()
+
+    def _append(self, data: bytes) -> None:
+        with self._lock:
+            try:
+                if self._fd is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    # O_APPEND: lines from several processes (supervisor, hook commands)
+                    # land whole, one after another.
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError as exc:
+                self._close_fd()
+                self._report("write", str(exc))
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def _report(self, what: str, detail: str) -> None:
+        if self._healthy:
+            log.error("hook log %s: could not %s (%s); hooks keep running", self.path, what, detail)
+        self._healthy = False

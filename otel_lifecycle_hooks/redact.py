@@ -1,0 +1,162 @@
+"""The one place secrets are taken out of text, headers, URLs and records.
+
+Everything that leaves the process (hook log, spans, metrics, journal, CLI output) passes through
+a `Redactor` first. It knows two kinds of secret:
+
+- known values: the resolved values of variables named as secrets and auth tokens. Each is
+  replaced wherever it appears, also in its JSON-escaped and percent-encoded forms (the shapes
+  rendering gives it). Values shorter than `MIN_SECRET_LENGTH` are ignored: replacing every `1`
+  or `on` would shred the text and hide nothing worth hiding.
+- secret-looking names: header names (`Authorization`, `Cookie`, `X-API-Key`, anything with
+  token/secret/key/auth in it), URL query keys (token, key, sig, secret, password) and URL
+  userinfo have their values replaced whatever they hold.
+
+A secret that is itself a URL (a Slack webhook URL) is replaced by its scheme and host followed by
+`[REDACTED]`, so a reader still sees where a request went.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote, urlsplit, urlunsplit
+
+REDACTED = "[REDACTED]"
+MIN_SECRET_LENGTH = 4
+
+DEFAULT_SECRET_HEADERS: frozenset[str] = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+)
+_SECRET_HEADER_WORDS = ("token", "secret", "key", "auth", "signature", "password")
+_SECRET_QUERY_WORDS = ("token", "key", "sig", "secret", "password", "auth")
+_SECRET_VARIABLE_WORDS = (
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "KEY",
+    "CREDENTIAL",
+    "WEBHOOK_URL",
+    "AUTH",
+)
+
+
+def looks_like_secret_name(name: str) -> bool:
+    """True for variable names that hold credentials by convention (`SLACK_WEBHOOK_URL`...)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_VARIABLE_WORDS)
+
+
+class Redactor:
+    """Replaces secrets with `[REDACTED]`; immutable, extend it with `with_values`."""
+
+    def __init__(
+        self,
+        secret_values: Iterable[str] = (),
+        secret_header_names: Iterable[str] = DEFAULT_SECRET_HEADERS,
+    ) -> None:
+        self._values = frozenset(v for v in secret_values if v and len(v) >= MIN_SECRET_LENGTH)
+        self._header_names = frozenset(name.lower() for name in secret_header_names)
+        self._replacements: dict[str, str] = {}
+        for value in self._values:
+            replacement = _replacement_for(value)
+            for form in _encoded_forms(value):
+                if len(form) >= MIN_SECRET_LENGTH:
+                    self._replacements.setdefault(form, replacement)
+        # Longest first, so that a secret containing another is replaced whole.
+        alternatives = sorted(self._replacements, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+
+    def with_values(
+        self, secret_values: Iterable[str] = (), secret_header_names: Iterable[str] = ()
+    ) -> Redactor:
+        """A redactor that also hides these values and these header names."""
+        return Redactor(
+            (*self._values, *secret_values), (*self._header_names, *secret_header_names)
+        )
+
+    def redact_text(self, text: str) -> str:
+        """`text` with every known secret value replaced."""
+        if self._pattern is None or not text:
+            return text
+        return self._pattern.sub(lambda match: self._replacements[match.group(0)], text)
+
+    def is_secret_header(self, name: str) -> bool:
+        """True when a header of this name carries a credential, whatever its value."""
+        lower = name.lower()
+        return lower in self._header_names or any(w in lower for w in _SECRET_HEADER_WORDS)
+
+    def redact_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """Credential headers replaced whole; known secret values taken out of the others."""
+        return {
+            name: REDACTED if self.is_secret_header(name) else self.redact_text(value)
+            for name, value in headers.items()
+        }
+
+    def redact_url(self, url: str) -> str:
+        """Userinfo and secret-looking query values replaced, then known values taken out."""
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            return self.redact_text(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = REDACTED + "@" + netloc.rpartition("@")[2]
+        query = parts.query
+        if query:
+            query = "&".join(_redact_query_pair(pair) for pair in query.split("&"))
+        rebuilt = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        return self.redact_text(rebuilt)
+
+    def redact_mapping(self, mapping: Mapping[str, object]) -> dict[str, object]:
+        """A copy with secret-looking keys' values replaced and known values taken out, nested."""
+        return {key: self._redact_item(key, value) for key, value in mapping.items()}
+
+    def _redact_item(self, key: str, value: object) -> object:
+        if isinstance(value, str) and (self.is_secret_header(key) or looks_like_secret_name(key)):
+            return REDACTED
+        return self._redact_value(value)
+
+    def _redact_value(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.redact_text(value)
+        if isinstance(value, Mapping):
+            return {str(k): self._redact_item(str(k), v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._redact_value(item) for item in value]
+        return value
+
+
+def _redact_query_pair(pair: str) -> str:
+    key, separator, _ = pair.partition("=")
+    if separator and any(word in key.lower() for word in _SECRET_QUERY_WORDS):
+        return f"{key}={REDACTED}"
+    return pair
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """The shapes a value takes once rendered: as is, JSON-escaped, percent-encoded."""
+    return {
+        value,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value)[1:-1],
+        quote(value, safe=""),
+        quote(value, safe="/"),
+    }
+
+
+def _replacement_for(value: str) -> str:
+    """`https://hooks.slack.com/services/T/B/X` -> `https://hooks.slack.com/[REDACTED]`."""
+    if not value.startswith(("http://", "https://")):
+        return REDACTED
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return REDACTED
+    if not host or any(c in host for c in "[]/\\\"'<> "):
+        return REDACTED
+    authority = host if port is None else f"{host}:{port}"
+    return f"{parts.scheme}://{authority}/{REDACTED}"

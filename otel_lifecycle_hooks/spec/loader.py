@@ -1,0 +1,387 @@
+"""Template files -> `Template`: YAML with a position on every value, then the rules, then merging.
+
+The YAML is composed into PyYAML's node graph rather than constructed, so that every key and
+value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean `true`) reads
+as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
+hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from .model import HookSpec, Position, Template
+from .validate import Located, Problem, TemplateError, describe, read_hooks
+
+__all__ = [
+    "TEMPLATE_FILE_NAME",
+    "Problem",
+    "TemplateError",
+    "load_template_text",
+    "load_templates",
+    "merge_templates",
+    "template_file",
+]
+
+TEMPLATE_FILE_NAME = "scion-agent.yaml"
+
+# scion-agent.yaml keys that carry agent metadata, and the variable each one feeds.
+_METADATA_KEYS: dict[str, str] = {
+    "harness": "HARNESS_NAME",
+    "image": "IMAGE",
+    "default_harness_config": "HARNESS_CONFIG",
+    "template": "TEMPLATE_NAME",
+    "name": "TEMPLATE_NAME",  # written after `template`, so an explicit `name` wins
+}
+_READ_KEYS = ("lifecycle_hooks", "env", "secrets", "limits", "user", *_METADATA_KEYS)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
+    """Load template files, parent first, and merge them into one `Template`.
+
+    A path may name a template directory (its `scion-agent.yaml` is read). Raises
+    `TemplateError` with every problem of every file; nothing is loaded if any file fails.
+    """
+    templates: list[Template] = []
+    problems: list[Problem] = []
+    for path in paths:
+        file = template_file(path)
+        template, file_problems = _read_file(file)
+        problems.extend(file_problems)
+        if template is not None:
+            templates.append(template)
+    if problems:
+        raise TemplateError(problems)
+    return merge_templates(templates)
+
+
+def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
+    """Load one template from text; `filename` is what error positions name."""
+    template, problems = _parse(text, filename)
+    if problems or template is None:
+        raise TemplateError(problems)
+    return template
+
+
+def template_file(path: str | os.PathLike[str]) -> str:
+    """The file to read for `path`: itself, or the `scion-agent.yaml` of a directory."""
+    if os.path.isdir(path):
+        return os.path.join(path, TEMPLATE_FILE_NAME)
+    return os.fspath(path)
+
+
+def merge_templates(templates: Sequence[Template]) -> Template:
+    """Merge templates, parent first.
+
+    A child's hook replaces the parent's hook of the same name where the parent had it; new
+    hooks are appended in order. `env`, metadata and limits merge with the child winning;
+    secrets are the union.
+    """
+    hooks: list[HookSpec] = []
+    slot_by_name: dict[str, int] = {}
+    env: dict[str, str] = {}
+    metadata: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    secrets: set[str] = set()
+    files: list[str] = []
+    user: str | None = None
+    for template in templates:
+        for hook in template.hooks:
+            if hook.name in slot_by_name:
+                hooks[slot_by_name[hook.name]] = hook
+            else:
+                slot_by_name[hook.name] = len(hooks)
+                hooks.append(hook)
+        env.update(template.env)
+        metadata.update(template.metadata)
+        limits.update(template.limits)
+        secrets.update(template.secrets)
+        files.extend(template.files)
+        user = template.user if template.user is not None else user
+    return Template(
+        hooks=tuple(hooks),
+        env=MappingProxyType(env),
+        secrets=frozenset(secrets),
+        metadata=MappingProxyType(metadata),
+        files=tuple(files),
+        limits=MappingProxyType(limits),
+        user=user,
+    )
+
+
+def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
+    try:
+        data = Path(file).read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        return None, [Problem(Position(file, 0, 0), None, None, f"cannot read the file: {reason}")]
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        message = "is not UTF-8 text; save the template as UTF-8"
+        return None, [Problem(Position(file, line, column), None, None, message)]
+    return _parse(text, file)
+
+
+def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
+    root, problems = _compose(text, file)
+    if problems:
+        return None, problems
+    template, problems = _read_document(root, file)
+    problems.sort(key=lambda p: (p.position.line, p.position.column))
+    return (None if problems else template), problems
+
+
+# --- YAML -> Located ------------------------------------------------------------------
+
+
+def _compose(text: str, file: str) -> tuple[Located | None, list[Problem]]:
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = yaml.SafeLoader(text)  # reads ahead: may already refuse a character
+        node = loader.get_single_node()
+        return (_NodeReader(loader, file).read(node) if node is not None else None), []
+    except yaml.MarkedYAMLError as exc:
+        return None, [_yaml_problem(exc, file)]
+    except yaml.reader.ReaderError as exc:
+        position = _position_of_offset(text, exc.position, file)
+        character = f"#x{exc.character:04x}" if isinstance(exc.character, int) else "a character"
+        message = f"invalid YAML: {character} is not allowed in YAML text"
+        return None, [Problem(position, None, None, message)]
+    except yaml.YAMLError as exc:
+        return None, [Problem(Position(file, 1, 1), None, None, f"invalid YAML: {exc}")]
+    except RecursionError:
+        message = "invalid YAML: nested too deeply to read"
+        return None, [Problem(Position(file, 1, 1), None, None, message)]
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+    mark = exc.problem_mark or exc.context_mark
+    position = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
+    message = f"invalid YAML: {exc.problem or exc.context or 'cannot be read'}"
+    if exc.context and exc.problem:
+        context_mark = exc.context_mark
+        where = (
+            f" at line {context_mark.line + 1}, column {context_mark.column + 1}"
+            if context_mark is not None and context_mark is not mark
+            else ""
+        )
+        message += f" ({exc.context}{where})"
+    return Problem(position, None, None, message)
+
+
+def _position_of_offset(text: str, offset: int, file: str) -> Position:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return Position(file, line, column)
+
+
+class _NodeReader:
+    """Turns a composed node graph into Located values; each node is read once (aliases)."""
+
+    def __init__(self, loader: yaml.SafeLoader, file: str) -> None:
+        self._loader = loader
+        self._file = file
+        self._read: dict[int, Located] = {}
+
+    def _position(self, node: yaml.Node) -> Position:
+        return Position(self._file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def read(self, node: yaml.Node) -> Located:
+        known = self._read.get(id(node))
+        if known is not None:
+            return known
+        position = self._position(node)
+        if isinstance(node, yaml.ScalarNode):
+            located = Located(self._scalar(node), position, source=node.value, style=node.style)
+            self._read[id(node)] = located
+        elif isinstance(node, yaml.SequenceNode):
+            located = Located([], position)
+            self._read[id(node)] = located  # before the children: an alias may point back here
+            located.value.extend(self.read(child) for child in node.value)
+        else:
+            assert isinstance(node, yaml.MappingNode)
+            located = Located({}, position)
+            self._read[id(node)] = located
+            self._fill_mapping(located, node)
+        return located
+
+    def _scalar(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except Exception:  # noqa: BLE001
+            # PyYAML's constructors fail in many ways on odd input (an unknown tag, an empty
+            # !!int, an impossible date); the text as written is then the value.
+            return node.value
+
+    def _fill_mapping(self, located: Located, node: yaml.MappingNode) -> None:
+        key_styles: dict[str, str | None] = {}
+        merged: list[Located] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG and self._is_merge_source(value_node):
+                merged.extend(self._merge_sources(value_node))
+                continue
+            key = self._key_text(key_node)
+            key_position = self._position(key_node)
+            if key in located.value:
+                message = _duplicate_message(
+                    key, located.key_positions[key], key_styles[key], key_node
+                )
+                located.duplicate_keys.append((key, key_position, message))
+                continue
+            located.value[key] = self.read(value_node)
+            located.key_positions[key] = key_position
+            key_styles[key] = getattr(key_node, "style", None)
+        # `<<: *defaults`: explicit keys win over merged ones, as in YAML's merge key.
+        for source in merged:
+            for key, value in list(source.value.items()):
+                if key not in located.value:
+                    located.value[key] = value
+                    located.key_positions[key] = source.key_positions[key]
+
+    @staticmethod
+    def _is_merge_source(node: yaml.Node) -> bool:
+        if isinstance(node, yaml.MappingNode):
+            return True
+        return isinstance(node, yaml.SequenceNode) and all(
+            isinstance(child, yaml.MappingNode) for child in node.value
+        )
+
+    def _merge_sources(self, node: yaml.Node) -> list[Located]:
+        nodes = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        return [self.read(child) for child in nodes]
+
+    @staticmethod
+    def _key_text(node: yaml.Node) -> str:
+        # The text as written: `on` stays "on" instead of YAML 1.1's boolean true.
+        if isinstance(node, yaml.ScalarNode):
+            return str(node.value)
+        return "[...]" if isinstance(node, yaml.SequenceNode) else "{...}"
+
+
+def _duplicate_message(
+    key: str, first: Position, first_style: str | None, repeat: yaml.Node
+) -> str:
+    repeat_style = getattr(repeat, "style", None)
+    if key == "on" and (first_style is None) != (repeat_style is None):
+        return 'written twice, bare (on:) and quoted ("on":); keep one'
+    return f"written twice (first at line {first.line}, column {first.column}); keep one"
+
+
+# --- the document -----------------------------------------------------------------------
+
+
+def _read_document(root: Located | None, file: str) -> tuple[Template, list[Problem]]:
+    if root is None or root.value is None:
+        return Template(files=(file,)), []
+    if not root.is_mapping:
+        message = (
+            f"got {describe(root)}; a template is a mapping, as in scion-agent.yaml, "
+            "holding a lifecycle_hooks: list"
+        )
+        return Template(files=(file,)), [Problem(root.position, None, None, message)]
+    fields: dict[str, Located] = root.value
+    problems = [
+        Problem(position, None, key, message)
+        for key, position, message in root.duplicate_keys
+        if key in _READ_KEYS
+    ]
+    problems.extend(_misspelt_section(root))
+    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file)
+    problems.extend(hook_problems)
+    env = _read_env(fields.get("env"), problems)
+    secrets = _read_secrets(fields.get("secrets"), problems)
+    metadata = {
+        variable: fields[key].text()
+        for key, variable in _METADATA_KEYS.items()
+        if key in fields and fields[key].is_scalar and fields[key].value is not None
+    }
+    limits_located = fields.get("limits")
+    limits = (
+        {key: value.text() for key, value in limits_located.value.items() if value.is_scalar}
+        if limits_located is not None and limits_located.is_mapping
+        else {}
+    )
+    user_located = fields.get("user")
+    user = (
+        user_located.text()
+        if user_located is not None and user_located.is_scalar and user_located.value is not None
+        else None
+    )
+    template = Template(
+        hooks=tuple(hooks),
+        env=MappingProxyType(env),
+        secrets=frozenset(secrets),
+        metadata=MappingProxyType(metadata),
+        files=(file,),
+        limits=MappingProxyType(limits),
+        user=user,
+    )
+    return template, problems
+
+
+def _misspelt_section(root: Located) -> list[Problem]:
+    """`lifecycle-hooks:` and the like: other keys are never refused, but a near miss of ours
+    would silently load no hooks at all."""
+    if "lifecycle_hooks" in root.value:
+        return []
+    return [
+        Problem(
+            position,
+            None,
+            key,
+            'unknown key (did you mean "lifecycle_hooks"?); hooks are read only from '
+            "lifecycle_hooks:",
+        )
+        for key, position in root.key_positions.items()
+        if difflib.SequenceMatcher(None, key.lower(), "lifecycle_hooks").ratio() >= 0.85
+    ]
+
+
+def _read_env(located: Located | None, problems: list[Problem]) -> dict[str, str]:
+    if located is None or located.value is None:
+        return {}
+    if not located.is_mapping:
+        message = f"got {describe(located)}; write a mapping of NAME: value"
+        problems.append(Problem(located.position, None, "env", message))
+        return {}
+    env: dict[str, str] = {}
+    for name, value in located.value.items():
+        if value.is_scalar:
+            env[name] = value.text()
+        else:
+            message = f"got {describe(value)}; an env value is a string"
+            problems.append(Problem(value.position, None, f"env.{name}", message))
+    return env
+
+
+def _read_secrets(located: Located | None, problems: list[Problem]) -> set[str]:
+    if located is None or located.value is None:
+        return set()
+    if not located.is_list:
+        message = f"got {describe(located)}; write a list of secrets, each as - key: NAME"
+        problems.append(Problem(located.position, None, "secrets", message))
+        return set()
+    names: set[str] = set()
+    for index, item in enumerate(located.value):
+        key = item.value.get("key") if item.is_mapping else item
+        if key is not None and isinstance(key.value, str) and key.value:
+            names.add(key.value)
+        else:
+            found = "has no key" if key is None else f"got {describe(key)}"
+            message = f"{found}; each secret names its variable: - key: NAME"
+            problems.append(Problem((key or item).position, None, f"secrets[{index}]", message))
+    return names

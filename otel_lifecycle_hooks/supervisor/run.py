@@ -1,0 +1,472 @@
+"""`Supervisor`: owns one agent process through its phases and fires every hook, as Scion's
+`sciontool init` does.
+
+    created -> provisioning -> [pre-start] -> starting -> running -> [post-start]
+            ... runtime events from the event socket, activity changes, limits ...
+    SIGTERM/SIGINT or a limit -> stopping -> [pre-stop] -> TERM, grace, KILL
+    child exits -> stopped (or error) -> [session-end]
+
+The grace period is shared, as Kubernetes shares terminationGracePeriodSeconds: blocking
+pre-stop hooks spend from it, and the child gets what is left before KILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import events as ev
+from ..engine.dispatch import DispatchResult
+from ..engine.engine import HookEngine
+from ..engine.session import AgentSession
+from ..spec.model import Template
+from .legacy import run_legacy_hooks
+from .limits import Limits
+from .server import SOCKET_ENV, EventServer
+
+log = logging.getLogger("otel_lifecycle_hooks.supervisor")
+
+EXIT_LIMITS = 10
+EXIT_SUPERVISOR_FAILURE = 1
+DEFAULT_GRACE_PERIOD = 10.0
+# Variables that carry agent metadata into the supervisor (Scion sets them in the container).
+METADATA_ENV = {
+    "AGENT_NAME": "SCION_AGENT_NAME",
+    "AGENT_ID": "SCION_AGENT_ID",
+    "AGENT_SLUG": "SCION_AGENT_SLUG",
+    "TEMPLATE_NAME": "SCION_TEMPLATE_NAME",
+    "HARNESS_NAME": "SCION_HARNESS",
+    "HARNESS_CONFIG": "SCION_HARNESS_CONFIG",
+    "GROVE_NAME": "SCION_GROVE",
+    "GROVE_ID": "SCION_GROVE_ID",
+    "GROVE_PATH": "SCION_GROVE_PATH",
+    "CONTAINER_ID": "SCION_CONTAINER_ID",
+    "IMAGE": "SCION_IMAGE",
+}
+
+
+@dataclass
+class SupervisorOptions:
+    command: Sequence[str]
+    template: Template
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    metadata: Mapping[str, str] = field(default_factory=dict)  # from flags; wins over the rest
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    journal: Any = None  # a Journal, a path, None for the default, False for none
+    hook_log: Any = None
+    user: str | None = None
+
+
+def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
+    """Flags, then `SCION_*` variables, then the template; AGENT_ID stable per agent name."""
+    metadata: dict[str, str] = dict(options.template.metadata)
+    for name, variable in METADATA_ENV.items():
+        if options.environ.get(variable):
+            metadata[name] = options.environ[variable]
+    metadata.update({k: v for k, v in options.metadata.items() if v})
+    metadata.setdefault("AGENT_NAME", Path(options.command[0]).name if options.command else "agent")
+    metadata.setdefault("AGENT_SLUG", _slug(metadata["AGENT_NAME"]))
+    # Stable across runs of the same agent, so that crash recovery can find the earlier run.
+    metadata.setdefault("AGENT_ID", str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + metadata["AGENT_SLUG"])))
+    if not metadata.get("CONTAINER_ID") and options.environ.get("HOSTNAME"):
+        metadata["CONTAINER_ID"] = options.environ["HOSTNAME"]
+    return metadata
+
+
+class Supervisor:
+    def __init__(self, options: SupervisorOptions) -> None:
+        self.options = options
+        self.metadata = agent_metadata(options)
+        self.limits = Limits.from_sources(options.template.limits, options.environ)
+        self.phase = "created"
+        self.activity = "idle"
+        self.exit_code: int | None = None
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._stop_requested: str | None = None
+        self._limit_hit: tuple[str, int] | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._telemetry: Any = None
+        self.engine: HookEngine | None = None
+        self.session: AgentSession | None = None
+        self._tracker: Any = None
+        self._server: EventServer | None = None
+        self._journal: Any = None
+        self._started = time.monotonic()
+
+    # -- the run --
+
+    def run(self) -> int:
+        previous_handlers = self._install_signal_handlers()
+        try:
+            return self._run()
+        finally:
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+
+    def _run(self) -> int:
+        from ..harness.activity import ActivityTracker
+        from ..telemetry.setup import configure_telemetry
+
+        options = self.options
+        resource = {attr: self.metadata[name] for name, attr in ev.METADATA_ATTRIBUTES.items() if self.metadata.get(name)}
+        self._telemetry = configure_telemetry(
+            options.template.env, options.environ, resource_attributes=resource, session_id=self.metadata["AGENT_SLUG"]
+        )
+        self.engine = HookEngine(
+            options.template,
+            tracer_provider=self._telemetry.tracer_provider,
+            meter_provider=self._telemetry.meter_provider,
+            environ=options.environ,
+            journal=options.journal,
+            hook_log=options.hook_log,
+            script_user=options.user,
+        )
+        self._journal = self.engine.recorders.journal
+        self._tracker = ActivityTracker()
+        self.session = AgentSession(
+            self.engine,
+            agent_name=self.metadata["AGENT_NAME"],
+            metadata=self.metadata,
+            tracer_provider=self._telemetry.tracer_provider,
+        )
+        try:
+            self._recover_earlier_runs()
+            self._journal_call("open_session", **self._session_row())
+            code = self._lifecycle()
+        except Exception as exc:  # the supervisor's own failure
+            log.exception("supervisor failed")
+            self._record("error", {"ERROR_MESSAGE": f"supervisor failure: {exc}", "ERROR_TYPE": type(exc).__name__})
+            self._set_phase("error")
+            code = EXIT_SUPERVISOR_FAILURE
+        finally:
+            self._close()
+        return code
+
+    def _lifecycle(self) -> int:
+        options = self.options
+        self._set_phase("provisioning")
+        self._server = EventServer(self._deliver).start()
+        self._legacy("pre-start")
+        result = self._record("pre-start")
+        if self._stop_requested:
+            # SIGTERM during pre-start: never start the child.
+            self._set_phase("stopping")
+            self._record("pre-stop", deadline=self._grace_deadline())
+            return self._finish(exit_code=128 + signal.SIGTERM, error=None)
+        if not result.ok:
+            return self._fail_transition("pre-start", result)
+        self._set_phase("starting")
+        try:
+            self._child = self._spawn(options.command)
+        except OSError as exc:
+            message = f"could not start {options.command[0]!r}: {exc.strerror or exc}"
+            print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
+            self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": type(exc).__name__})
+            self._set_phase("error")
+            self._record("session-end", {"EXIT_CODE": str(EXIT_SUPERVISOR_FAILURE)})
+            return EXIT_SUPERVISOR_FAILURE
+        threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
+        self._set_phase("running")
+        self._legacy("post-start")
+        result = self._record("post-start")
+        self._journal_call("mark_post_start", self.session.session_id if self.session else "")
+        if not result.ok:
+            self._stop_child(self._grace_deadline())
+            return self._fail_transition("post-start", result)
+        return self._main_loop()
+
+    def _main_loop(self) -> int:
+        duration_deadline = (
+            self._started + self.limits.max_duration if self.limits.max_duration is not None else None
+        )
+        stop_deadline: float | None = None
+        while True:
+            timeout = 0.2
+            if duration_deadline is not None and self._stop_requested is None:
+                timeout = max(0.0, min(timeout, duration_deadline - time.monotonic()))
+            try:
+                kind, value = self._inbox.get(timeout=timeout)
+            except queue.Empty:
+                kind, value = "tick", None
+            if kind == "exit":
+                return self._finish(exit_code=value, error=self._crash_message(value))
+            if kind == "signal":
+                if value == signal.SIGHUP:
+                    self._forward(signal.SIGHUP)
+                elif self._stop_requested is None:
+                    stop_deadline = self._begin_stop(f"signal {signal.Signals(value).name}")
+                else:
+                    log.warning("second %s ignored: already stopping", signal.Signals(value).name)
+            elif kind == "message" and self._stop_requested is None:
+                self._handle_message(value)
+            if (
+                duration_deadline is not None
+                and self._stop_requested is None
+                and time.monotonic() >= duration_deadline
+            ):
+                self._limit_exceeded("max_duration", int(time.monotonic() - self._started))
+            if self._limit_hit is not None and self._stop_requested is None:
+                stop_deadline = self._begin_stop("limits exceeded")
+            if stop_deadline is not None and time.monotonic() >= stop_deadline:
+                self._kill_child()
+                stop_deadline = None
+
+    # -- stopping --
+
+    def _begin_stop(self, reason: str) -> float:
+        """pre-stop (legacy scripts, then hooks), then TERM; returns when to KILL."""
+        self._stop_requested = reason
+        deadline = self._grace_deadline()
+        self._set_phase("stopping")
+        self._legacy("pre-stop", deadline=deadline)
+        self._record("pre-stop", deadline=deadline)
+        self._forward(signal.SIGTERM)
+        return deadline
+
+    def _grace_deadline(self) -> float:
+        return time.monotonic() + self.options.grace_period
+
+    def _stop_child(self, deadline: float) -> None:
+        self._forward(signal.SIGTERM)
+        while self._child is not None and self._child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._kill_child()
+
+    def _kill_child(self) -> None:
+        if self._child is not None and self._child.poll() is None:
+            log.warning("grace period spent: killing the agent")
+            self._signal_group(signal.SIGKILL)
+
+    def _forward(self, signum: int) -> None:
+        if self._child is not None and self._child.poll() is None:
+            self._signal_group(signum)
+
+    def _signal_group(self, signum: int) -> None:
+        assert self._child is not None
+        try:
+            os.killpg(self._child.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            try:
+                self._child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    # -- the end --
+
+    def _finish(self, exit_code: int, error: str | None) -> int:
+        if error:
+            self._record("error", {"ERROR_MESSAGE": error, "ERROR_TYPE": "AgentCrash", "EXIT_CODE": str(exit_code)})
+            self._set_phase("error")
+        elif self.phase != "error":
+            if self.phase != "stopping":
+                self._set_phase("stopping")
+            self._set_phase("stopped")
+        self._legacy("session-end")
+        self._record("session-end", {"EXIT_CODE": str(exit_code)})
+        self._journal_call("close_session", self.session.session_id if self.session else "", exit_code)
+        if self._limit_hit is not None:
+            return EXIT_LIMITS
+        return exit_code
+
+    def _fail_transition(self, event: str, result: DispatchResult) -> int:
+        failed = result.failed
+        name = failed.hook.name if failed else "?"
+        message = f"hook {name!r} failed at {event} with on_error: fail: {failed.message if failed else ''}"
+        print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
+        self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": failed.error_type if failed else "HookFailed"})
+        self._set_phase("error")
+        self._legacy("session-end")
+        self._record("session-end", {"EXIT_CODE": str(EXIT_SUPERVISOR_FAILURE)})
+        self._journal_call("close_session", self.session.session_id if self.session else "", EXIT_SUPERVISOR_FAILURE)
+        return EXIT_SUPERVISOR_FAILURE
+
+    def _crash_message(self, exit_code: int) -> str | None:
+        """An agent killed by a signal nobody asked for has crashed."""
+        if self._stop_requested is None and exit_code >= 128:
+            signum = exit_code - 128
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = str(signum)
+            return f"agent terminated by {name}"
+        return None
+
+    def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self.session is not None:
+            self.session.end()
+        if self.engine is not None:
+            self.engine.shutdown(max(self.options.grace_period, 5.0))
+        if self._telemetry is not None:
+            self._telemetry.shutdown()
+
+    # -- events --
+
+    def _record(
+        self, event: str, fields: Mapping[str, str] | None = None, *, deadline: float | None = None
+    ) -> DispatchResult:
+        assert self.session is not None
+        values = {"PHASE": self.phase, "ACTIVITY": self.activity}
+        values.update(fields or {})
+        return self.session.record(event, values, deadline=deadline)
+
+    def _set_phase(self, phase: str) -> None:
+        previous, self.phase = self.phase, phase
+        if previous != phase:
+            self._record("phase-change", {"PREVIOUS_PHASE": previous})
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        self._inbox.put(("message", message))
+
+    def _handle_message(self, message: dict[str, Any]) -> None:
+        from ..harness.normalized import NormalizedEvent
+
+        kind = message.get("kind")
+        if kind == "status":
+            derived = self._tracker.signal(str(message.get("status", "")), str(message.get("message") or ""))
+        elif kind == "event":
+            try:
+                normalized = NormalizedEvent.from_wire(message)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("event socket: malformed event ignored: %s", exc)
+                return
+            derived = self._tracker.observe(normalized)
+        else:
+            log.warning("event socket: unknown message kind %r ignored", kind)
+            return
+        for item in derived:
+            fields = dict(item.fields)
+            if item.event == ev.ACTIVITY_CHANGE:
+                self.activity = fields.get("ACTIVITY", self.activity)
+            self._record(item.event, fields)
+        hit = self.limits.exceeded(self._tracker.turns, self._tracker.model_calls)
+        if hit is not None:
+            self._limit_exceeded(*hit)
+
+    def _limit_exceeded(self, name: str, count: int) -> None:
+        if self._limit_hit is not None:
+            return
+        self._limit_hit = (name, count)
+        previous, self.activity = self.activity, "limits_exceeded"
+        self._record("activity-change", {"PREVIOUS_ACTIVITY": previous})
+        self._record("limits-exceeded", {"LIMIT_NAME": name, "LIMIT_COUNT": str(count)})
+
+    # -- processes --
+
+    def _spawn(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
+        env = dict(self.options.environ)
+        for key, value in self.options.template.env.items():
+            env.setdefault(key, value)
+        if self._telemetry is not None:
+            for key, value in self._telemetry.otel_env.items():
+                env.setdefault(key, value)
+        if self._server is not None:
+            env[SOCKET_ENV] = self._server.path
+        traceparent = self._traceparent()
+        if traceparent:
+            env["TRACEPARENT"] = traceparent
+        for name, variable in METADATA_ENV.items():
+            if self.metadata.get(name):
+                env.setdefault(variable, self.metadata[name])
+        kwargs: dict[str, Any] = {}
+        if self.options.user:
+            from ..actions.script import user_process_options
+
+            kwargs.update(user_process_options(self.options.user, env))
+        return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
+
+    def _traceparent(self) -> str | None:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        if self.session is None:
+            return None
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(self.session.span))
+        return carrier.get("traceparent")
+
+    def _wait_child(self) -> None:
+        assert self._child is not None
+        code = self._child.wait()
+        self._inbox.put(("exit", code if code >= 0 else 128 - code))
+
+    def _legacy(self, event: str, deadline: float | None = None) -> None:
+        run_legacy_hooks(event, self.options.environ, deadline=deadline, user=self.options.user)
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return previous
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._stop_requested is None and self.phase in ("created", "provisioning"):
+                self._stop_requested = f"signal {signal.Signals(signum).name}"
+            self._inbox.put(("signal", signum))
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, on_signal)
+        return previous
+
+    # -- journal and crash recovery --
+
+    def _session_row(self) -> dict[str, Any]:
+        assert self.session is not None
+        return {
+            "session_id": self.session.session_id,
+            "agent_id": self.metadata["AGENT_ID"],
+            "agent_name": self.metadata["AGENT_NAME"],
+            "template_files": list(self.options.template.files),
+            "pid": os.getpid(),
+        }
+
+    def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._journal is None:
+            return None
+        try:
+            return getattr(self._journal, method)(*args, **kwargs)
+        except Exception:
+            log.exception("journal %s failed", method)
+            return None
+
+    def _recover_earlier_runs(self) -> None:
+        """The seed's orphan reaper: an earlier run of this agent that reached post-start and
+        never session-end was killed; fire its pre-stop and session-end hooks now, marked as
+        recovered, so that no registration is left behind."""
+        from ..engine.model import SessionInfo
+
+        for row in self._journal_call("unfinished_sessions", self.metadata["AGENT_ID"]) or []:
+            log.warning("recovering session %s of an earlier run that was killed", row.session_id)
+            assert self.engine is not None
+            info = SessionInfo(session_id=row.session_id, metadata={**self.metadata, "SESSION_ID": row.session_id})
+            for event in ("pre-stop", "session-end"):
+                from ..engine.model import LifecycleEvent
+
+                self.engine.fire(
+                    LifecycleEvent(
+                        name=event,
+                        fields={"PHASE": "stopping", "RECOVERED": "true"},
+                        timestamp=time.time(),
+                        recovered=True,
+                    ),
+                    info,
+                    deadline=time.monotonic() + self.options.grace_period,
+                )
+            self._journal_call("mark_recovered", row.session_id)
+
+
+def _slug(name: str) -> str:
+    slug = "".join(c.lower() if c.isalnum() else "-" for c in name).strip("-")
+    while "--" in slug:
+        slug = slug.replace("--", "-")
+    return slug or "agent"

@@ -1,0 +1,96 @@
+"""The supervisor's event socket: a Unix stream socket through which `hook --dialect` and
+`status` hand runtime events to the running session (one JSON object per line).
+
+The socket lives in a private directory (mode 0700) so that only the agent's user can feed
+events in; its path reaches the child as `OTEL_LIFECYCLE_HOOKS_SOCKET`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("otel_lifecycle_hooks.supervisor")
+
+SOCKET_ENV = "OTEL_LIFECYCLE_HOOKS_SOCKET"
+MAX_MESSAGE = 8 * 1024 * 1024
+# A client that connects and sends nothing is dropped after this long.
+CLIENT_TIMEOUT = 5.0
+
+
+class EventServer:
+    """Accepts connections on a thread and hands each decoded message to `deliver`."""
+
+    def __init__(self, deliver: Callable[[dict[str, Any]], None], directory: str | None = None) -> None:
+        self._deliver = deliver
+        self._dir = Path(tempfile.mkdtemp(prefix="olh-", dir=directory))
+        os.chmod(self._dir, 0o700)
+        self.path = str(self._dir / "events.sock")
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(self.path)
+        self._sock.listen(64)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept_loop, name="event-socket", daemon=True)
+
+    def start(self) -> "EventServer":
+        self._thread.start()
+        return self
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(CLIENT_TIMEOUT)
+        buffer = bytearray()
+        try:
+            with conn:
+                while len(buffer) <= MAX_MESSAGE:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, _, rest = bytes(buffer).partition(b"\n")
+                        buffer = bytearray(rest)
+                        self._decode(line)
+                if buffer.strip() and len(buffer) <= MAX_MESSAGE:
+                    self._decode(bytes(buffer))
+        except (OSError, socket.timeout):
+            log.debug("event socket client failed", exc_info=True)
+
+    def _decode(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            log.warning("event socket: a message that is not JSON was ignored")
+            return
+        if not isinstance(message, dict):
+            log.warning("event socket: a message that is not a JSON object was ignored")
+            return
+        try:
+            self._deliver(message)
+        except Exception:
+            log.exception("event socket: delivering a message failed")
+
+    def close(self) -> None:
+        self._stopped.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        shutil.rmtree(self._dir, ignore_errors=True)

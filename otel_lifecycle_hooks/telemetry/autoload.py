@@ -1,0 +1,44 @@
+"""Zero-code use under `opentelemetry-instrument`.
+
+Registered in the `opentelemetry_post_instrument` entry-point group, which the
+auto-instrumentation calls with no arguments after the distro and configurator have set the
+global providers and the instrumentors have run. A library must not ship an
+`opentelemetry_configurator` (that would fight the application's), so this only *adds* a span
+processor to the provider already in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
+
+
+def instrument() -> None:
+    """Add `LifecycleHookProcessor.from_template($OTEL_LIFECYCLE_HOOKS_TEMPLATE)` to the global
+    SDK tracer provider. Does nothing when the variable is unset, there is no SDK provider, or
+    the engine is not installed; never raises into the application's start-up."""
+    template = os.environ.get(TEMPLATE_ENV, "").strip()
+    if not template:
+        return
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        logger.warning(
+            "%s is set but no OpenTelemetry SDK tracer provider is configured", TEMPLATE_ENV
+        )
+        return
+    try:
+        from ..engine.processor import LifecycleHookProcessor
+    except ImportError:
+        logger.debug("lifecycle hook engine not available", exc_info=True)
+        return
+    try:
+        provider.add_span_processor(LifecycleHookProcessor.from_template(template))
+    except Exception:
+        logger.exception("lifecycle hooks from %s not loaded", template)

@@ -1,0 +1,149 @@
+"""The package's metric instruments.
+
+The instrument names are a contract: the bundled dashboards query them. Through a
+Prometheus exporter (the SDK's, or the collector's) they appear as
+
+| instrument                          | Prometheus series                                   |
+|-------------------------------------|-----------------------------------------------------|
+| `agent.lifecycle_hook.executions`   | `agent_lifecycle_hook_executions_total`             |
+| `agent.lifecycle_hook.duration` (s) | `agent_lifecycle_hook_duration_seconds_bucket/_sum/_count` |
+| `agent.lifecycle_hook.retries`      | `agent_lifecycle_hook_retries_total`                |
+| `agent.lifecycle_hook.debounced`    | `agent_lifecycle_hook_debounced_total`              |
+| `agent.lifecycle_hook.dropped`      | `agent_lifecycle_hook_dropped_total`                |
+| `agent.lifecycle_hook.queue.depth`  | `agent_lifecycle_hook_queue_depth`                  |
+| `agent.lifecycle.events`            | `agent_lifecycle_events_total`                      |
+
+with every attribute's dots written as underscores (`agent_lifecycle_hook_name`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from opentelemetry import metrics
+from opentelemetry.metrics import MeterProvider
+
+from .. import events
+
+logger = logging.getLogger(__name__)
+
+METER_NAME = "otel_lifecycle_hooks"
+
+EXECUTIONS = "agent.lifecycle_hook.executions"
+DURATION = "agent.lifecycle_hook.duration"
+RETRIES = "agent.lifecycle_hook.retries"
+DEBOUNCED = "agent.lifecycle_hook.debounced"
+DROPPED = "agent.lifecycle_hook.dropped"
+QUEUE_DEPTH = "agent.lifecycle_hook.queue.depth"
+LIFECYCLE_EVENTS = "agent.lifecycle.events"
+
+ATTR_DROP_REASON = "agent.lifecycle_hook.drop_reason"
+DROP_REASONS: tuple[str, ...] = ("queue_full", "rate_limited", "shutdown")
+
+# From a 1 ms loopback call to the 120 s ceiling on any hook's timeout.
+DURATION_BUCKETS_S: Sequence[float] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
+
+
+class HookMetrics:
+    """Records hook executions, retries, debounced and dropped events, and queue depth.
+
+    Every method swallows its own errors: a metrics failure must never stop a hook.
+    """
+
+    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        meter = provider.get_meter(METER_NAME)
+        self._executions = meter.create_counter(
+            EXECUTIONS, unit="{execution}", description="Lifecycle hook executions, by outcome."
+        )
+        self._duration = meter.create_histogram(
+            DURATION,
+            unit="s",
+            description="Duration of lifecycle hook executions, retries included.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self._retries = meter.create_counter(
+            RETRIES, unit="{retry}", description="Retries of lifecycle hook actions."
+        )
+        self._debounced = meter.create_counter(
+            DEBOUNCED,
+            unit="{event}",
+            description="Events coalesced away by a hook's debounce window.",
+        )
+        self._dropped = meter.create_counter(
+            DROPPED, unit="{event}", description="Events a hook never ran for, by reason."
+        )
+        self._queue_depth = meter.create_up_down_counter(
+            QUEUE_DEPTH, unit="{event}", description="Events waiting in a hook's queue."
+        )
+        self._lifecycle_events = meter.create_counter(
+            LIFECYCLE_EVENTS, unit="{event}", description="Lifecycle events recorded, by type."
+        )
+
+    def record_execution(
+        self, hook: str, event: str, action: str, outcome: str, duration_s: float
+    ) -> None:
+        """Count one finished execution and record how long it took."""
+        attributes = {
+            events.HOOK_ATTR_NAME: hook,
+            events.HOOK_ATTR_EVENT: event,
+            events.HOOK_ATTR_OUTCOME: outcome,
+            events.HOOK_ATTR_ACTION: action,
+        }
+        try:
+            self._executions.add(1, attributes)
+            self._duration.record(max(duration_s, 0.0), attributes)
+        except Exception:
+            logger.debug("recording a hook execution failed", exc_info=True)
+
+    def record_retry(self, hook: str, event: str) -> None:
+        """Count one retry of a hook's action."""
+        self._add(self._retries, 1, {events.HOOK_ATTR_NAME: hook, events.HOOK_ATTR_EVENT: event})
+
+    def record_debounced(self, hook: str, event: str, n: int = 1) -> None:
+        """Count `n` events that a newer one replaced inside the debounce window."""
+        self._add(self._debounced, n, {events.HOOK_ATTR_NAME: hook, events.HOOK_ATTR_EVENT: event})
+
+    def record_dropped(self, hook: str, event: str, reason: str) -> None:
+        """Count one event the hook will never run for (`queue_full|rate_limited|shutdown`)."""
+        attributes = {
+            events.HOOK_ATTR_NAME: hook,
+            events.HOOK_ATTR_EVENT: event,
+            ATTR_DROP_REASON: reason,
+        }
+        self._add(self._dropped, 1, attributes)
+
+    def queue_changed(self, hook: str, delta: int) -> None:
+        """Move a hook's queue depth by `delta` (+1 on enqueue, -1 when taken)."""
+        self._add(self._queue_depth, delta, {events.HOOK_ATTR_NAME: hook})
+
+    def record_event(self, event: str) -> None:
+        """Count one lifecycle event recorded on a session."""
+        self._add(self._lifecycle_events, 1, {events.ATTR_EVENT: event})
+
+    @staticmethod
+    def _add(
+        instrument: metrics.Counter | metrics.UpDownCounter, amount: int, attributes: dict[str, str]
+    ) -> None:
+        try:
+            instrument.add(amount, attributes)
+        except Exception:
+            logger.debug("recording a hook metric failed", exc_info=True)

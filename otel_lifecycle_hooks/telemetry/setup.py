@@ -1,0 +1,535 @@
+"""Tracer and meter providers from the standard `OTEL_*` variables.
+
+Values come from the process environment; a template's `env:` fills only what the environment
+leaves unset (an empty value counts as unset, as the OpenTelemetry specification says).
+
+Honoured variables, with the specification's defaults where Python's own auto-configuration
+differs from it:
+
+- `OTEL_SDK_DISABLED=true`: providers that export nothing. Hooks still run.
+- `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`.
+- `OTEL_TRACES_EXPORTER` (`otlp`, `console`, `none`; comma-separated),
+  `OTEL_METRICS_EXPORTER` (also `prometheus`, served on `OTEL_EXPORTER_PROMETHEUS_HOST`
+  (default `localhost`) and `OTEL_EXPORTER_PROMETHEUS_PORT` (default 9464)).
+  Unset: `otlp` when an OTLP endpoint is configured; otherwise traces go to the local trace
+  file (see `tracefile.py`) and metrics nowhere.
+- `OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]PROTOCOL`: `http/protobuf` (default) or `grpc`.
+- `OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT`: for http the generic endpoint gets
+  `/v1/traces` or `/v1/metrics` appended and a per-signal one is used as given.
+- `OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]HEADERS`, `..._COMPRESSION` (`gzip`, `none`),
+  `..._INSECURE`, `..._CERTIFICATE`, `..._CLIENT_KEY`, `..._CLIENT_CERTIFICATE`.
+- `OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]TIMEOUT` in **milliseconds** as the specification
+  says (default 10000). It bounds each export *including its retries*: an unreachable
+  collector costs at most that long per batch, on the exporter's thread, never the caller's.
+- `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`; the sampler is wrapped in
+  `SessionRecordingSampler`, so agent sessions sampled out still reach the hook processor
+  (hooks are business logic, not telemetry) while only sampled spans are exported.
+- `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_METRIC_EXPORT_TIMEOUT` (milliseconds).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace import sampling
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.version import __version__ as sdk_version
+from opentelemetry.trace import TracerProvider
+
+from .tracefile import TraceFileExporter, default_trace_path
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME_DEFAULT = "otel-lifecycle-hooks"
+PROTOCOL_DEFAULT = "http/protobuf"
+OTLP_TIMEOUT_MS_DEFAULT = 10_000.0
+HTTP_ENDPOINT_DEFAULT = "http://localhost:4318"
+GRPC_ENDPOINT_DEFAULT = "http://localhost:4317"
+PROMETHEUS_HOST_DEFAULT = "localhost"
+PROMETHEUS_PORT_DEFAULT = 9464
+
+_SIGNAL_PATHS = {"traces": "v1/traces", "metrics": "v1/metrics"}
+
+
+# --- pure decisions from the environment ----------------------------------------------
+
+
+def merge_otel_env(
+    template_env: Mapping[str, str] | None, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The `OTEL_*` variables in effect: the environment's, with the template's filling gaps."""
+    merged = {
+        key: str(value)
+        for key, value in (template_env or {}).items()
+        if key.startswith("OTEL_") and str(value) != ""
+    }
+    merged.update(
+        {key: value for key, value in environ.items() if key.startswith("OTEL_") and value != ""}
+    )
+    return merged
+
+
+def _signal_value(env: Mapping[str, str], signal: str, suffix: str) -> str | None:
+    return env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_{suffix}") or env.get(
+        f"OTEL_EXPORTER_OTLP_{suffix}"
+    )
+
+
+def parse_headers(raw: str | None) -> dict[str, str]:
+    """`k1=v1,k2=v2` (values percent-decoded) -> dict; malformed members are skipped."""
+    headers: dict[str, str] = {}
+    for member in (raw or "").split(","):
+        name, sep, value = member.partition("=")
+        name = unquote(name).strip()
+        if not sep or not name:
+            if member.strip():
+                logger.warning("ignoring a malformed OTLP header entry")  # never echo values
+            continue
+        headers[name.lower()] = unquote(value).strip()
+    return headers
+
+
+def parse_key_values(raw: str | None) -> dict[str, str]:
+    """`OTEL_RESOURCE_ATTRIBUTES` syntax: `k1=v1,k2=v2`, percent-decoded."""
+    pairs: dict[str, str] = {}
+    for member in (raw or "").split(","):
+        key, sep, value = member.partition("=")
+        if sep and key.strip():
+            pairs[unquote(key).strip()] = unquote(value).strip()
+    return pairs
+
+
+@dataclass(frozen=True)
+class OtlpSettings:
+    """Everything an OTLP exporter of one signal needs, resolved from the environment."""
+
+    signal: str
+    protocol: str
+    endpoint: str
+    headers: dict[str, str]
+    timeout_s: float
+    compression: str
+    insecure: bool
+    certificate_file: str | None = None
+    client_key_file: str | None = None
+    client_certificate_file: str | None = None
+
+
+def otlp_settings(signal: str, env: Mapping[str, str]) -> OtlpSettings:
+    """Resolve the OTLP exporter settings of `signal` (`traces` or `metrics`)."""
+    protocol = (_signal_value(env, signal, "PROTOCOL") or PROTOCOL_DEFAULT).strip().lower()
+    if protocol not in ("grpc", "http/protobuf"):
+        logger.warning(
+            "OTLP protocol %r is not supported here; using %s", protocol, PROTOCOL_DEFAULT
+        )
+        protocol = PROTOCOL_DEFAULT
+    specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    generic = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if protocol == "grpc":
+        endpoint = specific or generic or GRPC_ENDPOINT_DEFAULT
+    elif specific:
+        endpoint = specific
+    else:
+        endpoint = (generic or HTTP_ENDPOINT_DEFAULT).rstrip("/") + "/" + _SIGNAL_PATHS[signal]
+    insecure_flag = _signal_value(env, signal, "INSECURE")
+    if insecure_flag is not None:
+        insecure = insecure_flag.strip().lower() == "true"
+    else:
+        insecure = urlsplit(endpoint).scheme != "https"
+    compression = (_signal_value(env, signal, "COMPRESSION") or "none").strip().lower()
+    if compression not in ("gzip", "none"):
+        logger.warning("OTLP compression %r is not supported; sending uncompressed", compression)
+        compression = "none"
+    return OtlpSettings(
+        signal=signal,
+        protocol=protocol,
+        endpoint=endpoint,
+        headers=parse_headers(_signal_value(env, signal, "HEADERS")),
+        timeout_s=_milliseconds(_signal_value(env, signal, "TIMEOUT"), OTLP_TIMEOUT_MS_DEFAULT)
+        / 1000.0,
+        compression=compression,
+        insecure=insecure,
+        certificate_file=_signal_value(env, signal, "CERTIFICATE"),
+        client_key_file=_signal_value(env, signal, "CLIENT_KEY"),
+        client_certificate_file=_signal_value(env, signal, "CLIENT_CERTIFICATE"),
+    )
+
+
+def _milliseconds(raw: str | None, default: float) -> float:
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        logger.warning("ignoring a non-numeric timeout %r", raw)
+        return default
+    return value if value > 0 else default
+
+
+def has_otlp_endpoint(signal: str, env: Mapping[str, str]) -> bool:
+    """Whether any OTLP endpoint variable applies to `signal`."""
+    return bool(
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    )
+
+
+def exporter_names(signal: str, env: Mapping[str, str]) -> list[str]:
+    """The exporters chosen for `signal`; `[]` when nothing was configured (the caller then
+    falls back to the embedded default)."""
+    raw = env.get(f"OTEL_{signal.upper()}_EXPORTER")
+    if raw is None:
+        return ["otlp"] if has_otlp_endpoint(signal, env) else []
+    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
+    return ["none"] if "none" in names else names
+
+
+def sampler_from_env(env: Mapping[str, str]) -> sampling.Sampler:
+    """`OTEL_TRACES_SAMPLER`/`_ARG` (default `parentbased_always_on`), wrapped so that agent
+    sessions sampled out are still recorded for the hook processor (and only they)."""
+    name = env.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
+    ratio = _ratio(env.get("OTEL_TRACES_SAMPLER_ARG"))
+    chosen: dict[str, Callable[[], sampling.Sampler]] = {
+        "always_on": lambda: sampling.ALWAYS_ON,
+        "always_off": lambda: sampling.ALWAYS_OFF,
+        "traceidratio": lambda: sampling.TraceIdRatioBased(ratio),
+        "parentbased_always_on": lambda: sampling.ParentBased(sampling.ALWAYS_ON),
+        "parentbased_always_off": lambda: sampling.ParentBased(sampling.ALWAYS_OFF),
+        "parentbased_traceidratio": lambda: sampling.ParentBasedTraceIdRatio(ratio),
+    }
+    if name not in chosen:
+        logger.warning("unknown OTEL_TRACES_SAMPLER %r; using parentbased_always_on", name)
+        name = "parentbased_always_on"
+    from ..engine.sampling import SessionRecordingSampler
+
+    return SessionRecordingSampler(chosen[name]())
+
+
+def _ratio(raw: str | None) -> float:
+    try:
+        value = float(raw) if raw is not None else 1.0
+    except ValueError:
+        return 1.0
+    return value if 0.0 <= value <= 1.0 else 1.0
+
+
+def build_resource(
+    env: Mapping[str, str],
+    resource_attributes: Mapping[str, str] | None = None,
+    service_name_default: str = SERVICE_NAME_DEFAULT,
+) -> Resource:
+    """Resource from `OTEL_RESOURCE_ATTRIBUTES`, the caller's agent metadata (which wins over
+    it) and the service name (`OTEL_SERVICE_NAME` wins over both)."""
+    attributes: dict[str, Any] = {
+        "telemetry.sdk.language": "python",
+        "telemetry.sdk.name": "opentelemetry",
+        "telemetry.sdk.version": sdk_version,
+    }
+    attributes.update(parse_key_values(env.get("OTEL_RESOURCE_ATTRIBUTES")))
+    attributes.update({k: v for k, v in (resource_attributes or {}).items() if v not in (None, "")})
+    attributes["service.name"] = (
+        env.get("OTEL_SERVICE_NAME") or attributes.get("service.name") or service_name_default
+    )
+    return Resource(attributes)
+
+
+# --- the providers ---------------------------------------------------------------------
+
+
+@dataclass
+class Telemetry:
+    """The providers in use, whether this package created them, and how to close them."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    owned: bool
+    trace_file: Path | None = None
+    otel_env: dict[str, str] = field(default_factory=dict)
+    disabled: bool = False
+    _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _closed: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def force_flush(self, timeout: float = 5.0) -> bool:
+        """Push out buffered spans and metrics; False when something did not finish in time."""
+        millis = int(timeout * 1000)
+        done = True
+        for provider in (self.tracer_provider, self.meter_provider):
+            flush = getattr(provider, "force_flush", None)
+            if flush is None:
+                continue
+            try:
+                done = bool(flush(millis)) and done
+            except Exception:
+                logger.debug("flushing telemetry failed", exc_info=True)
+                done = False
+        return done
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Flush and close what this package created; a provider it attached to is only
+        flushed, never shut down. Safe to call more than once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.shutdown)
+        if not self.owned:
+            self.force_flush(timeout)
+            return
+        millis = int(timeout * 1000)
+        for close in (
+            lambda: self.tracer_provider.shutdown(),  # type: ignore[attr-defined]
+            lambda: self.meter_provider.shutdown(timeout_millis=millis),  # type: ignore[attr-defined]
+            *self._closers,
+        ):
+            try:
+                close()
+            except Exception:
+                logger.debug("closing telemetry failed", exc_info=True)
+
+
+def configure_telemetry(
+    template_env: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    service_name_default: str = SERVICE_NAME_DEFAULT,
+    trace_file: Path | None = None,
+    resource_attributes: Mapping[str, str] | None = None,
+    session_id: str | None = None,
+) -> Telemetry:
+    """Build new SDK providers from `OTEL_*` (see the module docstring). They are not made
+    global; `attach_or_configure(set_global=True)` does that.
+
+    With no traces exporter configured, spans go to `trace_file`, else to
+    `default_trace_path(environ, session_id)`.
+    """
+    env_source = os.environ if environ is None else environ
+    env = merge_otel_env(template_env, env_source)
+    path_env = {**env, **{k: v for k, v in env_source.items() if k in ("HOME", "XDG_STATE_HOME")}}
+    resource = build_resource(env, resource_attributes, service_name_default)
+    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+    tracer_provider = SdkTracerProvider(
+        sampler=sampler_from_env(env), resource=resource, shutdown_on_exit=False
+    )
+    readers: list[MetricReader] = []
+    closers: list[Callable[[], None]] = []
+    file_path: Path | None = None
+    if not disabled:
+        span_exporters, file_path = _span_exporters(env, trace_file, path_env, session_id)
+        for exporter in span_exporters:
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        readers, closers = _metric_readers(env)
+    meter_provider = SdkMeterProvider(
+        metric_readers=readers, resource=resource, shutdown_on_exit=False
+    )
+    telemetry = Telemetry(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        owned=True,
+        trace_file=file_path,
+        otel_env=env,
+        disabled=disabled,
+        _closers=closers,
+    )
+    atexit.register(telemetry.shutdown)
+    return telemetry
+
+
+def attach_or_configure(
+    template_env: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    set_global: bool = False,
+    **options: Any,
+) -> Telemetry:
+    """Use the application's SDK tracer provider when there is one (an app's own, or
+    `opentelemetry-instrument`'s), never replacing it; otherwise `configure_telemetry(...)`
+    and, when `set_global`, make the new providers global."""
+    current = trace.get_tracer_provider()
+    env = merge_otel_env(template_env, os.environ if environ is None else environ)
+    if isinstance(current, SdkTracerProvider):
+        return Telemetry(
+            tracer_provider=current,
+            meter_provider=metrics.get_meter_provider(),
+            owned=False,
+            otel_env=env,
+        )
+    telemetry = configure_telemetry(template_env, environ, **options)
+    if set_global:
+        trace.set_tracer_provider(telemetry.tracer_provider)
+        if not isinstance(metrics.get_meter_provider(), SdkMeterProvider):
+            metrics.set_meter_provider(telemetry.meter_provider)
+    return telemetry
+
+
+def _span_exporters(
+    env: Mapping[str, str],
+    trace_file: Path | None,
+    path_env: Mapping[str, str],
+    session_id: str | None,
+) -> tuple[list[SpanExporter], Path | None]:
+    names = exporter_names("traces", env)
+    if not names:
+        path = trace_file or default_trace_path(path_env, session_id)
+        return [TraceFileExporter(path)], path
+    exporters: list[SpanExporter] = []
+    for name in names:
+        exporter = _guarded(name, lambda n=name: _span_exporter(n, env))  # type: ignore[misc]
+        if exporter is not None:
+            exporters.append(exporter)
+    return exporters, None
+
+
+def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
+    if name == "none":
+        return None
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if name == "otlp":
+        return _otlp_exporter(otlp_settings("traces", env))
+    logger.warning("unknown OTEL_TRACES_EXPORTER %r ignored", name)
+    return None
+
+
+def _metric_readers(env: Mapping[str, str]) -> tuple[list[MetricReader], list[Callable[[], None]]]:
+    readers: list[MetricReader] = []
+    closers: list[Callable[[], None]] = []
+    interval = _milliseconds(env.get("OTEL_METRIC_EXPORT_INTERVAL"), 60_000.0)
+    export_timeout = _milliseconds(env.get("OTEL_METRIC_EXPORT_TIMEOUT"), 30_000.0)
+    for name in exporter_names("metrics", env):
+        if name == "none":
+            continue
+        if name == "prometheus":
+            served = _guarded(name, lambda: _prometheus_reader(env))
+            if served is not None:
+                readers.append(served[0])
+                closers.append(served[1])
+            continue
+        exporter = _guarded(name, lambda n=name: _metric_exporter(n, env))  # type: ignore[misc]
+        if exporter is not None:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    exporter,
+                    export_interval_millis=interval,
+                    export_timeout_millis=export_timeout,
+                )
+            )
+    return readers, closers
+
+
+def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    if name == "otlp":
+        return _otlp_exporter(otlp_settings("metrics", env))
+    logger.warning("unknown OTEL_METRICS_EXPORTER %r ignored", name)
+    return None
+
+
+def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[], None]]:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    # A registry of our own: the process-wide default may already serve someone else's metrics.
+    registry = CollectorRegistry(auto_describe=True)
+    reader = PrometheusMetricReader(registry=registry)
+    host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or PROMETHEUS_HOST_DEFAULT
+    port = int(env.get("OTEL_EXPORTER_PROMETHEUS_PORT") or PROMETHEUS_PORT_DEFAULT)
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return reader, close
+
+
+def _otlp_exporter(settings: OtlpSettings) -> Any:
+    """An OTLP exporter for `settings.signal` over `settings.protocol`."""
+    if settings.protocol == "grpc":
+        return _grpc_exporter(settings)
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    kwargs: dict[str, Any] = {
+        "endpoint": settings.endpoint,
+        "headers": settings.headers,
+        "timeout": settings.timeout_s,
+        "compression": Compression.Gzip
+        if settings.compression == "gzip"
+        else Compression.NoCompression,
+        "certificate_file": settings.certificate_file,
+        "client_key_file": settings.client_key_file,
+        "client_certificate_file": settings.client_certificate_file,
+    }
+    if settings.signal == "traces":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(**kwargs)
+
+
+def _grpc_exporter(settings: OtlpSettings) -> Any:
+    import grpc
+
+    credentials = None
+    if not settings.insecure and settings.certificate_file:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read_bytes(settings.certificate_file),
+            private_key=_read_bytes(settings.client_key_file),
+            certificate_chain=_read_bytes(settings.client_certificate_file),
+        )
+    kwargs: dict[str, Any] = {
+        "endpoint": settings.endpoint,
+        "insecure": settings.insecure,
+        "credentials": credentials,
+        "headers": settings.headers,
+        "timeout": settings.timeout_s,
+        "compression": grpc.Compression.Gzip
+        if settings.compression == "gzip"
+        else grpc.Compression.NoCompression,
+    }
+    if settings.signal == "traces":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(**kwargs)
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(**kwargs)
+
+
+def _read_bytes(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _guarded(name: str, build: Callable[[], Any]) -> Any:
+    """Build an exporter, or log why it could not be built: telemetry set-up never fails the
+    agent."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("telemetry exporter %r not started: %s", name, type(exc).__name__)
+        return None

@@ -1,0 +1,225 @@
+"""The activity tracker follows Scion's rules, sticky states included, without I/O or sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_lifecycle_hooks.harness.activity import ActivityTracker, Derived
+from otel_lifecycle_hooks.harness.normalized import NormalizedEvent
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ev(name: str, **fields: str) -> NormalizedEvent:
+    return NormalizedEvent(name, "test", fields=fields)
+
+
+def activity_after(start: str, *events: NormalizedEvent) -> str:
+    tracker = ActivityTracker(start, clock=FakeClock())
+    for event in events:
+        tracker.observe(event)
+    return tracker.activity
+
+
+@pytest.mark.parametrize(
+    ("start", "event", "expected"),
+    [
+        ("idle", ev("prompt-submit"), "thinking"),
+        ("idle", ev("agent-start"), "thinking"),
+        ("executing", ev("model-start"), "thinking"),
+        ("thinking", ev("tool-start", TOOL_NAME="Bash"), "executing"),
+        ("thinking", ev("tool-start", TOOL_NAME="AskUserQuestion"), "waiting_for_input"),
+        ("thinking", ev("tool-start", TOOL_NAME="ExitPlanMode"), "waiting_for_input"),
+        ("executing", ev("notification"), "waiting_for_input"),
+        ("thinking", ev("response-complete"), "completed"),
+        ("thinking", ev("session-start"), "idle"),
+    ],
+)
+def test_each_event_moves_a_working_agent_to_its_activity(
+    start: str, event: NormalizedEvent, expected: str
+) -> None:
+    assert activity_after(start, event) == expected
+
+
+@pytest.mark.parametrize("ending", ["tool-end", "agent-end", "model-end"])
+def test_ends_of_work_return_to_idle(ending: str) -> None:
+    assert activity_after("executing", ev(ending)) == "idle"
+
+
+@pytest.mark.parametrize("sticky", ["waiting_for_input", "blocked", "completed", "limits_exceeded"])
+@pytest.mark.parametrize(
+    "event", ["model-start", "tool-end", "agent-end", "model-end", "response-complete"]
+)
+def test_sticky_activities_hold_against_ordinary_events(sticky: str, event: str) -> None:
+    assert activity_after(sticky, ev(event)) == sticky
+
+
+@pytest.mark.parametrize("sticky", ["waiting_for_input", "blocked", "completed", "limits_exceeded"])
+@pytest.mark.parametrize(
+    ("work", "expected"),
+    [("prompt-submit", "thinking"), ("agent-start", "thinking"), ("session-start", "idle")],
+)
+def test_new_work_clears_every_sticky_activity(sticky: str, work: str, expected: str) -> None:
+    assert activity_after(sticky, ev(work)) == expected
+
+
+def test_a_tool_start_means_the_user_answered_but_does_not_end_other_sticky_states() -> None:
+    assert activity_after("waiting_for_input", ev("tool-start", TOOL_NAME="Bash")) == "executing"
+    for sticky in ("blocked", "completed", "limits_exceeded"):
+        assert activity_after(sticky, ev("tool-start", TOOL_NAME="Bash")) == sticky
+
+
+def test_notification_and_waiting_tools_override_any_sticky_state() -> None:
+    assert activity_after("blocked", ev("notification")) == "waiting_for_input"
+    assert (
+        activity_after("completed", ev("tool-start", TOOL_NAME="AskUserQuestion"))
+        == "waiting_for_input"
+    )
+
+
+def test_subagent_and_compaction_events_leave_the_activity_alone() -> None:
+    for name in ("subagent-end", "pre-compact", "post-compact"):
+        assert activity_after("executing", ev(name)) == "executing"
+
+
+def test_the_runtime_event_comes_first_then_the_activity_change() -> None:
+    tracker = ActivityTracker("thinking", clock=FakeClock())
+    derived = tracker.observe(
+        NormalizedEvent("tool-start", "claude", "PreToolUse", "s-1", {"TOOL_NAME": "Bash"})
+    )
+    assert derived == [
+        Derived("tool-start", {"TOOL_NAME": "Bash", "ACTIVITY": "executing", "SESSION_ID": "s-1"}),
+        Derived(
+            "activity-change",
+            {"ACTIVITY": "executing", "PREVIOUS_ACTIVITY": "thinking", "TOOL_NAME": "Bash"},
+        ),
+    ]
+
+
+def test_activity_change_is_emitted_only_on_a_real_change() -> None:
+    tracker = ActivityTracker("idle", clock=FakeClock())
+    names = [
+        [d.event for d in tracker.observe(e)]
+        for e in (
+            ev("model-start"),
+            ev("model-start"),
+            ev("tool-start", TOOL_NAME="Read"),
+            ev("tool-start", TOOL_NAME="Grep"),
+        )
+    ]
+    assert names == [
+        ["model-start", "activity-change"],
+        ["model-start"],
+        ["tool-start", "activity-change"],
+        ["tool-start"],
+    ]
+    assert tracker.tool_name == "Grep"
+
+
+def test_response_complete_completes_the_task_once() -> None:
+    tracker = ActivityTracker("thinking", clock=FakeClock())
+    first = tracker.observe(ev("response-complete", ASSISTANT_TEXT="Fixed the bug."))
+    assert first[1:] == [
+        Derived("activity-change", {"ACTIVITY": "completed", "PREVIOUS_ACTIVITY": "thinking"}),
+        Derived(
+            "task-completed",
+            {
+                "TASK_SUMMARY": "Fixed the bug.",
+                "ACTIVITY": "completed",
+                "ASSISTANT_TEXT": "Fixed the bug.",
+            },
+        ),
+    ]
+    again = tracker.observe(ev("response-complete", ASSISTANT_TEXT="Fixed the bug."))
+    assert [d.event for d in again] == ["response-complete"]
+
+
+def test_an_end_of_turn_is_not_a_completed_task() -> None:
+    tracker = ActivityTracker("thinking", clock=FakeClock())
+    assert "task-completed" not in [
+        d.event for d in tracker.observe(ev("agent-end", ASSISTANT_TEXT="hi"))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "activity"),
+    [
+        ("ask_user", "waiting_for_input"),
+        ("blocked", "blocked"),
+        ("task_completed", "completed"),
+        ("limits_exceeded", "limits_exceeded"),
+    ],
+)
+def test_explicit_signals_set_their_sticky_activity(status: str, activity: str) -> None:
+    tracker = ActivityTracker("executing", tool_name="Bash", clock=FakeClock())
+    derived = tracker.signal(status, "why")
+    assert derived[0] == Derived(
+        "activity-change",
+        {"ACTIVITY": activity, "PREVIOUS_ACTIVITY": "executing", "MESSAGE": "why"},
+    )
+    assert tracker.observe(ev("tool-end"))[1:] == []  # and it sticks
+
+
+def test_task_completed_signal_always_reports_the_summary() -> None:
+    tracker = ActivityTracker("completed", clock=FakeClock())
+    assert tracker.signal("task_completed", "Implemented feature X") == [
+        Derived(
+            "task-completed", {"TASK_SUMMARY": "Implemented feature X", "ACTIVITY": "completed"}
+        )
+    ]
+
+
+def test_limits_exceeded_signal_fires_the_limits_event() -> None:
+    derived = ActivityTracker("thinking", clock=FakeClock()).signal(
+        "limits_exceeded", "max_turns of 5"
+    )
+    assert [d.event for d in derived] == ["activity-change", "limits-exceeded"]
+    assert derived[1].fields["MESSAGE"] == "max_turns of 5"
+
+
+def test_an_unknown_signal_is_refused() -> None:
+    with pytest.raises(ValueError, match="ask_user"):
+        ActivityTracker(clock=FakeClock()).signal("done")
+
+
+def test_turns_and_model_calls_are_counted_for_limits() -> None:
+    tracker = ActivityTracker(clock=FakeClock())
+    for name in ("model-end", "model-end", "agent-end", "model-end", "agent-end", "subagent-end"):
+        tracker.observe(ev(name))
+    assert (tracker.turns, tracker.model_calls) == (2, 3)
+
+
+def test_the_injected_clock_dates_each_change() -> None:
+    clock = FakeClock()
+    tracker = ActivityTracker(clock=clock)
+    clock.now = 2000.0
+    tracker.observe(ev("prompt-submit"))
+    clock.now = 3000.0
+    tracker.observe(ev("model-start"))  # thinking -> thinking: not a change
+    assert tracker.since == 2000.0
+
+
+def test_a_snapshot_resumes_the_same_tracker() -> None:
+    tracker = ActivityTracker(
+        "executing", tool_name="Bash", turns=3, model_calls=7, since=5.0, clock=FakeClock()
+    )
+    resumed = ActivityTracker.from_snapshot(tracker.snapshot(), clock=FakeClock())
+    assert resumed.snapshot() == tracker.snapshot()
+
+
+def test_a_garbled_snapshot_falls_back_to_defaults() -> None:
+    resumed = ActivityTracker.from_snapshot(
+        {"activity": 3, "turns": "x", "model_calls": True}, clock=FakeClock()
+    )
+    assert (resumed.activity, resumed.turns, resumed.model_calls, resumed.since) == (
+        "idle",
+        0,
+        0,
+        1000.0,
+    )

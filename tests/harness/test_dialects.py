@@ -1,0 +1,323 @@
+"""Each built-in dialect turns its harness's documented payloads into the expected events.
+
+The samples live in payloads/<dialect>/; each block below names the page that documents them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_lifecycle_hooks.harness.dialects import (
+    UnknownDialectError,
+    detect_dialect,
+    get_dialect,
+)
+from otel_lifecycle_hooks.harness.dialects.claude import transcript_final_text
+from otel_lifecycle_hooks.harness.normalized import NormalizedEvent
+
+Loader = Callable[[str, str], dict[str, Any]]
+CLAUDE_SESSION = "8c35adc1-2f0e-4a0b-9d56-0c7b5f3e9a11"
+CLAUDE_TRANSCRIPT = "/home/agent/.claude/projects/-workspace/" + CLAUDE_SESSION + ".jsonl"
+
+
+def translate(
+    dialect: str, payload: dict[str, Any], argv: list[str] | None = None
+) -> list[tuple[str, str, dict[str, str]]]:
+    events = get_dialect(dialect).translate(payload, argv or [])
+    assert all(e.dialect == dialect for e in events)
+    return [(e.event, e.raw_event, dict(e.fields)) for e in events]
+
+
+# Claude Code: https://code.claude.com/docs/en/hooks (common input fields; per-event input).
+CLAUDE_CASES = {
+    "session_start": ("session-start", "SessionStart", {"SOURCE": "startup"}),
+    "user_prompt_submit": (
+        "prompt-submit",
+        "UserPromptSubmit",
+        {"PROMPT": "Write a function to calculate the factorial of a number"},
+    ),
+    "pre_tool_use": ("tool-start", "PreToolUse", {"TOOL_NAME": "Bash"}),
+    "pre_tool_use_ask_user": ("tool-start", "PreToolUse", {"TOOL_NAME": "AskUserQuestion"}),
+    "post_tool_use": ("tool-end", "PostToolUse", {"TOOL_NAME": "Write"}),
+    "post_tool_use_failure": (
+        "tool-end",
+        "PostToolUseFailure",
+        {"TOOL_NAME": "Bash", "ERROR_MESSAGE": "Command exited with non-zero status code 1"},
+    ),
+    "notification": (
+        "notification",
+        "Notification",
+        {
+            "MESSAGE": "Claude needs your permission to use Bash",
+            "NOTIFICATION_TYPE": "permission_prompt",
+        },
+    ),
+    "stop": (
+        "agent-end",
+        "Stop",
+        {"ASSISTANT_TEXT": "I've written factorial.py and all tests pass."},
+    ),
+    "stop_failure": (
+        "agent-end",
+        "StopFailure",
+        {
+            "ERROR_TYPE": "rate_limit",
+            "ERROR_MESSAGE": "Rate limit exceeded: 100 requests per minute",
+        },
+    ),
+    "subagent_stop": ("subagent-end", "SubagentStop", {"ASSISTANT_TEXT": "Found 3 call sites."}),
+    "pre_compact": ("pre-compact", "PreCompact", {"SOURCE": "auto"}),
+}
+
+
+@pytest.mark.parametrize("sample", sorted(CLAUDE_CASES))
+def test_claude_payloads_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
+    event, raw, fields = CLAUDE_CASES[sample]
+    fields = {"TRANSCRIPT_PATH": CLAUDE_TRANSCRIPT, **fields}
+    events = get_dialect("claude").translate(load_payload("claude", sample), [])
+    assert events == [
+        NormalizedEvent(event, "claude", raw, session_id=CLAUDE_SESSION, fields=fields)
+    ]
+
+
+def test_claude_session_end_is_left_to_the_supervisor(load_payload: Loader) -> None:
+    assert translate("claude", load_payload("claude", "session_end")) == []
+
+
+def write_transcript(path: Path, entries: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return str(path)
+
+
+def assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "assistant", "message": {"role": "assistant", "content": list(blocks)}}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "user", "message": {"role": "user", "content": text}}
+
+
+def test_claude_stop_without_last_message_reads_the_final_turn_from_the_transcript(
+    tmp_path: Path, load_payload: Loader
+) -> None:
+    transcript = write_transcript(
+        tmp_path / "t.jsonl",
+        [
+            user("fix it"),
+            assistant({"type": "text", "text": "an earlier turn"}),
+            user("now run the tests"),
+            assistant({"type": "text", "text": "Running them."}, {"type": "tool_use", "id": "t1"}),
+            {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result"}]}},
+            assistant({"type": "text", "text": "All green."}),
+            assistant({"type": "text", "text": "Done."}),
+        ],
+    )
+    stop = load_payload("claude", "stop")
+    del stop["last_assistant_message"]
+    stop["transcript_path"] = transcript
+    [event] = get_dialect("claude").translate(stop, [])
+    assert event.fields["ASSISTANT_TEXT"] == "All green.\n\nDone."
+
+
+def test_transcript_reading_is_bounded_to_the_tail(tmp_path: Path) -> None:
+    filler = [assistant({"type": "text", "text": "x" * 1000}) for _ in range(50)]
+    transcript = write_transcript(
+        tmp_path / "t.jsonl", [*filler, user("q"), assistant({"type": "text", "text": "tail"})]
+    )
+    # A 4 KB tail starts mid-line: the cut line is skipped, the final turn still found.
+    assert transcript_final_text(transcript, tail_bytes=4096) == "tail"
+
+
+def test_a_missing_or_garbled_transcript_gives_no_text(tmp_path: Path) -> None:
+    assert transcript_final_text(str(tmp_path / "missing.jsonl")) == ""
+    garbled = tmp_path / "garbled.jsonl"
+    garbled.write_bytes(b"\x00\xff not json\n[1,2]\n")
+    assert transcript_final_text(str(garbled)) == ""
+
+
+# Gemini CLI: https://geminicli.com/docs/hooks/reference (base input schema; per-event fields).
+GEMINI_CASES = {
+    "session_start": ("session-start", "SessionStart", {"SOURCE": "startup"}),
+    "before_agent": ("agent-start", "BeforeAgent", {"PROMPT": "Refactor the parser"}),
+    "after_agent": (
+        "agent-end",
+        "AfterAgent",
+        {"ASSISTANT_TEXT": "The parser now uses a table of rules."},
+    ),
+    "before_model": ("model-start", "BeforeModel", {}),
+    "after_model_final": ("model-end", "AfterModel", {}),
+    "before_tool": ("tool-start", "BeforeTool", {"TOOL_NAME": "run_shell_command"}),
+    "after_tool": (
+        "tool-end",
+        "AfterTool",
+        {"TOOL_NAME": "run_shell_command", "ERROR_MESSAGE": "exit code 1"},
+    ),
+    "notification": (
+        "notification",
+        "Notification",
+        {
+            "MESSAGE": "Allow run_shell_command?",
+            "NOTIFICATION_TYPE": "ToolPermission",
+            "TOOL_NAME": "run_shell_command",
+        },
+    ),
+    "pre_compress": ("pre-compact", "PreCompress", {"SOURCE": "auto"}),
+}
+
+
+@pytest.mark.parametrize("sample", sorted(GEMINI_CASES))
+def test_gemini_payloads_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
+    event, raw, fields = GEMINI_CASES[sample]
+    fields = {"TRANSCRIPT_PATH": "/home/agent/.gemini/tmp/chats/session-4f7d.json", **fields}
+    events = get_dialect("gemini").translate(load_payload("gemini", sample), [])
+    assert events == [
+        NormalizedEvent(event, "gemini", raw, session_id="gemini-session-4f7d", fields=fields)
+    ]
+
+
+def test_gemini_counts_a_streamed_model_call_once(load_payload: Loader) -> None:
+    assert translate("gemini", load_payload("gemini", "after_model_chunk")) == []
+    assert [e for e, _, _ in translate("gemini", load_payload("gemini", "after_model_final"))] == [
+        "model-end"
+    ]
+
+
+def test_gemini_session_end_is_left_to_the_supervisor(load_payload: Loader) -> None:
+    assert translate("gemini", load_payload("gemini", "session_end")) == []
+
+
+# Codex hooks: https://developers.openai.com/codex/hooks (and codex-rs/hooks/schema/generated);
+# legacy notify: the JSON object passed as the last argv element of the `notify` program.
+def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
+    assert translate("codex", load_payload("codex", "pre_tool_use")) == [
+        ("tool-start", "PreToolUse", {"TOOL_NAME": "Bash"})
+    ]
+    assert translate("codex", load_payload("codex", "post_tool_use")) == [
+        ("tool-end", "PostToolUse", {"TOOL_NAME": "Bash"})
+    ]
+    assert translate("codex", load_payload("codex", "user_prompt_submit")) == [
+        ("prompt-submit", "UserPromptSubmit", {"PROMPT": "fix the failing test"})
+    ]
+    assert translate("codex", load_payload("codex", "stop")) == [
+        ("agent-end", "Stop", {"ASSISTANT_TEXT": "Fixed: the test now passes."})
+    ]
+
+
+def test_codex_notify_reads_its_json_from_the_last_argument(load_payload: Loader) -> None:
+    notify = json.dumps(load_payload("codex", "notify_agent_turn_complete"))
+    events = get_dialect("codex").translate({}, ["--flag", notify])
+    assert events == [
+        NormalizedEvent(
+            "response-complete",
+            "codex",
+            "agent-turn-complete",
+            session_id="019d036c-aaaa-7000-8000-000000000001",
+            fields={"ASSISTANT_TEXT": "Fixed: the test now passes."},
+        )
+    ]
+
+
+def test_codex_passes_normalized_names_through() -> None:
+    assert translate("codex", {"type": "tool-start", "tool_name": "shell"}) == [
+        ("tool-start", "tool-start", {"TOOL_NAME": "shell"})
+    ]
+    assert translate("codex", {"type": "something-new"}) == []
+
+
+# opencode: https://opencode.ai/docs/plugins (events; tool.execute.before/after; chat.message).
+OPENCODE_CASES = {
+    "session_created": ("session-start", "session.created", {}),
+    "chat_message": ("prompt-submit", "chat.message", {"PROMPT": "add a --verbose flag"}),
+    "tool_execute_before": ("tool-start", "tool.execute.before", {"TOOL_NAME": "bash"}),
+    "tool_execute_after": ("tool-end", "tool.execute.after", {"TOOL_NAME": "bash"}),
+    "permission_asked": (
+        "notification",
+        "permission.asked",
+        {
+            "MESSAGE": "Run go test ./...?",
+            "NOTIFICATION_TYPE": "permission_prompt",
+            "TOOL_NAME": "bash",
+        },
+    ),
+    "session_idle": ("agent-end", "session.idle", {}),
+    "session_error": (
+        "agent-end",
+        "session.error",
+        {"ERROR_TYPE": "ProviderAuthError", "ERROR_MESSAGE": "invalid API key"},
+    ),
+    "session_compacted": ("post-compact", "session.compacted", {}),
+}
+
+
+@pytest.mark.parametrize("sample", sorted(OPENCODE_CASES))
+def test_opencode_events_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
+    event, raw, fields = OPENCODE_CASES[sample]
+    events = get_dialect("opencode").translate(load_payload("opencode", sample), [])
+    assert events == [NormalizedEvent(event, "opencode", raw, session_id="ses_7f3a", fields=fields)]
+
+
+def test_opencode_events_without_a_meaning_here_give_nothing(load_payload: Loader) -> None:
+    assert translate("opencode", load_payload("opencode", "file_edited")) == []
+
+
+# core-agent: seed 001, the `{hook_event_name, session_id, ...}` envelope with normalized names.
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        ("tool_start", ("tool-start", {"TOOL_NAME": "read_file"}, "core-1")),
+        ("tool_end", ("tool-end", {"TOOL_NAME": "read_file"}, "core-1")),
+        ("model_start", ("model-start", {}, "core-1")),
+        ("agent_end", ("agent-end", {}, "")),
+    ],
+)
+def test_core_agent_names_pass_through(
+    sample: str, expected: tuple[str, dict[str, str], str], load_payload: Loader
+) -> None:
+    event, fields, session = expected
+    events = get_dialect("core-agent").translate(load_payload("core-agent", sample), [])
+    assert events == [
+        NormalizedEvent(event, "core-agent", event, session_id=session, fields=fields)
+    ]
+
+
+def test_core_agent_refuses_names_outside_the_vocabulary() -> None:
+    assert translate("core-agent", {"hook_event_name": "PreToolUse"}) == []
+
+
+@pytest.mark.parametrize(
+    ("dialect", "sample"),
+    [
+        ("claude", "pre_tool_use"),
+        ("gemini", "before_tool"),
+        ("codex", "pre_tool_use"),
+        ("opencode", "tool_execute_before"),
+        ("opencode", "session_idle"),
+        ("core-agent", "tool_start"),
+    ],
+)
+def test_the_dialect_is_recognised_from_the_payload_shape(
+    dialect: str, sample: str, load_payload: Loader
+) -> None:
+    assert detect_dialect(load_payload(dialect, sample), []) == dialect
+
+
+def test_a_json_last_argument_means_codex_notify() -> None:
+    assert detect_dialect({}, ['{"type": "agent-turn-complete"}']) == "codex"
+
+
+def test_an_unknown_dialect_is_refused_with_the_known_ones_listed() -> None:
+    with pytest.raises(UnknownDialectError, match="claude.*core-agent.*cursor"):
+        get_dialect("no-such-harness", environ={})
+
+
+def test_a_dialect_name_cannot_walk_out_of_the_dialect_directories(tmp_path: Path) -> None:
+    (tmp_path / "evil.yaml").write_text("dialect: evil\nmappings: {X: tool-start}\n")
+    inner = tmp_path / "dialects"
+    inner.mkdir()
+    with pytest.raises(UnknownDialectError):
+        get_dialect("../evil", environ={"OTEL_LIFECYCLE_HOOKS_DIALECTS": str(inner)})

@@ -1,0 +1,1 @@
+"""Test helpers shared by the suite: a scriptable loopback HTTP target server."""

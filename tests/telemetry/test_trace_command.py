@@ -1,0 +1,128 @@
+"""`otel-lifecycle-hooks trace`: a waterfall of a trace file written by the real SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from otel_lifecycle_hooks.cli.trace import render_waterfall
+from otel_lifecycle_hooks.telemetry.setup import configure_telemetry
+from otel_lifecycle_hooks.telemetry.tracefile import read_trace_file
+
+
+def _record_session(trace_file: Path) -> None:
+    """A session as SPEC section 4 names it: lifecycle span events and hook child spans."""
+    telemetry = configure_telemetry({}, {"HOME": str(trace_file.parent)}, trace_file=trace_file)
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    session_attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "reviewer"}
+    with tracer.start_as_current_span("invoke_agent reviewer", attributes=session_attributes) as s:
+        s.add_event("agent.lifecycle.pre_start", {"agent.lifecycle.event": "pre-start"})
+        s.add_event("agent.lifecycle.post_start", {"agent.lifecycle.event": "post-start"})
+        hook: dict[str, str | int] = {
+            "agent.lifecycle_hook.name": "register-agent",
+            "agent.lifecycle_hook.event": "post-start",
+            "agent.lifecycle_hook.outcome": "success",
+            "agent.lifecycle_hook.attempts": 1,
+        }
+        client = {"http.response.status_code": 201}
+        with (
+            tracer.start_as_current_span("agent.lifecycle_hook", attributes=hook),
+            tracer.start_as_current_span("POST", kind=SpanKind.CLIENT, attributes=client),
+        ):
+            time.sleep(0.002)
+        s.add_event("agent.lifecycle.pre_stop", {"agent.lifecycle.event": "pre-stop"})
+        failed: dict[str, str | int] = {
+            "agent.lifecycle_hook.name": "cleanup",
+            "agent.lifecycle_hook.event": "pre-stop",
+            "agent.lifecycle_hook.outcome": "timeout",
+            "agent.lifecycle_hook.attempts": 2,
+        }
+        with tracer.start_as_current_span("agent.lifecycle_hook", attributes=failed) as span:
+            span.add_event("agent.lifecycle_hook.retry", {"agent.lifecycle_hook.retry.attempt": 2})
+            span.set_status(Status(StatusCode.ERROR))
+    telemetry.shutdown()
+
+
+@pytest.fixture
+def trace_file(tmp_path: Path) -> Path:
+    path = tmp_path / "traces" / "session.jsonl"
+    _record_session(path)
+    return path
+
+
+def _run_cli(
+    *args: str, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "trace", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_the_waterfall_shows_session_events_and_hooks_in_time_order(trace_file: Path) -> None:
+    result = _run_cli(str(trace_file))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("invoke_agent reviewer")
+    assert "\x1b[" not in result.stdout  # not a TTY: no colour
+    assert max(len(line) for line in lines) <= 100
+
+    def index(fragment: str) -> int:
+        return next(i for i, line in enumerate(lines) if fragment in line)
+
+    assert index("◆ agent.lifecycle.pre_start") < index("◆ agent.lifecycle.post_start")
+    assert index("◆ agent.lifecycle.post_start") < index("✓ register-agent")
+    assert index("✓ register-agent") < index("POST 201") < index("◆ agent.lifecycle.pre_stop")
+    assert index("◆ agent.lifecycle.pre_stop") < index("⏱ cleanup")
+    register = lines[index("✓ register-agent")]
+    assert "post-start" in register and "×1" in register and "█" in register
+    assert register.rstrip().endswith("ms")
+    client = lines[index("POST 201")]
+    assert client.index("POST") > register.index("register")  # nested: indented further
+    assert "+0.0" in lines[index("◆ agent.lifecycle.post_start")]
+    assert "↻ retry" in lines[index("⏱ cleanup") + 1]
+
+
+def test_without_a_file_the_newest_in_the_trace_dir_is_shown(trace_file: Path) -> None:
+    older = trace_file.parent / "older.jsonl"
+    older.write_text(json.dumps({"span_id": "01", "trace_id": "aa", "name": "old session"}) + "\n")
+    os.utime(older, (1, 1))
+    result = _run_cli(env_extra={"OTEL_LIFECYCLE_HOOKS_TRACE_DIR": str(trace_file.parent)})
+    assert result.returncode == 0, result.stderr
+    assert "invoke_agent reviewer" in result.stdout and "old session" not in result.stdout
+
+
+def test_json_output_carries_every_span(trace_file: Path) -> None:
+    result = _run_cli(str(trace_file), "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    names = sorted(span["name"] for span in document["spans"])
+    assert names == [
+        "POST",
+        "agent.lifecycle_hook",
+        "agent.lifecycle_hook",
+        "invoke_agent reviewer",
+    ]
+
+
+def test_a_missing_trace_dir_is_an_error_with_a_message(tmp_path: Path) -> None:
+    result = _run_cli(env_extra={"OTEL_LIFECYCLE_HOOKS_TRACE_DIR": str(tmp_path / "none")})
+    assert result.returncode == 1
+    assert "no trace files" in result.stderr
+
+
+def test_render_with_colour_marks_outcomes(trace_file: Path) -> None:
+    text = render_waterfall(read_trace_file(trace_file), width=100, color=True)
+    assert "\x1b[32m✓\x1b[0m" in text and "\x1b[33m⏱\x1b[0m" in text
