@@ -390,3 +390,29 @@ def test_the_console_command_runs_end_to_end(tmp_path: Path) -> None:
     assert (
         hooks[0]["request"]["url"] == f"{REGISTRY}/projects/p1/locations/r1/services/example-agent"
     )
+
+
+def test_execute_sends_for_real_and_reports_each_outcome(tmp_path: Path, target_server: Any) -> None:
+    from tests.support.target_server import Reply
+
+    target_server.on("/ok/example-agent", Reply(201))
+    target_server.on("/broken", Reply(500))
+    template = tmp_path / "scion-agent.yaml"
+    template.write_text(
+        "lifecycle_hooks:\n"
+        "  - name: register\n    on: [post-start]\n"
+        f"    action: {{type: http, method: POST, url: \"{target_server.url('/ok')}/${{AGENT_SLUG}}\"}}\n"
+        "  - name: notify\n    on: [post-start]\n"
+        f"    action: {{type: webhook, url: \"{target_server.url('/broken')}\"}}\n"
+    )
+    environ = {"HOME": str(tmp_path), "OTEL_LIFECYCLE_HOOKS_JOURNAL": str(tmp_path / "j.sqlite3")}
+    out, err = io.StringIO(), io.StringIO()
+    code = dry_run([str(template)], "post-start", [], execute=True, environ=environ, out=out, err=err)
+    # Both are non-blocking: they run side by side, in no fixed order.
+    assert sorted((r.method, r.path) for r in target_server.requests) == [
+        ("POST", "/broken"),
+        ("POST", "/ok/example-agent"),
+    ]
+    assert "executed register: success" in err.getvalue()
+    assert "executed notify: failed" in err.getvalue() and "http.500" in err.getvalue()
+    assert code == 3

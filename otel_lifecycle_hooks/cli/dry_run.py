@@ -42,6 +42,7 @@ from ..variables import (
 EXIT_OK = 0
 EXIT_TEMPLATE_ERROR = 1
 EXIT_USAGE = 2
+EXIT_HOOK_FAILED = 3  # --execute: a hook did not succeed
 
 # Placeholders for a dry run, standing in for what the supervisor knows about a real agent.
 EXAMPLE_METADATA: dict[str, str] = {
@@ -120,7 +121,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="give a variable a value (repeatable); overrides every other source",
     )
     parser.add_argument("--json", action="store_true", help="print a machine-readable list")
-    parser.add_argument("--execute", action="store_true", help="actually send the requests")
+    parser.add_argument(
+        "--execute",
+        action="store_true",
+        help="actually send the requests and report each outcome (exit 3 when a hook fails)",
+    )
     return parser
 
 
@@ -464,15 +469,19 @@ def _print_previews(previews: Sequence[HookPreview], event: str, out: TextIO) ->
 
 
 def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
-    """Fire the event once through the real engine, with the dry run's variables."""
+    """Fire the event once through the real engine, with the dry run's variables, and report
+    each hook's outcome (also recorded in the hook log and the journal)."""
     try:
         from ..engine import HookEngine, SessionInfo
+        from ..engine.model import Execution
 
         # The engine reads `env:` from the template: give it the one with the --set values.
         engine = HookEngine(replace(template, env=context.template_env), environ=context.environ)
     except ImportError as exc:
         err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
         return EXIT_USAGE
+    executions: list[Execution] = []
+    engine.executor.sinks.append(executions.append)
     session = SessionInfo(
         session_id=context.metadata["SESSION_ID"],
         metadata=context.metadata,
@@ -482,5 +491,14 @@ def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
         engine.fire(context.event, session, context.event_context)
     finally:
         engine.shutdown()
-    err.write("sent; `otel-lifecycle-hooks history` shows the outcomes\n")
-    return EXIT_OK
+    for execution in executions:
+        detail = execution.error_type or (
+            f"http {execution.status_code}" if execution.status_code is not None else
+            f"exit {execution.exit_code}" if execution.exit_code is not None else ""
+        )
+        err.write(
+            f"executed {execution.hook.name}: {execution.outcome} after {execution.attempts} "
+            f"attempt(s) in {execution.duration * 1000:.0f}ms {detail} {execution.message}".rstrip()
+            + "\n"
+        )
+    return EXIT_OK if all(e.outcome in ("success", "skipped") for e in executions) else EXIT_HOOK_FAILED
