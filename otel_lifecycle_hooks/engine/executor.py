@@ -11,7 +11,8 @@ import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from opentelemetry import trace
@@ -165,13 +166,14 @@ class HookExecutor:
                 ):
                     outcome, message = "skipped", f"condition false: {hook.condition.source}"
                 else:
-                    rendered = render_action(hook.action, variables)
-                    request_record = _request_record(rendered, self.redactor(variables))
+                    # An in-process executor has no request to render.
+                    rendered = None if hook.action.type == "python" else render_action(hook.action, variables)
+                    request_record = _request_record(hook, rendered, self.redactor(variables))
                     attempts, last = self._attempts(hook, event, session, rendered, hook_id, span, deadline, variables)
                     outcome = outcome_of(last)
                     error_type = last.error_type
                     message = last.message
-                    if last.ok and hook.action.is_http:
+                    if last.ok and (hook.action.is_http or last.response_body is not None):
                         self._capture(hook, session, last)
         except _Refusal as refusal:
             outcome, error_type, message = "refused", refusal.error_type, refusal.message
@@ -202,6 +204,7 @@ class HookExecutor:
             request=request_record,
             trace_id=_hex(span.get_span_context().trace_id, 32),
             span_id=_hex(span.get_span_context().span_id, 16),
+            agent_id=session.metadata.get("AGENT_ID"),
         )
         self._end_span(span, execution)
         for sink in self.sinks:
@@ -216,7 +219,7 @@ class HookExecutor:
         hook: HookSpec,
         event: LifecycleEvent,
         session: SessionInfo,
-        rendered: RenderedRequest | RenderedCommand,
+        rendered: RenderedRequest | RenderedCommand | None,
         hook_id: str,
         span: Span,
         deadline: float | None,
@@ -230,9 +233,15 @@ class HookExecutor:
             timeout = attempt_timeout(hook, self.clock.monotonic(), deadline)
             if timeout <= 0:
                 result = AttemptResult("timeout", 0.0, error_type="timeout", message="deadline passed")
+            elif hook.action.type == "python":
+                result = self._python_attempt(hook, event, session, timeout)
+            elif hook.action.type == "jsonrpc":
+                assert isinstance(rendered, RenderedRequest)
+                result = self._jsonrpc_attempt(hook, event, session, rendered, hook_id, timeout, variables)
             elif isinstance(rendered, RenderedRequest):
                 result = self._http_attempt(hook, rendered, hook_id, timeout, variables)
             else:
+                assert rendered is not None
                 result = self._script_attempt(hook, event, session, rendered, span, timeout)
             decision = policy.decide(attempt, result, waited)
             if not decision.retry:
@@ -265,7 +274,7 @@ class HookExecutor:
             # Credentials only over https (loopback excepted), checked on the rendered URL:
             # a URL from a variable cannot be checked at load time.
             check_transport(request.url, action.auth, has_credentials=has_written_credentials)
-            if action.type == "http":
+            if action.type in ("http", "jsonrpc"):
                 headers.update(self.credentials().headers_for(action.auth, request.url, environ))
             if action.signing_secret_env:
                 headers.update(
@@ -303,7 +312,14 @@ class HookExecutor:
             )
         if "traceparent" in carrier:
             env["TRACEPARENT"] = carrier["traceparent"]
-        stdin = json.dumps(script_payload(hook, event, session), ensure_ascii=False).encode()
+        if hook.action.protocol == "host-v1":
+            return self._host_script_attempt(hook, event, session, command, env, timeout)
+        payload = script_payload(hook, event, session)
+        if hook.action.protocol == "core-agent":
+            from ..systems.core_agent import envelope
+
+            payload = envelope(event.name, session.session_id, dict(event.fields))
+        stdin = json.dumps(payload, ensure_ascii=False).encode()
         outcome = run_script(
             RenderedCommand(argv=command.argv, env=env, stdin=stdin),
             timeout,
@@ -311,6 +327,93 @@ class HookExecutor:
             on_output=self.output_listener(hook),
         )
         return getattr(outcome, "result", outcome)
+
+    def _host_script_attempt(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        session: SessionInfo,
+        command: RenderedCommand,
+        env: dict[str, str],
+        timeout: float,
+    ) -> AttemptResult:
+        """Seed 003: `<script> <stage>`, the request on stdin, JSONL results and logs on stdout."""
+        from ..actions.script import run_script
+        from ..systems import host_protocol
+
+        stage = host_protocol.stage_for(event.name)
+        if stage is None:
+            return AttemptResult("ok", 0.0, skipped=True, message=f"{event.name} fires no stage")
+        log_line = self.output_listener(hook) or (lambda stream, line: None)
+        reader = host_protocol.StdoutReader(lambda line: log_line("log", line))
+
+        def on_output(stream: str, line: str) -> None:
+            reader.line(line) if stream == "stdout" else log_line(stream, line)
+
+        request = host_protocol.request(stage, session.session_id, script_payload(hook, event, session))
+        outcome = run_script(
+            RenderedCommand(
+                argv=(*command.argv, stage), env=env, stdin=json.dumps(request, ensure_ascii=False).encode()
+            ),
+            timeout,
+            user=self.script_user,
+            on_output=on_output,
+        )
+        if reader.result is None:
+            return outcome.result
+        host_protocol.remember_result(session, stage, event.event_id, reader.result)
+        body = host_protocol.result_text(reader.result).encode("utf-8")
+        return replace(outcome.result, response_body=body)
+
+    def _python_attempt(
+        self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, timeout: float
+    ) -> AttemptResult:
+        """the-loop's local executor: its methods for this event's points, in-process."""
+        from ..systems.the_loop import call_local
+
+        return call_local(hook.action, event.name, self._system_context(hook, event, session), timeout)
+
+    def _jsonrpc_attempt(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        session: SessionInfo,
+        request: RenderedRequest,
+        hook_id: str,
+        timeout: float,
+        variables: Variables,
+    ) -> AttemptResult:
+        """the-loop's remote executor: one JSON-RPC 2.0 call per point of this event."""
+        from ..actions.jsonrpc import read_answer, request_body
+        from ..systems.the_loop import decide
+
+        started = time.monotonic()
+        context = self._system_context(hook, event, session)
+        answers: list[tuple[str, object]] = []
+        for request_id, point in enumerate(hook.action.points.get(event.name, ()), start=1):
+            left = timeout - (time.monotonic() - started)
+            if left <= 0:
+                return AttemptResult("timeout", time.monotonic() - started, error_type="timeout", message="deadline passed")
+            call = RenderedRequest(
+                method="POST",
+                url=request.url,
+                headers={**request.headers, "Content-Type": "application/json"},
+                body=request_body(point, {**context, "point": point}, request_id),
+            )
+            answer = read_answer(self._http_attempt(hook, call, hook_id, left, variables), request_id)
+            if not answer.result.ok:
+                return answer.result
+            answers.append((point, answer.value))
+        if not answers:
+            return AttemptResult("ok", 0.0, skipped=True, message=f"no point of {event.name}")
+        return decide(answers, time.monotonic() - started)
+
+    def _system_context(self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:
+        from ..systems.wire import hook_context
+
+        context = hook_context(event.name, session.session_id, event.fields, session.metadata, event.timestamp)
+        context["hook_name"] = hook.name
+        return context
 
     def output_listener(self, hook: HookSpec) -> Callable[[str, str], None] | None:
         sink = self.output_sink
@@ -384,7 +487,11 @@ def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) 
     }
 
 
-def _request_record(rendered: RenderedRequest | RenderedCommand, redactor: Redactor) -> dict[str, Any]:
+def _request_record(
+    hook: HookSpec, rendered: RenderedRequest | RenderedCommand | None, redactor: Redactor
+) -> dict[str, Any]:
+    if rendered is None:
+        return {"executor": hook.action.module or hook.action.path, "attribute": hook.action.executor}
     if isinstance(rendered, RenderedRequest):
         return {
             "method": rendered.method,

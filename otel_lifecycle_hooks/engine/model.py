@@ -64,6 +64,8 @@ class Execution:
     request: Mapping[str, Any] | None = None  # redacted rendered request, for the journal
     trace_id: str | None = None
     span_id: str | None = None
+    agent_id: str | None = None
+    replayed_from: int | None = None  # the journal row this execution re-sends
 
     @property
     def succeeded(self) -> bool:
