@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Mapping
 
 from opentelemetry.context import Context
@@ -51,6 +52,11 @@ class _RecentIds:
             return True
 
 
+def _span_id(span: Any) -> int:
+    context = span.get_span_context()
+    return context.span_id if context is not None else 0
+
+
 def is_session_span(attributes: Mapping[str, Any] | None) -> bool:
     """An agent session span: `gen_ai.operation.name = invoke_agent`, not made by the engine."""
     return bool(attributes) and attributes.get(ev.ATTR_OPERATION_NAME) == ev.OPERATION_INVOKE_AGENT  # type: ignore[union-attr]
@@ -65,7 +71,7 @@ def session_from_span(span: ReadableSpan) -> SessionInfo:
             if name is not None:
                 metadata[name] = str(value)
     context = span.get_span_context()
-    session_id = metadata.get("SESSION_ID") or format(context.span_id, "016x")
+    session_id = metadata.get("SESSION_ID") or format(_span_id(span), "016x")
     return SessionInfo(session_id=session_id, metadata=metadata, span_context=context)
 
 
@@ -106,7 +112,7 @@ class LifecycleHookProcessor(SpanProcessor):
         if not is_session_span(span.attributes):
             return
         session = session_from_span(span)
-        span_id = session.span_context.span_id if session.span_context else 0
+        span_id = _span_id(span)
         with self._lock:
             self._sessions[span_id] = session
         original = getattr(span, "_add_event", None)
@@ -126,7 +132,7 @@ class LifecycleHookProcessor(SpanProcessor):
             self._observed.add(span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
-        span_id = span.get_span_context().span_id
+        span_id = _span_id(span)
         with self._lock:
             session = self._sessions.pop(span_id, None)
             observed = span_id in self._observed
@@ -145,9 +151,8 @@ class LifecycleHookProcessor(SpanProcessor):
     # -- events --
 
     def session_for(self, span: Any) -> SessionInfo | None:
-        context = span.get_span_context()
         with self._lock:
-            return self._sessions.get(context.span_id)
+            return self._sessions.get(_span_id(span))
 
     def expect_event_id(self, event_id: str) -> None:
         """The API dispatched this event itself; the observer must not fire it again."""
@@ -166,8 +171,9 @@ class LifecycleHookProcessor(SpanProcessor):
             name=event_name,
             fields=fields_from_attributes(attributes),
             timestamp=(timestamp / 1e9) if timestamp else self.engine.clock.wall(),
-            **({"event_id": event_id} if isinstance(event_id, str) else {}),
         )
+        if isinstance(event_id, str):
+            event = replace(event, event_id=event_id)
         try:
             result = self.engine.fire(event, session)
         except Exception:  # never raise into the code that added the event
