@@ -6,7 +6,10 @@ command does) costs almost nothing.
 
 from __future__ import annotations
 
-from typing import Any
+# Not even `typing` at run time: the harness hook command imports this package per event.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -236,6 +236,15 @@ class Journal:
         )
         return [_execution_row(row) for row in rows]
 
+    def delivered_by_replay(self) -> set[int]:
+        """Ids of executions that a later replay delivered (a successful row re-sent them)."""
+        rows = self._select(
+            "SELECT DISTINCT replayed_from FROM executions"
+            " WHERE replayed_from IS NOT NULL AND outcome = 'success'",
+            (),
+        )
+        return {row[0] for row in rows}
+
     # -- sessions --
 
     def open_session(

@@ -24,6 +24,8 @@ class AttemptResult:
     retry_after: float | None = None  # seconds, from a Retry-After header
     response_body: bytes | None = None  # bounded excerpt (JSON or text), for response capture
     response_content_type: str | None = None
+    # The action had nothing to do for this event (an in-process executor without the method).
+    skipped: bool = False
 
     @property
     def ok(self) -> bool:

@@ -22,19 +22,21 @@ from __future__ import annotations
 
 import contextvars
 import email.utils
+import logging
 import math
 import os
 import socket
 import ssl
 import time
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
 import httpcore
 import httpx
 
+from .. import __version__
 from ..render import RenderedRequest
 from .base import AttemptResult
 
@@ -53,6 +55,12 @@ _TEXT_TYPES = ("application/json", "text/")
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "otel_lifecycle_hooks_http_deadline", default=None
 )
+# How the attempt running in this context redacts its URL, for the CLIENT span and httpx's log:
+# a webhook URL may be the secret itself.
+_redact_url: contextvars.ContextVar[Callable[[str], str] | None] = contextvars.ContextVar(
+    "otel_lifecycle_hooks_http_redact_url", default=None
+)
+_URL_ATTRIBUTES = ("url.full", "http.url")  # stable and old HTTP semantic conventions
 
 
 def make_client(
@@ -76,8 +84,11 @@ def make_client(
             max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
             keepalive_expiry=KEEPALIVE_EXPIRY,
         ),
-        # A compressed body could inflate far beyond max_body inside a single read.
-        headers={"Accept-Encoding": "identity"},
+        headers={
+            "User-Agent": f"otel-lifecycle-hooks/{__version__}",
+            # A compressed body could inflate far beyond max_body inside a single read.
+            "Accept-Encoding": "identity",
+        },
     )
     for transport in _transports(client):
         _install_deadline_backend(transport)
@@ -93,8 +104,41 @@ def _instrument(client: httpx.Client, tracer_provider: Any, meter_provider: Any)
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
     HTTPXClientInstrumentor.instrument_client(
-        client, tracer_provider=tracer_provider, meter_provider=meter_provider
+        client,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        request_hook=_redact_span_url,
     )
+    _install_log_redaction()
+
+
+def _redact_span_url(span: Any, request: Any) -> None:
+    """The CLIENT span carries the URL as redacted for this attempt (`send`'s `redact_url`)."""
+    redact = _redact_url.get()
+    attributes = getattr(span, "attributes", None) or {}
+    if redact is None or not span.is_recording():
+        return
+    for key in _URL_ATTRIBUTES:
+        if key in attributes:
+            span.set_attribute(key, redact(str(attributes[key])))
+
+
+class _RedactRequestLine(logging.Filter):
+    """httpx logs each request's URL at INFO: redact it the same way, while we are sending."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        redact = _redact_url.get()
+        if redact is not None and isinstance(record.args, tuple):
+            record.args = tuple(
+                redact(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def _install_log_redaction() -> None:
+    logger = logging.getLogger("httpx")
+    if not any(isinstance(existing, _RedactRequestLine) for existing in logger.filters):
+        logger.addFilter(_RedactRequestLine())
 
 
 def send(
@@ -104,16 +148,20 @@ def send(
     *,
     extra_headers: Mapping[str, str] = {},
     max_body: int = DEFAULT_MAX_BODY,
+    redact_url: Callable[[str], str] | None = None,
 ) -> AttemptResult:
     """Send `request` once, within `timeout` seconds in total, and classify the outcome.
 
     `extra_headers` (auth, X-Scion-Hook-ID) are added over the request's own headers.
+    `redact_url` rewrites the URL wherever the instrumentation and httpx record it.
     Never raises: every failure becomes an `AttemptResult`.
     """
     started = time.monotonic()
     deadline = started + timeout
-    headers = {**request.headers, **extra_headers}
+    headers = httpx.Headers(request.headers)
+    headers.update(extra_headers)  # case-insensitive: an auth header replaces the template's
     token = _deadline.set(deadline)
+    redact_token = _redact_url.set(redact_url)
     status: int | None = None
     try:
         with client.stream(
@@ -138,6 +186,7 @@ def send(
         return _classify_error(exc, request.url, time.monotonic() - started, status)
     finally:
         _deadline.reset(token)
+        _redact_url.reset(redact_token)
 
 
 def _read_bounded(response: httpx.Response, max_body: int, deadline: float) -> bytes:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO
 
-if TYPE_CHECKING:  # for annotations only: importing them costs every harness event
+# For annotations only: importing them (`typing` included) would cost every harness event.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, BinaryIO
+
     from ..harness.dialects import Dialect
     from ..harness.normalized import NormalizedEvent
 

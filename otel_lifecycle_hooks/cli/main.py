@@ -8,7 +8,11 @@ dispatched before argparse is even imported: a harness calls it on every event.
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+
+# The console script imports this module on every harness event: `typing` is for checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # command name -> module under otel_lifecycle_hooks.cli
 COMMANDS: dict[str, str] = {
@@ -44,7 +48,10 @@ def _run_parsed(args: list[str]) -> int:
     )
     subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     modules = {}
-    for name, module_name in COMMANDS.items():
+    # A named command needs only its own module: importing all of them (`test` pulls in the
+    # HTTP stack) would cost every `run` and `status` tens of milliseconds.
+    wanted = {args[0]: COMMANDS[args[0]]} if args and args[0] in COMMANDS else COMMANDS
+    for name, module_name in wanted.items():
         try:
             module = importlib.import_module(f"{__package__}.{module_name}")
         except ModuleNotFoundError as exc:

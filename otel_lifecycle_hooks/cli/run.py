@@ -22,17 +22,36 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--template", "-t", action="append", default=[], metavar="FILE",
+        "--template",
+        "-t",
+        action="append",
+        default=[],
+        metavar="FILE",
         help=f"template file (repeat: parent first, child last); default ${TEMPLATE_ENV} "
         "or ./scion-agent.yaml when present",
     )
-    parser.add_argument("--grace-period", default="10s", help="shared by pre-stop hooks and the agent's shutdown (default 10s)")
-    parser.add_argument("--agent-name", help="agent name (default: $SCION_AGENT_NAME, else the command's name)")
-    parser.add_argument("--agent-id", help="stable agent id (default: $SCION_AGENT_ID, else derived from the slug)")
+    parser.add_argument(
+        "--grace-period",
+        default="10s",
+        help="shared by pre-stop hooks and the agent's shutdown (default 10s)",
+    )
+    parser.add_argument(
+        "--agent-name", help="agent name (default: $SCION_AGENT_NAME, else the command's name)"
+    )
+    parser.add_argument(
+        "--agent-id", help="stable agent id (default: $SCION_AGENT_ID, else derived from the slug)"
+    )
     parser.add_argument("--agent-slug", help="agent slug (default: derived from the name)")
-    parser.add_argument("--user", help="run the agent and its script hooks as this user (needs root)")
-    parser.add_argument("--journal", help="execution journal file (default: $OTEL_LIFECYCLE_HOOKS_JOURNAL or ~/.local/state/...)")
-    parser.add_argument("--hook-log", help="hook log file (default: $OTEL_LIFECYCLE_HOOKS_LOG or $HOME/agent.log)")
+    parser.add_argument(
+        "--user", help="run the agent and its script hooks as this user (needs root)"
+    )
+    parser.add_argument(
+        "--journal",
+        help="execution journal file (default: $OTEL_LIFECYCLE_HOOKS_JOURNAL or ~/.local/state/...)",
+    )
+    parser.add_argument(
+        "--hook-log", help="hook log file (default: $OTEL_LIFECYCLE_HOOKS_LOG or $HOME/agent.log)"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     parser.set_defaults(func=run)
 
@@ -55,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        print("otel-lifecycle-hooks run: no command given (usage: run [options] -- CMD...)", file=sys.stderr)
+        print(
+            "otel-lifecycle-hooks run: no command given (usage: run [options] -- CMD...)",
+            file=sys.stderr,
+        )
         return 2
     try:
         grace = parse_duration(args.grace_period)

@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     """Validate; print `ok: ...` or one line per problem."""
     from ..spec.loader import load_templates, template_file
-    from ..spec.validate import TemplateError
+    from ..spec.validate import TemplateError, capture_warnings
 
     files = [template_file(path) for path in args.templates]
     try:
@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
         return 1
     disabled = sum(1 for hook in template.hooks if not hook.enabled)
+    warnings = capture_warnings(template)  # the template still loads: exit 0
     if args.json:
         summary = {
             "ok": True,
@@ -48,11 +49,14 @@ def run(args: argparse.Namespace) -> int:
             "hooks": len(template.hooks),
             "disabled": disabled,
             "names": [hook.name for hook in template.hooks],
+            "warnings": [warning.to_dict() for warning in warnings],
         }
         print(json.dumps(summary, indent=2))
         return 0
     count = len(template.hooks)
     noun = "hook" if count == 1 else "hooks"
     suffix = f" ({disabled} disabled)" if disabled else ""
+    for warning in warnings:
+        print(f"warning: {warning}")
     print(f"ok: {count} {noun}{suffix} in {', '.join(files)}")
     return 0

@@ -5,6 +5,12 @@ reorder. Blocking hooks go through the same queue and the recording call waits f
 non-blocking ones are queued and the call returns at once. A debounced hook keeps only the
 latest event of its window. Queues are bounded: past the bound the oldest runtime event of a
 non-blocking hook is dropped and counted, never a lifecycle event or a blocking one.
+
+A rate-limited hook (`rate_limit:`, and `hook_rate_limit:` for HTTP hooks) keeps at most one
+runtime event of a non-blocking hook waiting for its token: a newer one replaces it (the newest
+wins; the replaced one is counted as dropped, reason `rate_limited`). Lifecycle events and
+blocking calls never wait for a token and are never dropped; they still spend one, and a
+runtime event waiting in front of them is let through with them so that order is kept.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from ..spec.model import HookSpec, Template
 from .executor import HookExecutor
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import DebounceWindow, fails_transition
+from .ratelimit import RateGate, gates_for
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 DEFAULT_QUEUE_LIMIT = 1024
+DROP_LOG_EVERY = 1000
 
 
 @dataclass
@@ -71,6 +79,7 @@ class HookQueue:
         executor: HookExecutor,
         listener: EngineListener,
         limit: int = DEFAULT_QUEUE_LIMIT,
+        gate: RateGate | None = None,
     ) -> None:
         self.hook = hook
         self._executor = executor
@@ -81,6 +90,9 @@ class HookQueue:
         self._pending: _Job | None = None  # the debounced event waiting for its window
         self._window_closes: float | None = None
         self._window = DebounceWindow(hook.debounce) if hook.debounce else None
+        self._gate = gate
+        self._dropped = 0  # queue_full drops so far, for the log
+        self._overflowed = False  # dropped since the queue was last empty
         self._running = False
         self._closing = False
         self._drain_deadline: float | None = None
@@ -91,11 +103,44 @@ class HookQueue:
     def submit(self, job: _Job) -> None:
         with self._cond:
             self._ensure_worker()
-            if len(self._jobs) >= self._limit:
-                self._drop_oldest()
-            self._jobs.append(job)
-            self._listener.queue_changed(self.hook, 1)
+            self._enqueue(job)
             self._cond.notify()
+
+    def _enqueue(self, job: _Job) -> None:
+        """Append `job` (lock held): coalescing under a rate limit, bounded by the limit."""
+        if self._gate is not None and job.droppable:
+            self._replace_waiting()
+        if not job.droppable and self._overflowed:
+            self._shed_runtime_events()
+        if len(self._jobs) >= self._limit:
+            self._drop_oldest()
+        self._jobs.append(job)
+        self._listener.queue_changed(self.hook, 1)
+
+    def _shed_runtime_events(self) -> None:
+        # Overloaded: a lifecycle event or blocking call must not wait behind (nor be cut at
+        # shutdown behind) a backlog of runtime events that are already being dropped.
+        kept = deque(job for job in self._jobs if not job.droppable)
+        for queued in self._jobs:
+            if queued.droppable:
+                self._listener.queue_changed(self.hook, -1)
+                self._listener.dropped(self.hook, queued.event, "queue_full")
+        log.warning(
+            "hook %s: overloaded; %d queued runtime events dropped ahead of a lifecycle event",
+            self.hook.name,
+            len(self._jobs) - len(kept),
+        )
+        self._jobs = kept
+        self._overflowed = False
+
+    def _replace_waiting(self) -> None:
+        # The newest wins: a runtime event still waiting for its token is superseded.
+        for index, queued in enumerate(self._jobs):
+            if queued.droppable:
+                del self._jobs[index]
+                self._listener.queue_changed(self.hook, -1)
+                self._listener.dropped(self.hook, queued.event, "rate_limited")
+                return
 
     def offer_debounced(self, job: _Job) -> None:
         assert self._window is not None
@@ -114,12 +159,18 @@ class HookQueue:
                 del self._jobs[index]
                 self._listener.queue_changed(self.hook, -1)
                 self._listener.dropped(self.hook, queued.event, "queue_full")
-                log.warning(
-                    "hook %s: queue full (%d), dropped the oldest %s event",
-                    self.hook.name,
-                    self._limit,
-                    queued.event.name,
-                )
+                self._dropped += 1
+                self._overflowed = True
+                if self._dropped == 1 or self._dropped % DROP_LOG_EVERY == 0:
+                    # Logged once and then every DROP_LOG_EVERY drops: an overload must not
+                    # also flood the log (the metric counts every one).
+                    log.warning(
+                        "hook %s: queue full (%d), dropped the oldest %s event (%d dropped so far)",
+                        self.hook.name,
+                        self._limit,
+                        queued.event.name,
+                        self._dropped,
+                    )
                 return
         # Only lifecycle events and waiting callers are queued: they are never dropped.
 
@@ -141,19 +192,33 @@ class HookQueue:
                     self._closing or clock.monotonic() >= (self._window_closes or 0.0)
                 ):
                     # The window closed (or we are shutting down): its latest event fires.
-                    self._jobs.append(self._pending)
-                    self._listener.queue_changed(self.hook, 1)
-                    self._pending, self._window_closes = None, None
-                if self._jobs:
+                    pending, self._pending, self._window_closes = self._pending, None, None
+                    self._enqueue(pending)
+                token_wait = self._token_wait(clock.monotonic()) if self._jobs else 0.0
+                if self._jobs and token_wait <= 0.0:
                     self._running = True
                     self._listener.queue_changed(self.hook, -1)
-                    return self._jobs.popleft()
-                if self._closing:
-                    return None
-                timeout = None
+                    job = self._jobs.popleft()
+                    self._overflowed = self._overflowed and bool(self._jobs)
+                    return job
+                if self._closing and (not self._jobs or self._token_after_drain(token_wait)):
+                    return None  # what is left is reported as dropped (shutdown)
+                timeouts = [token_wait] if self._jobs else []
                 if self._window_closes is not None:
-                    timeout = max(0.0, self._window_closes - clock.monotonic())
-                self._cond.wait(timeout)
+                    timeouts.append(max(0.0, self._window_closes - clock.monotonic()))
+                self._cond.wait(min(timeouts) if timeouts else None)
+
+    def _token_wait(self, now: float) -> float:
+        """Seconds the head job must wait for its rate-limit token (0.0: it was taken)."""
+        if self._gate is None:
+            return 0.0
+        # A lifecycle event or blocking call in the queue pushes everything before it through.
+        forced = any(not job.droppable for job in self._jobs)
+        return self._gate.admit(now, force=forced)
+
+    def _token_after_drain(self, token_wait: float) -> bool:
+        deadline = self._drain_deadline
+        return deadline is not None and self._executor.clock.monotonic() + token_wait > deadline
 
     def _work(self) -> None:
         while True:
@@ -234,8 +299,9 @@ class Dispatcher:
         self.template = template
         self.executor = executor
         self.listener = listener or EngineListener()
+        gates = gates_for(template, executor.clock.monotonic())
         self._queues = {
-            hook.name: HookQueue(hook, executor, self.listener, queue_limit)
+            hook.name: HookQueue(hook, executor, self.listener, queue_limit, gates.get(hook.name))
             for hook in template.hooks
             if hook.enabled
         }
@@ -269,7 +335,7 @@ class Dispatcher:
                 log.warning("hook %s: still running at the transition's deadline", hook.name)
                 continue
             result.executions.append(execution)
-            if fails_transition(hook, execution.outcome):
+            if fails_transition(hook, execution.outcome, event.name):
                 result.failed = execution
                 break
         return result

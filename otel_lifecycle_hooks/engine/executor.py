@@ -284,7 +284,8 @@ class HookExecutor:
                 )
         except AuthError as exc:
             raise _Refusal(getattr(exc, "error_type", "AuthError"), str(exc)) from None
-        return send(self.http_client(), request, timeout, extra_headers=headers)
+        redact_url = self.redactor(variables).redact_url
+        return send(self.http_client(), request, timeout, extra_headers=headers, redact_url=redact_url)
 
     def _env_for_auth(self, variables: Variables) -> Mapping[str, str]:
         """Secrets named by `token_env` come from the template's env, then the process's."""
@@ -301,9 +302,14 @@ class HookExecutor:
         span: Span,
         timeout: float,
     ) -> AttemptResult:
-        from ..actions.script import run_script
+        from ..actions.script import run_script, unsafe_as_root
 
         env = dict(command.env)
+        # Resolved on the PATH run_script will use: this process's environment plus the hook's.
+        program = command.argv[0] if command.argv else ""
+        refusal = unsafe_as_root(program, {**os.environ, **env}, self.script_user)
+        if refusal is not None:  # a script others can rewrite never runs as root
+            raise _Refusal("UnsafeScript", refusal)
         carrier: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
         if not carrier and session.span_context is not None and session.span_context.is_valid:
@@ -324,9 +330,9 @@ class HookExecutor:
             RenderedCommand(argv=command.argv, env=env, stdin=stdin),
             timeout,
             user=self.script_user,
-            on_output=self.output_listener(hook),
+            on_output=self.output_listener(hook, self.redactor(self.variables_for(hook, event, session))),
         )
-        return getattr(outcome, "result", outcome)
+        return outcome.result
 
     def _host_script_attempt(
         self,
@@ -344,13 +350,14 @@ class HookExecutor:
         stage = host_protocol.stage_for(event.name)
         if stage is None:
             return AttemptResult("ok", 0.0, skipped=True, message=f"{event.name} fires no stage")
-        log_line = self.output_listener(hook) or (lambda stream, line: None)
+        redactor = self.redactor(self.variables_for(hook, event, session))
+        log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)
         reader = host_protocol.StdoutReader(lambda line: log_line("log", line))
 
         def on_output(stream: str, line: str) -> None:
             reader.line(line) if stream == "stdout" else log_line(stream, line)
 
-        request = host_protocol.request(stage, session.session_id, script_payload(hook, event, session))
+        request = host_protocol.request(stage, session.session_id, self._system_context(hook, event, session))
         outcome = run_script(
             RenderedCommand(
                 argv=(*command.argv, stage), env=env, stdin=json.dumps(request, ensure_ascii=False).encode()
@@ -415,11 +422,17 @@ class HookExecutor:
         context["hook_name"] = hook.name
         return context
 
-    def output_listener(self, hook: HookSpec) -> Callable[[str, str], None] | None:
+    def output_listener(
+        self, hook: HookSpec, redactor: Redactor | None = None
+    ) -> Callable[[str, str], None] | None:
+        """Where a script's output lines go (the hook log), secrets taken out by `redactor`:
+        a script may well print the token it was given."""
         sink = self.output_sink
         if sink is None:
             return None
-        return lambda stream, line: sink(hook, stream, line)
+        if redactor is None:
+            return lambda stream, line: sink(hook, stream, line)
+        return lambda stream, line: sink(hook, stream, redactor.redact_text(line))
 
     def _capture(self, hook: HookSpec, session: SessionInfo, result: AttemptResult) -> None:
         prefix = capture_prefix(hook.name)
@@ -498,6 +511,9 @@ def _request_record(
             "url": redactor.redact_url(rendered.url),
             "headers": redactor.redact_headers(dict(rendered.headers)),
             "body": redactor.redact_text(rendered.body.decode("utf-8", "replace")) if rendered.body else None,
+            # What a replay must add again at send time (secrets are never stored).
+            "auth": hook.action.auth.type,
+            "signed": bool(hook.action.signing_secret_env),
         }
     return {
         "argv": [redactor.redact_text(a) for a in rendered.argv],

@@ -72,7 +72,9 @@ def retry_policy_for(hook: HookSpec) -> RetryPolicy:
 
 
 def outcome_of(result: AttemptResult) -> str:
-    """The span/journal outcome for a final attempt: success, timeout or failed."""
+    """The span/journal outcome for a final attempt: success, skipped, timeout or failed."""
+    if result.kind == "ok" and result.skipped:
+        return "skipped"
     if result.kind == "ok":
         return "success"
     if result.kind == "timeout":
@@ -88,8 +90,11 @@ def attempt_timeout(hook: HookSpec, now: float, deadline: float | None) -> float
     return max(0.0, min(hook.timeout, deadline - now))
 
 
-def fails_transition(hook: HookSpec, outcome: str) -> bool:
-    """A blocking hook with `on_error: fail` that did not succeed aborts the transition."""
+def fails_transition(hook: HookSpec, outcome: str, event: str | None = None) -> bool:
+    """A blocking hook with `on_error: fail` that did not succeed aborts the transition
+    (only at the events of its `refuse_on`, when it names some)."""
+    if hook.refuse_on is not None and event is not None and event not in hook.refuse_on:
+        return False
     return hook.blocking and hook.on_error == "fail" and outcome not in ("success", "skipped")
 
 

@@ -62,6 +62,17 @@ def is_session_span(attributes: Mapping[str, Any] | None) -> bool:
     return bool(attributes) and attributes.get(ev.ATTR_OPERATION_NAME) == ev.OPERATION_INVOKE_AGENT  # type: ignore[union-attr]
 
 
+def _operation_name(span: Any) -> Any:
+    """The span's `gen_ai.operation.name`, looked up in the SDK's own dict when there is one:
+    the public mapping raises and catches a KeyError for every span without it (about 1 us,
+    on every span of the host application). Feature-detected, like `_add_event` below."""
+    stored = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if isinstance(stored, dict):
+        return stored.get(ev.ATTR_OPERATION_NAME)
+    attributes = span.attributes
+    return attributes.get(ev.ATTR_OPERATION_NAME) if attributes else None
+
+
 def session_from_span(span: ReadableSpan) -> SessionInfo:
     """Agent metadata from the span's attributes, then its resource's."""
     metadata: dict[str, str] = {}
@@ -109,7 +120,7 @@ class LifecycleHookProcessor(SpanProcessor):
     # -- SpanProcessor --
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if not is_session_span(span.attributes):
+        if _operation_name(span) != ev.OPERATION_INVOKE_AGENT:
             return
         session = session_from_span(span)
         span_id = _span_id(span)
@@ -133,6 +144,10 @@ class LifecycleHookProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         span_id = _span_id(span)
+        if span_id not in self._sessions:
+            # Not a session (the common case for a host application's spans): no lock. A
+            # session's id was added by its own on_start, which happened before this call.
+            return
         with self._lock:
             session = self._sessions.pop(span_id, None)
             observed = span_id in self._observed

@@ -22,6 +22,10 @@ class AgentSession:
     out or the SDK is disabled) and adds the `agent.lifecycle.<event>` span event for the
     trace. It returns after the blocking hooks finished; `result.failed` names a blocking
     `on_error: fail` hook that did not succeed.
+
+    `in_process_hooks` (a `systems.inprocess.LifecycleHookRegistry` or a list of hooks with
+    `name` and `on_event`) are told of every event too, each on its own worker (seed 004);
+    `end()` gives them a few seconds to catch up before the span ends.
     """
 
     def __init__(
@@ -33,6 +37,7 @@ class AgentSession:
         session_id: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
         parent: trace.SpanContext | None = None,
+        in_process_hooks: Any = None,
     ) -> None:
         if isinstance(hooks, LifecycleHookProcessor):
             self._processor: LifecycleHookProcessor | None = hooks
@@ -63,6 +68,12 @@ class AgentSession:
         )
         if known is not None:
             known.metadata = merged
+        # Seed 004's in-process hooks (a LifecycleHookRegistry or a list of hooks), if any.
+        self.in_process: Any = None
+        if in_process_hooks is not None:
+            from ..systems.inprocess import SessionHooks
+
+            self.in_process = SessionHooks(in_process_hooks, self)
 
     def record(
         self,
@@ -87,12 +98,17 @@ class AgentSession:
         if self._processor is not None:
             self._processor.expect_event_id(lifecycle_event.event_id)
         self.span.add_event(ev.span_event_name(event), attributes)
-        return self.engine.fire(lifecycle_event, self.info, deadline=deadline)
+        result = self.engine.fire(lifecycle_event, self.info, deadline=deadline)
+        if self.in_process is not None:
+            self.in_process.observe(event, values)
+        return result
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
 
     def end(self) -> None:
+        if self.in_process is not None:
+            self.in_process.close()  # their errors still land on the span
         self.span.end()
 
     def __enter__(self) -> "AgentSession":

@@ -27,11 +27,14 @@ This module imports only the standard library: the `hook` command runs it on eve
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from ..events import RUNTIME_EVENTS
+
+# `typing` and `dataclasses` cost several milliseconds to import, paid on every harness event.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 WIRE_VERSION = 1
 MAX_FIELD_CHARS = 16 * 1024
@@ -61,25 +64,66 @@ def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True)
 class NormalizedEvent:
-    """One harness event in the shared vocabulary.
+    """One harness event in the shared vocabulary (immutable).
 
     `event` is a runtime event name; `dialect` and `raw_event` say where it came from
     (`claude`, `PreToolUse`); `session_id` is the harness's conversation id, or empty.
+    Empty fields are dropped and long ones clipped.
     """
+
+    __slots__ = ("dialect", "event", "fields", "raw_event", "session_id")
 
     event: str
     dialect: str
-    raw_event: str = ""
-    session_id: str = ""
-    fields: Mapping[str, str] = field(default_factory=dict)
+    raw_event: str
+    session_id: str
+    fields: Mapping[str, str]
 
-    def __post_init__(self) -> None:
-        if self.event not in _RUNTIME_EVENTS:
-            raise ValueError(f"{self.event!r} is not a runtime event")
-        kept = {key: clip(value) for key, value in self.fields.items() if value}
-        object.__setattr__(self, "fields", MappingProxyType(kept))
+    def __init__(
+        self,
+        event: str,
+        dialect: str,
+        raw_event: str = "",
+        session_id: str = "",
+        fields: Mapping[str, str] | None = None,
+    ) -> None:
+        if event not in _RUNTIME_EVENTS:
+            raise ValueError(f"{event!r} is not a runtime event")
+        kept = {key: clip(value) for key, value in (fields or {}).items() if value}
+        for name, value in (
+            ("event", event),
+            ("dialect", dialect),
+            ("raw_event", raw_event),
+            ("session_id", session_id),
+            ("fields", MappingProxyType(kept)),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"NormalizedEvent is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"NormalizedEvent is immutable: cannot delete {name!r}")
+
+    def _key(self) -> tuple[str, str, str, str, tuple[tuple[str, str], ...]]:
+        fields = tuple(sorted(self.fields.items()))
+        return (self.event, self.dialect, self.raw_event, self.session_id, fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NormalizedEvent):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"NormalizedEvent(event={self.event!r}, dialect={self.dialect!r}, "
+            f"raw_event={self.raw_event!r}, session_id={self.session_id!r}, "
+            f"fields={dict(self.fields)!r})"
+        )
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object sent to the supervisor (see docs/harness-protocol.md)."""

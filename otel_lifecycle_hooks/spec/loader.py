@@ -18,7 +18,14 @@ from typing import Any
 import yaml
 
 from .model import HookSpec, Position, Template
-from .validate import Located, Problem, TemplateError, describe, read_hooks
+from .validate import (
+    Located,
+    Problem,
+    TemplateError,
+    describe,
+    read_hooks,
+    read_template_rate_limit,
+)
 
 __all__ = [
     "TEMPLATE_FILE_NAME",
@@ -40,7 +47,10 @@ _METADATA_KEYS: dict[str, str] = {
     "template": "TEMPLATE_NAME",
     "name": "TEMPLATE_NAME",  # written after `template`, so an explicit `name` wins
 }
-_READ_KEYS = ("lifecycle_hooks", "env", "secrets", "limits", "user", *_METADATA_KEYS)
+_READ_KEYS = (
+    "lifecycle_hooks", "hooks", "hook_scripts", "env", "secrets", "limits", "user",
+    "hook_rate_limit", *_METADATA_KEYS,
+)  # fmt: skip
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -93,6 +103,7 @@ def merge_templates(templates: Sequence[Template]) -> Template:
     secrets: set[str] = set()
     files: list[str] = []
     user: str | None = None
+    hook_rate_limit = None
     for template in templates:
         for hook in template.hooks:
             if hook.name in slot_by_name:
@@ -106,6 +117,7 @@ def merge_templates(templates: Sequence[Template]) -> Template:
         secrets.update(template.secrets)
         files.extend(template.files)
         user = template.user if template.user is not None else user
+        hook_rate_limit = template.hook_rate_limit or hook_rate_limit
     return Template(
         hooks=tuple(hooks),
         env=MappingProxyType(env),
@@ -114,6 +126,7 @@ def merge_templates(templates: Sequence[Template]) -> Template:
         files=tuple(files),
         limits=MappingProxyType(limits),
         user=user,
+        hook_rate_limit=hook_rate_limit,
     )
 
 
@@ -302,6 +315,8 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
     problems.extend(_misspelt_section(root))
     hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file)
     problems.extend(hook_problems)
+    hooks, hook_problems = _read_other_systems(fields, file, hooks)
+    problems.extend(hook_problems)
     env = _read_env(fields.get("env"), problems)
     secrets = _read_secrets(fields.get("secrets"), problems)
     metadata = {
@@ -321,6 +336,8 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
         if user_located is not None and user_located.is_scalar and user_located.value is not None
         else None
     )
+    hook_rate_limit, rate_problems = read_template_rate_limit(fields.get("hook_rate_limit"), file)
+    problems.extend(rate_problems)
     template = Template(
         hooks=tuple(hooks),
         env=MappingProxyType(env),
@@ -329,8 +346,29 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
         files=(file,),
         limits=MappingProxyType(limits),
         user=user,
+        hook_rate_limit=hook_rate_limit,
     )
     return template, problems
+
+
+def _read_other_systems(
+    fields: dict[str, Located], file: str, hooks: list[HookSpec]
+) -> tuple[list[HookSpec], list[Problem]]:
+    """The hooks of the other seeds' systems a file may hold: `hooks:` of core-agent's
+    `.agents/config.json` or of the-loop's config (only in a file without `lifecycle_hooks:`),
+    and `hook_scripts:` of the host-agnostic protocol. See docs/hook-systems.md."""
+    problems: list[Problem] = []
+    if "lifecycle_hooks" not in fields and "hooks" in fields:
+        from ..systems import read_foreign_hooks
+
+        found, found_problems = read_foreign_hooks(fields["hooks"], file)
+        hooks, problems = hooks + found, problems + found_problems
+    if "hook_scripts" in fields:
+        from ..systems.host_protocol import read_hook_scripts
+
+        found, found_problems = read_hook_scripts(fields["hook_scripts"], file)
+        hooks, problems = hooks + found, problems + found_problems
+    return hooks, problems
 
 
 def _misspelt_section(root: Located) -> list[Problem]:

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from .condition import Condition
 
-ActionType = Literal["http", "webhook", "script"]
+ActionType = Literal["http", "webhook", "script", "python", "jsonrpc"]
 ErrorPolicy = Literal["log", "fail", "retry"]
 AuthType = Literal["none", "gcp-default", "gcp-service-account", "bearer-token", "api-key-header"]
 
 ACTION_TYPES: tuple[str, ...] = ("http", "webhook", "script")
+# Built only by the readers of the other seeds' hook systems (otel_lifecycle_hooks/systems/):
+# in-process Python executors and remote JSON-RPC executors; `lifecycle_hooks:` cannot name them.
+SYSTEM_ACTION_TYPES: tuple[str, ...] = ("python", "jsonrpc")
+# Script wire protocols: ours (None), core-agent's envelope (seed 001), the host-agnostic one (003).
+SCRIPT_PROTOCOLS: tuple[str, ...] = ("core-agent", "host-v1")
 ERROR_POLICIES: tuple[str, ...] = ("log", "fail", "retry")
 AUTH_TYPES: tuple[str, ...] = (
     "none",
@@ -43,6 +48,37 @@ class Position:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"
+
+
+# `rate_limit` units: "10/min" is ten per minute.
+RATE_PERIODS: Mapping[str, float] = MappingProxyType(
+    {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+     "h": 3600.0, "hour": 3600.0}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """`count` executions per `period` seconds (`10/min`): a burst of up to `count`, then one
+    every `period / count` seconds (a token bucket)."""
+
+    count: int
+    period: float
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> RateLimit:
+        """`"10/min"`, `"5/s"`, `"100/h"` -> RateLimit; ValueError says what would be valid."""
+        count_text, slash, unit = text.strip().partition("/")
+        period = RATE_PERIODS.get(unit.strip().lower())
+        digits = count_text.strip()
+        count = int(digits) if digits.isascii() and digits.isdigit() else 0
+        if not slash or period is None or count < 1:
+            raise ValueError(
+                f'got "{text.strip()}"; write a count per unit, e.g. 10/min, 5/s or 100/h '
+                f"(units: {', '.join(RATE_PERIODS)})"
+            )
+        return cls(count, period, text.strip())
 
 
 @dataclass(frozen=True)
@@ -74,6 +110,17 @@ class HookAction:
     env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     # Standard Webhooks signing (opt-in): the NAME of the variable holding `whsec_...`.
     signing_secret_env: str | None = None
+    # script: the wire protocol its stdin/argv/stdout follow (SCRIPT_PROTOCOLS); None is ours.
+    protocol: str | None = None
+    # python: where the executor lives (exactly one of module / path), which attribute names it,
+    # and the keyword arguments it is constructed with.
+    module: str | None = None
+    path: str | None = None
+    executor: str | None = None
+    with_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # python, jsonrpc: for each of our events, the names the hook system calls it (the methods
+    # called, or the JSON-RPC methods sent), in order.
+    points: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def is_http(self) -> bool:
@@ -94,6 +141,11 @@ class HookSpec:
     condition: Condition | None = None  # parsed at load time
     enabled: bool = True
     position: Position | None = None
+    # With on_error: fail, the events at which a failure refuses the transition; None: all.
+    # (the-loop's `required` refuses only at the points that carry `proceed`.)
+    refuse_on: frozenset[str] | None = None
+    # At most this many executions per window; excess runtime events are coalesced.
+    rate_limit: RateLimit | None = None
 
     def handles(self, event: str) -> bool:
         return event in self.on
@@ -114,6 +166,8 @@ class Template:
     limits: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     # `user:` of scion-agent.yaml: the agent's (and its script hooks') user, when set.
     user: str | None = None
+    # `hook_rate_limit:` of scion-agent.yaml: one limit shared by all HTTP hooks of the agent.
+    hook_rate_limit: RateLimit | None = None
 
     def hooks_for(self, event: str) -> tuple[HookSpec, ...]:
         """The enabled hooks for `event`, in declaration order."""

@@ -35,6 +35,8 @@ from .model import (
     HookAction,
     HookSpec,
     Position,
+    RateLimit,
+    Template,
 )
 
 HOOK_KEYS: tuple[str, ...] = (
@@ -47,6 +49,7 @@ HOOK_KEYS: tuple[str, ...] = (
     "debounce",
     "condition",
     "enabled",
+    "rate_limit",
 )
 ACTION_KEYS: tuple[str, ...] = (
     "type",
@@ -289,6 +292,7 @@ def read_hook(
     timeout = _read_timeout(r, fields.get("timeout"), action)
     debounce = _read_debounce(r, fields.get("debounce"), events)
     condition = _read_condition(r, fields.get("condition"))
+    rate_limit = _read_rate_limit(r, fields.get("rate_limit"), "rate_limit")
     if on_error == "fail" and not blocking:
         r.report(
             fields["on_error"],
@@ -308,6 +312,7 @@ def read_hook(
         condition=condition,
         enabled=enabled,
         position=entry.position,
+        rate_limit=rate_limit,
     )
     return hook, []
 
@@ -465,6 +470,27 @@ def _read_debounce(r: _Reporter, located: Located | None, events: tuple[str, ...
             f"this hook is also on {', '.join(others)}",
         )
     return seconds
+
+
+def _read_rate_limit(r: _Reporter, located: Located | None, field_path: str) -> RateLimit | None:
+    if located is None:
+        return None
+    if not isinstance(located.value, str):
+        r.report(located, field_path, f"got {describe(located)}; write a rate such as 10/min")
+        return None
+    try:
+        return RateLimit.parse(located.value)
+    except ValueError as exc:
+        r.report(located, field_path, str(exc))
+        return None
+
+
+def read_template_rate_limit(
+    located: Located | None, file: str
+) -> tuple[RateLimit | None, list[Problem]]:
+    """The top-level `hook_rate_limit:` (shared by all HTTP hooks), or its problem."""
+    r = _Reporter(file, None)
+    return _read_rate_limit(r, located, "hook_rate_limit"), r.problems
 
 
 def _read_condition(r: _Reporter, located: Located | None) -> Condition | None:
@@ -920,3 +946,100 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# --- response captures (warnings) ---------------------------------------------------------
+
+# When each event can fire in a session, as (earliest, latest) on one scale: pre-start <
+# post-start < runtime events < pre-stop < session-end. phase-change fires from provisioning
+# (before pre-start) to stopped; error can come at any point.
+_PRE_START, _POST_START, _RUNTIME, _PRE_STOP, _SESSION_END = 1, 2, 3, 4, 5
+_EVENT_SPAN: dict[str, tuple[int, int]] = {
+    "pre-start": (_PRE_START, _PRE_START),
+    "post-start": (_POST_START, _POST_START),
+    "pre-stop": (_PRE_STOP, _PRE_STOP),
+    "session-end": (_SESSION_END, _SESSION_END),
+    "phase-change": (0, _SESSION_END),
+    "error": (0, _SESSION_END),
+}
+_CAPTURE_NAME = re.compile(r"HOOK_([A-Z0-9_]+)_(?:RESPONSE|STATUS)")
+
+
+def capture_warnings(template: Template) -> list[Problem]:
+    """Uses of `${HOOK_<NAME>_RESPONSE}` / `_STATUS` that will render empty: a capture of no
+    hook (or of a disabled one), or of a hook that can only run later in the session than
+    the hook using it. Warnings, not errors: the template loads and runs as written."""
+    from ..variables import captured_variable_names
+
+    producers = {
+        captured_variable_names(hook.name)[0].removesuffix("_RESPONSE"): hook
+        for hook in template.hooks
+    }
+    warnings: list[Problem] = []
+    for hook in template.hooks:
+        if not hook.enabled:
+            continue
+        for field_path, name in _capture_references(hook, template.env):
+            stem = name.rsplit("_", 1)[0]
+            producer = producers.get(stem)
+            reason = _capture_problem(hook, producer, template) if producer else None
+            if producer is None:
+                reason = (
+                    "no hook of this template captures it (a hook's captures are "
+                    "HOOK_<NAME>_RESPONSE and HOOK_<NAME>_STATUS, its name upper-cased, - as _)"
+                )
+            if reason is not None:
+                file = template.files[0] if template.files else ""
+                position = hook.position or Position(file, 0, 0)
+                message = f"uses ${{{name}}}, which will be empty: {reason}"
+                warnings.append(Problem(position, hook.name, field_path, message))
+    return warnings
+
+
+def _capture_references(hook: HookSpec, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(field, capture variable) for each capture the hook reads, through `env:` entries too."""
+    from ..variables import referenced_names
+
+    action = hook.action
+    texts = [("action.url", action.url or ""), ("action.body", action.body or "")]
+    texts += [(f"action.headers.{k}", v) for k, v in action.headers.items()]
+    texts += [(f"action.command[{i}]", arg) for i, arg in enumerate(action.command)]
+    texts += [(f"action.env.{k}", v) for k, v in action.env.items()]
+    found: list[tuple[str, str]] = []
+    for field_path, text in texts:
+        names, seen = referenced_names(text), set()
+        while names:  # follow env: entries, each once
+            name = names.pop()
+            seen.add(name)
+            if _CAPTURE_NAME.fullmatch(name) and name not in env:
+                found.append((field_path, name))
+            elif name in env:
+                names |= referenced_names(env[name]) - seen
+    if hook.condition is not None:
+        read = hook.condition.variables
+        found += [("condition", name) for name in read if _CAPTURE_NAME.fullmatch(name)]
+    return sorted(set(found))
+
+
+def _capture_problem(user: HookSpec, producer: HookSpec, template: Template) -> str | None:
+    if not producer.enabled:
+        return f'hook "{producer.name}" is disabled'
+    if producer.action.type == "script" and producer.action.protocol != "host-v1":
+        return f'hook "{producer.name}" is a script; only HTTP hooks capture their response'
+    earliest = min(_EVENT_SPAN.get(event, (_RUNTIME, _RUNTIME))[0] for event in producer.on)
+    latest = max(_EVENT_SPAN.get(event, (_RUNTIME, _RUNTIME))[1] for event in user.on)
+    if earliest > latest:
+        return (
+            f'hook "{producer.name}" runs only later (on {", ".join(producer.on)}) than this '
+            f"hook (on {', '.join(user.on)})"
+        )
+    if earliest == latest and earliest != _RUNTIME and producer is not user:
+        order = [hook.name for hook in template.hooks]
+        if order.index(producer.name) > order.index(user.name):
+            return f'hook "{producer.name}" is declared after this hook, on the same event'
+        if not producer.blocking:
+            return (
+                f'hook "{producer.name}" runs on the same event without blocking: '
+                "make it blocking: true so that its response is there"
+            )
+    return None

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ..render import RenderedCommand
 
@@ -25,7 +25,9 @@ DEFAULT_SCRIPT_TIMEOUT = 30.0
 
 def hook_directories(environ: Mapping[str, str]) -> list[Path]:
     configured = environ.get("SCION_HOOKS_DIR")
-    dirs = [Path(d) for d in configured.split(":") if d] if configured else [Path(DEFAULT_SYSTEM_DIR)]
+    dirs = (
+        [Path(d) for d in configured.split(":") if d] if configured else [Path(DEFAULT_SYSTEM_DIR)]
+    )
     home = environ.get("HOME")
     if home:
         dirs.append(Path(home) / ".scion" / "hooks")

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..spec.durations import parse_duration
 
@@ -16,7 +16,7 @@ class Limits:
     max_duration: float | None = None  # seconds
 
     @classmethod
-    def from_sources(cls, template_limits: Mapping[str, str], environ: Mapping[str, str]) -> "Limits":
+    def from_sources(cls, template_limits: Mapping[str, str], environ: Mapping[str, str]) -> Limits:
         """Environment (`SCION_MAX_TURNS`, `SCION_MAX_MODEL_CALLS`, `SCION_MAX_DURATION`) over
         the template's `limits:`."""
 

@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .. import events as ev
 from ..engine.dispatch import DispatchResult
@@ -32,6 +33,7 @@ from ..engine.session import AgentSession
 from ..spec.model import Template
 from .legacy import run_legacy_hooks
 from .limits import Limits
+from .recovery import recover_orphaned_sessions
 from .server import SOCKET_ENV, EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -39,6 +41,9 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 EXIT_LIMITS = 10
 EXIT_SUPERVISOR_FAILURE = 1
 DEFAULT_GRACE_PERIOD = 10.0
+# Socket messages waiting for the main loop; past this the socket reader waits (backpressure
+# on the senders) instead of growing memory: every event still reaches the activity tracker.
+MAX_PENDING_MESSAGES = 1024
 # Variables that carry agent metadata into the supervisor (Scion sets them in the container).
 METADATA_ENV = {
     "AGENT_NAME": "SCION_AGENT_NAME",
@@ -77,7 +82,9 @@ def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
     metadata.setdefault("AGENT_NAME", Path(options.command[0]).name if options.command else "agent")
     metadata.setdefault("AGENT_SLUG", _slug(metadata["AGENT_NAME"]))
     # Stable across runs of the same agent, so that crash recovery can find the earlier run.
-    metadata.setdefault("AGENT_ID", str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + metadata["AGENT_SLUG"])))
+    metadata.setdefault(
+        "AGENT_ID", str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + metadata["AGENT_SLUG"]))
+    )
     if not metadata.get("CONTAINER_ID") and options.environ.get("HOSTNAME"):
         metadata["CONTAINER_ID"] = options.environ["HOSTNAME"]
     return metadata
@@ -92,7 +99,9 @@ class Supervisor:
         self.activity = "idle"
         self.exit_code: int | None = None
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._message_slots = threading.BoundedSemaphore(MAX_PENDING_MESSAGES)
         self._stop_requested: str | None = None
+        self._stop_signal: int | None = None  # a stop signal that arrived before the agent started
         self._limit_hit: tuple[str, int] | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._telemetry: Any = None
@@ -101,7 +110,9 @@ class Supervisor:
         self._tracker: Any = None
         self._server: EventServer | None = None
         self._journal: Any = None
-        self._started = time.monotonic()
+        self._child_started = time.monotonic()
+        self._child_signal: int | None = None  # the signal the agent died of, if any
+        self._ended = False  # session-end fired
 
     # -- the run --
 
@@ -118,9 +129,16 @@ class Supervisor:
         from ..telemetry.setup import configure_telemetry
 
         options = self.options
-        resource = {attr: self.metadata[name] for name, attr in ev.METADATA_ATTRIBUTES.items() if self.metadata.get(name)}
+        resource = {
+            attr: self.metadata[name]
+            for name, attr in ev.METADATA_ATTRIBUTES.items()
+            if self.metadata.get(name)
+        }
         self._telemetry = configure_telemetry(
-            options.template.env, options.environ, resource_attributes=resource, session_id=self.metadata["AGENT_SLUG"]
+            options.template.env,
+            options.environ,
+            resource_attributes=resource,
+            session_id=self.metadata["AGENT_SLUG"],
         )
         self.engine = HookEngine(
             options.template,
@@ -145,9 +163,7 @@ class Supervisor:
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
-            self._record("error", {"ERROR_MESSAGE": f"supervisor failure: {exc}", "ERROR_TYPE": type(exc).__name__})
-            self._set_phase("error")
-            code = EXIT_SUPERVISOR_FAILURE
+            code = self._fail(f"supervisor failure: {exc}", type(exc).__name__)
         finally:
             self._close()
         return code
@@ -155,26 +171,24 @@ class Supervisor:
     def _lifecycle(self) -> int:
         options = self.options
         self._set_phase("provisioning")
-        self._server = EventServer(self._deliver).start()
+        self._server = EventServer(self._deliver, owner=_socket_owner(options.user)).start()
         self._legacy("pre-start")
         result = self._record("pre-start")
-        if self._stop_requested:
-            # SIGTERM during pre-start: never start the child.
-            self._set_phase("stopping")
-            self._record("pre-stop", deadline=self._grace_deadline())
-            return self._finish(exit_code=128 + signal.SIGTERM, error=None)
+        if self._stop_signal is not None:
+            # Stopped during pre-start: what pre-start set up is undone, the agent never starts.
+            self._begin_stop(f"signal {signal.Signals(self._stop_signal).name}")
+            return self._finish(exit_code=128 + self._stop_signal, error=None)
         if not result.ok:
             return self._fail_transition("pre-start", result)
         self._set_phase("starting")
         try:
             self._child = self._spawn(options.command)
-        except OSError as exc:
-            message = f"could not start {options.command[0]!r}: {exc.strerror or exc}"
+        except (OSError, LookupError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            message = f"could not start {options.command[0]!r}: {reason}"
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
-            self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": type(exc).__name__})
-            self._set_phase("error")
-            self._record("session-end", {"EXIT_CODE": str(EXIT_SUPERVISOR_FAILURE)})
-            return EXIT_SUPERVISOR_FAILURE
+            return self._fail(message, type(exc).__name__)
+        self._child_started = time.monotonic()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
         self._set_phase("running")
         self._legacy("post-start")
@@ -187,7 +201,9 @@ class Supervisor:
 
     def _main_loop(self) -> int:
         duration_deadline = (
-            self._started + self.limits.max_duration if self.limits.max_duration is not None else None
+            self._child_started + self.limits.max_duration
+            if self.limits.max_duration is not None
+            else None
         )
         stop_deadline: float | None = None
         while True:
@@ -198,6 +214,8 @@ class Supervisor:
                 kind, value = self._inbox.get(timeout=timeout)
             except queue.Empty:
                 kind, value = "tick", None
+            if kind == "message":
+                self._message_slots.release()
             if kind == "exit":
                 return self._finish(exit_code=value, error=self._crash_message(value))
             if kind == "signal":
@@ -214,7 +232,7 @@ class Supervisor:
                 and self._stop_requested is None
                 and time.monotonic() >= duration_deadline
             ):
-                self._limit_exceeded("max_duration", int(time.monotonic() - self._started))
+                self._limit_exceeded("max_duration", int(time.monotonic() - self._child_started))
             if self._limit_hit is not None and self._stop_requested is None:
                 stop_deadline = self._begin_stop("limits exceeded")
             if stop_deadline is not None and time.monotonic() >= stop_deadline:
@@ -238,7 +256,9 @@ class Supervisor:
 
     def _stop_child(self, deadline: float) -> None:
         self._forward(signal.SIGTERM)
-        while self._child is not None and self._child.poll() is None and time.monotonic() < deadline:
+        while (
+            self._child is not None and self._child.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         self._kill_child()
 
@@ -265,15 +285,16 @@ class Supervisor:
 
     def _finish(self, exit_code: int, error: str | None) -> int:
         if error:
-            self._record("error", {"ERROR_MESSAGE": error, "ERROR_TYPE": "AgentCrash", "EXIT_CODE": str(exit_code)})
             self._set_phase("error")
+            self._record(
+                "error",
+                {"ERROR_MESSAGE": error, "ERROR_TYPE": "AgentCrash", "EXIT_CODE": str(exit_code)},
+            )
         elif self.phase != "error":
             if self.phase != "stopping":
                 self._set_phase("stopping")
             self._set_phase("stopped")
-        self._legacy("session-end")
-        self._record("session-end", {"EXIT_CODE": str(exit_code)})
-        self._journal_call("close_session", self.session.session_id if self.session else "", exit_code)
+        self._end_session(exit_code)
         if self._limit_hit is not None:
             return EXIT_LIMITS
         return exit_code
@@ -283,17 +304,31 @@ class Supervisor:
         name = failed.hook.name if failed else "?"
         message = f"hook {name!r} failed at {event} with on_error: fail: {failed.message if failed else ''}"
         print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
-        self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": failed.error_type if failed else "HookFailed"})
-        self._set_phase("error")
-        self._legacy("session-end")
-        self._record("session-end", {"EXIT_CODE": str(EXIT_SUPERVISOR_FAILURE)})
-        self._journal_call("close_session", self.session.session_id if self.session else "", EXIT_SUPERVISOR_FAILURE)
+        return self._fail(message, (failed.error_type if failed else None) or "HookFailed")
+
+    def _fail(self, message: str, error_type: str) -> int:
+        """The supervisor's own failure: phase error, `error`, then session-end; exit 1."""
+        if self._child is not None and self._child.poll() is None:
+            self._stop_child(self._grace_deadline())  # an agent is never left unsupervised
+        if self.phase != "error":
+            self._set_phase("error")
+            self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": error_type})
+        if not self._ended:
+            self._end_session(EXIT_SUPERVISOR_FAILURE)
         return EXIT_SUPERVISOR_FAILURE
+
+    def _end_session(self, exit_code: int) -> None:
+        self._ended = True
+        self._legacy("session-end")
+        self._record("session-end", {"EXIT_CODE": str(exit_code)})
+        self._journal_call(
+            "close_session", self.session.session_id if self.session else "", exit_code
+        )
 
     def _crash_message(self, exit_code: int) -> str | None:
         """An agent killed by a signal nobody asked for has crashed."""
-        if self._stop_requested is None and exit_code >= 128:
-            signum = exit_code - 128
+        if self._stop_requested is None and self._child_signal is not None:
+            signum = self._child_signal
             try:
                 name = signal.Signals(signum).name
             except ValueError:
@@ -327,6 +362,7 @@ class Supervisor:
             self._record("phase-change", {"PREVIOUS_PHASE": previous})
 
     def _deliver(self, message: dict[str, Any]) -> None:
+        self._message_slots.acquire()  # signals and exits bypass the bound: never blocked
         self._inbox.put(("message", message))
 
     def _handle_message(self, message: dict[str, Any]) -> None:
@@ -334,7 +370,9 @@ class Supervisor:
 
         kind = message.get("kind")
         if kind == "status":
-            derived = self._tracker.signal(str(message.get("status", "")), str(message.get("message") or ""))
+            derived = self._tracker.signal(
+                str(message.get("status", "")), str(message.get("message") or "")
+            )
         elif kind == "event":
             try:
                 normalized = NormalizedEvent.from_wire(message)
@@ -393,12 +431,17 @@ class Supervisor:
         if self.session is None:
             return None
         carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(self.session.span))
+        TraceContextTextMapPropagator().inject(
+            carrier, context=trace.set_span_in_context(self.session.span)
+        )
         return carrier.get("traceparent")
 
     def _wait_child(self) -> None:
         assert self._child is not None
         code = self._child.wait()
+        if code < 0:
+            self._child_signal = -code
+        # A shell's convention: 128 + N for a process that died of signal N.
         self._inbox.put(("exit", code if code >= 0 else 128 - code))
 
     def _legacy(self, event: str, deadline: float | None = None) -> None:
@@ -410,8 +453,12 @@ class Supervisor:
             return previous
 
         def on_signal(signum: int, frame: Any) -> None:
-            if self._stop_requested is None and self.phase in ("created", "provisioning"):
-                self._stop_requested = f"signal {signal.Signals(signum).name}"
+            if (
+                signum != signal.SIGHUP
+                and self._stop_signal is None
+                and self.phase in ("created", "provisioning")
+            ):
+                self._stop_signal = signum  # read once pre-start is over
             self._inbox.put(("signal", signum))
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -426,7 +473,7 @@ class Supervisor:
             "session_id": self.session.session_id,
             "agent_id": self.metadata["AGENT_ID"],
             "agent_name": self.metadata["AGENT_NAME"],
-            "template_files": list(self.options.template.files),
+            "template_files": [os.path.abspath(f) for f in self.options.template.files],
             "pid": os.getpid(),
         }
 
@@ -440,29 +487,30 @@ class Supervisor:
             return None
 
     def _recover_earlier_runs(self) -> None:
-        """The seed's orphan reaper: an earlier run of this agent that reached post-start and
-        never session-end was killed; fire its pre-stop and session-end hooks now, marked as
-        recovered, so that no registration is left behind."""
-        from ..engine.model import SessionInfo
+        """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
+        assert self.engine is not None
+        engine = self.engine
+        deadline = time.monotonic() + self.options.grace_period
+        recover_orphaned_sessions(
+            self._journal,
+            self.metadata["AGENT_ID"],
+            self.metadata,
+            lambda event, info: engine.fire(event, info, deadline=deadline),
+        )
 
-        for row in self._journal_call("unfinished_sessions", self.metadata["AGENT_ID"]) or []:
-            log.warning("recovering session %s of an earlier run that was killed", row.session_id)
-            assert self.engine is not None
-            info = SessionInfo(session_id=row.session_id, metadata={**self.metadata, "SESSION_ID": row.session_id})
-            for event in ("pre-stop", "session-end"):
-                from ..engine.model import LifecycleEvent
 
-                self.engine.fire(
-                    LifecycleEvent(
-                        name=event,
-                        fields={"PHASE": "stopping", "RECOVERED": "true"},
-                        timestamp=time.time(),
-                        recovered=True,
-                    ),
-                    info,
-                    deadline=time.monotonic() + self.options.grace_period,
-                )
-            self._journal_call("mark_recovered", row.session_id)
+def _socket_owner(user: str | None) -> tuple[int, int] | None:
+    """The uid and gid that must own the event socket so that the agent, run as `user`, can
+    reach it; None when the agent runs as this process's user."""
+    if not user or os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None  # the spawn reports the unknown user
+    return entry.pw_uid, entry.pw_gid
 
 
 def _slug(name: str) -> str:

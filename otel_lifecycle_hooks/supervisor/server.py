@@ -14,32 +14,45 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 SOCKET_ENV = "OTEL_LIFECYCLE_HOOKS_SOCKET"
 MAX_MESSAGE = 8 * 1024 * 1024
-# A client that connects and sends nothing is dropped after this long.
-CLIENT_TIMEOUT = 5.0
+# A client that connects and sends nothing is dropped after this long (clients are served one
+# at a time, so this bounds how long one stalled client holds up the others).
+CLIENT_TIMEOUT = 2.0
 
 
 class EventServer:
-    """Accepts connections on a thread and hands each decoded message to `deliver`."""
+    """Accepts connections on a thread and hands each decoded message to `deliver`, in the
+    order the connections were accepted."""
 
-    def __init__(self, deliver: Callable[[dict[str, Any]], None], directory: str | None = None) -> None:
+    def __init__(
+        self,
+        deliver: Callable[[dict[str, Any]], None],
+        directory: str | None = None,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
+        """`owner`: (uid, gid) to hand the socket and its directory to, when the agent runs
+        as another user than the supervisor (root)."""
         self._deliver = deliver
         self._dir = Path(tempfile.mkdtemp(prefix="olh-", dir=directory))
         os.chmod(self._dir, 0o700)
         self.path = str(self._dir / "events.sock")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(self.path)
+        if owner is not None:
+            os.chown(self._dir, *owner)
+            os.chown(self.path, *owner)
         self._sock.listen(64)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name="event-socket", daemon=True)
 
-    def start(self) -> "EventServer":
+    def start(self) -> EventServer:
         self._thread.start()
         return self
 
@@ -49,7 +62,9 @@ class EventServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            # One at a time, so that events reach the session in the order they were sent
+            # (clients write a few lines and close; a stalled one is dropped after a timeout).
+            self._serve(conn)
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(CLIENT_TIMEOUT)
@@ -67,7 +82,7 @@ class EventServer:
                         self._decode(line)
                 if buffer.strip() and len(buffer) <= MAX_MESSAGE:
                     self._decode(bytes(buffer))
-        except (OSError, socket.timeout):
+        except (TimeoutError, OSError):
             log.debug("event socket client failed", exc_info=True)
 
     def _decode(self, line: bytes) -> None:

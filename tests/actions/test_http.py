@@ -37,7 +37,12 @@ def post(url: str, body: bytes = b'{"event":"post-start"}') -> RenderedRequest:
 def test_a_2xx_is_ok_and_keeps_a_json_body(client: httpx.Client, target_server: TargetServer):
     target_server.on("/register", Reply.json(201, '{"id": "a-1"}'))
 
-    result = send(client, post(target_server.url("/register")), 5.0, extra_headers={"X-Extra": "1"})
+    result = send(
+        client,
+        post(target_server.url("/register")),
+        5.0,
+        extra_headers={"X-Extra": "1", "content-type": "application/vnd.hub+json"},
+    )
 
     assert result.kind == "ok"
     assert result.status_code == 201
@@ -47,6 +52,9 @@ def test_a_2xx_is_ok_and_keeps_a_json_body(client: httpx.Client, target_server: 
     assert request.method == "POST"
     assert request.body == b'{"event":"post-start"}'
     assert request.headers["x-extra"] == "1"
+    content_types = [v for k, v in request.header_list if k.lower() == "content-type"]
+    assert content_types == ["application/vnd.hub+json"]  # replaced, not doubled
+    assert request.headers["user-agent"].startswith("otel-lifecycle-hooks/")
 
 
 def test_a_binary_body_is_not_kept(client: httpx.Client, target_server: TargetServer):

@@ -221,7 +221,7 @@ def test_the_environment_is_the_base_overlaid_with_the_command_env():
 
 
 def test_a_value_with_spaces_quotes_and_shell_syntax_stays_one_argv_element():
-    tricky = "a b \"c\" 'd' $(touch /tmp/x) ; rm -rf / `id`"
+    tricky = "a b \"c\" 'd' $(touch pwned) ; rm -rf ~ `id`"
 
     outcome = run_script(python("import sys, json; print(json.dumps(sys.argv[1:]))", tricky), 10.0)
 

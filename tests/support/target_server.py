@@ -17,6 +17,7 @@ import datetime
 import socket
 import ssl
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 Behaviour = Literal["respond", "hang", "reset", "close_mid_body", "drip", "drip_all", "huge"]
 
@@ -92,9 +93,19 @@ class Reply:
 class RecordedRequest:
     method: str
     path: str  # with the query string
-    headers: Mapping[str, str]  # names lower-cased
+    headers: Mapping[str, str]  # names lower-cased; the last of repeated names
     body: bytes
     received_at: float  # time.monotonic()
+    header_list: tuple[tuple[str, str], ...] = ()  # as sent, repeats included
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True  # a hanging handler never holds up shutdown
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that hang up, reset or refuse our certificate are what tests provoke.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class TargetServer:
@@ -106,8 +117,7 @@ class TargetServer:
         self._always: dict[str, Reply] = {}
         self._lock = threading.Condition()
         self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), _handler_class(self))
         self.scheme = "http"
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -192,6 +202,7 @@ def _handler_class(server: TargetServer) -> type[BaseHTTPRequestHandler]:
                 headers={name.lower(): value for name, value in self.headers.items()},
                 body=body,
                 received_at=time.monotonic(),
+                header_list=tuple(self.headers.items()),
             )
             reply = server._record(recorded)
             if reply.delay and server._stopping.wait(reply.delay):

@@ -11,11 +11,15 @@ import importlib
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
 
 from ..normalized import NormalizedEvent
+
+# `typing`, `dataclasses` and `pathlib` cost milliseconds to import, paid on every harness
+# event: the hook path loads none of them (pathlib only when a dialect file is looked up).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, Protocol
 
 DIALECTS_ENV = "OTEL_LIFECYCLE_HOOKS_DIALECTS"
 
@@ -34,36 +38,45 @@ _GEMINI_ONLY = frozenset(
     | {"BeforeToolSelection", "PreCompress"}
 )
 
-Translate = Callable[[dict[str, Any], list[str]], list[NormalizedEvent]]
 
 
 class UnknownDialectError(LookupError):
     """No built-in dialect and no dialect file has this name."""
 
 
-class Dialect(Protocol):
-    """What the `hook` command needs of a dialect."""
+if TYPE_CHECKING:
+    Translate = Callable[[dict[str, Any], list[str]], list[NormalizedEvent]]
 
-    @property
-    def name(self) -> str:
-        """The dialect's name, as `--dialect` takes it."""
-        ...
+    class Dialect(Protocol):
+        """What the `hook` command needs of a dialect (for type checkers only)."""
 
-    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
-        """Raw payload (and any extra argv) -> normalized events, usually one."""
-        ...
+        @property
+        def name(self) -> str:
+            """The dialect's name, as `--dialect` takes it."""
+            ...
 
-    def response(self, payload: Mapping[str, Any]) -> str | None:
-        """Text to print on stdout for the harness, or None for nothing."""
-        ...
+        def translate(
+            self, payload: dict[str, Any], argv_extra: list[str]
+        ) -> list[NormalizedEvent]:
+            """Raw payload (and any extra argv) -> normalized events, usually one."""
+            ...
+
+        def response(self, payload: Mapping[str, Any]) -> str | None:
+            """Text to print on stdout for the harness, or None for nothing."""
+            ...
 
 
-@dataclass(frozen=True)
 class BuiltinDialect:
     """A dialect written in Python: a name and a translate function."""
 
-    name: str
-    translate_fn: Translate
+    __slots__ = ("name", "translate_fn")
+
+    def __init__(self, name: str, translate_fn: Translate) -> None:
+        self.name = name
+        self.translate_fn = translate_fn
+
+    def __repr__(self) -> str:
+        return f"BuiltinDialect(name={self.name!r})"
 
     def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
         return self.translate_fn(payload, argv_extra)
@@ -92,6 +105,8 @@ def get_dialect(name: str, environ: Mapping[str, str] | None = None) -> Dialect:
 
 def find_dialect_file(name: str, environ: Mapping[str, str]) -> Path | None:
     """`<name>.yaml` from $OTEL_LIFECYCLE_HOOKS_DIALECTS, then the shipped ones; else None."""
+    from pathlib import Path
+
     if not _SAFE_NAME.match(name):
         return None  # never let a name walk out of the directories
     directories = [Path(d) for d in environ.get(DIALECTS_ENV, "").split(os.pathsep) if d]
@@ -104,6 +119,8 @@ def find_dialect_file(name: str, environ: Mapping[str, str]) -> Path | None:
 
 def shipped_dialect_names() -> list[str]:
     """Names of the data-driven dialects that ship with the package."""
+    from pathlib import Path
+
     return sorted(p.stem for p in Path(__file__).parent.glob("*.yaml"))
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from ..normalized import NormalizedEvent
+
+# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Claude Code tools that stop and wait for the user; the activity tracker reads TOOL_NAME.
 WAITING_TOOLS = frozenset({"AskUserQuestion", "ExitPlanMode"})

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from ..normalized import (
     ASSISTANT_TEXT,
@@ -28,6 +27,11 @@ from ..normalized import (
     NormalizedEvent,
 )
 from ._common import as_text, event, text
+
+# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "claude"
 

@@ -11,12 +11,16 @@ as Scion maps it. Already-normalized names (`tool-start`, ...) in `type` or `eve
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ...events import RUNTIME_EVENTS
 from ..normalized import ASSISTANT_TEXT, MESSAGE, TOOL_NAME, NormalizedEvent
 from ._common import event, text
 from .claude import translate_hook_payload
+
+# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "codex"
 

@@ -15,7 +15,6 @@ opencode runs plugins in-process, so a small plugin forwards what it sees as JSO
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ..normalized import (
     ERROR_MESSAGE,
@@ -27,6 +26,11 @@ from ..normalized import (
     NormalizedEvent,
 )
 from ._common import as_text, event, nested, text
+
+# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "opencode"
 

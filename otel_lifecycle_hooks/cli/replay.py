@@ -1,0 +1,110 @@
+"""`replay [ID...] [--all-failed] [--since DURATION] [--journal PATH] [--template T]...
+[--dry-run] [--json]`: re-send failed deliveries from the journal.
+
+Each failed or timed-out http/webhook delivery is sent again, once, with the same idempotency
+key (`X-Scion-Hook-ID`, and `webhook-id` when signed); the outcome is recorded as a new journal
+row whose REPLAY_OF (`history`) names the original. Secrets are not journaled: credentials
+and redacted values are resolved again from the hook's template (the one the session ran
+with, or --template) and the current environment. Scripts are not replayed.
+
+Exit 0 when every replay was delivered (or there was nothing to replay), 1 when one failed or
+was refused, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from .history import add_journal_option, journal_path
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the `replay` command."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="re-send failed deliveries from the journal, with their idempotency keys",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "ids", nargs="*", type=int, metavar="ID", help="journal ids (see `history --failed`)"
+    )
+    parser.add_argument(
+        "--all-failed", action="store_true", help="every failed delivery not yet replayed"
+    )
+    parser.add_argument(
+        "--since", metavar="DURATION", help="only executions started within DURATION (e.g. 1h, 30m)"
+    )
+    parser.add_argument(
+        "--template", "-t", action="append", default=[], metavar="FILE",
+        help="template files to read the hooks from (parent first), instead of the session's",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show what would be sent; send nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="print the outcomes as a JSON array")
+    add_journal_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay the chosen rows and print each outcome."""
+    from ..engine.replay import Replayer
+    from ..journal import Journal
+    from ..spec.durations import DurationError, parse_duration
+
+    if not args.ids and not args.all_failed:
+        print(
+            "otel-lifecycle-hooks replay: name execution IDs or pass --all-failed", file=sys.stderr
+        )
+        return 2
+    since = None
+    if args.since:
+        try:
+            since = time.time() - parse_duration(args.since)
+        except DurationError as exc:
+            print(f"otel-lifecycle-hooks replay: --since: {exc}", file=sys.stderr)
+            return 2
+    path = journal_path(args)
+    if not path.is_file():
+        print(f"otel-lifecycle-hooks replay: there is no journal at {path}", file=sys.stderr)
+        return 1
+    journal = Journal(path)
+    replayer = Replayer(journal, templates=list(args.template), environ=dict(os.environ))
+    try:
+        outcomes = [
+            replayer.replay(row, dry_run=args.dry_run)
+            for row in replayer.select(args.ids, args.all_failed, since)
+        ]
+        if not journal.healthy:
+            print(
+                f"otel-lifecycle-hooks replay: the journal {path} cannot be used", file=sys.stderr
+            )
+            return 1
+    finally:
+        replayer.close()
+        journal.close()
+    if args.json:
+        print(json.dumps([outcome.as_dict() for outcome in outcomes], indent=2))
+    elif not outcomes:
+        print("nothing to replay")
+    for outcome in outcomes if not args.json else ():
+        print(_line(outcome))
+        if outcome.outcome == "dry-run" and outcome.request is not None:
+            print("  " + json.dumps(outcome.request))
+    done = ("success", "dry-run")
+    return 0 if all(outcome.outcome in done for outcome in outcomes) else 1
+
+
+def _line(outcome: Any) -> str:
+    target = f"#{outcome.source_id} {outcome.hook}/{outcome.event}"
+    result = outcome.outcome
+    if outcome.status_code is not None:
+        result += f" (http {outcome.status_code})"
+    recorded = f" -> #{outcome.new_id}" if outcome.new_id is not None else ""
+    detail = f": {outcome.message}" if outcome.message else ""
+    return f"{target}: {result}{recorded}{detail}"

@@ -1,0 +1,510 @@
+"""Re-sending failed deliveries from the journal (`otel-lifecycle-hooks replay`).
+
+A failed or timed-out HTTP/webhook execution stays in the journal with its rendered request,
+redacted. A replay sends that request again, once, with the SAME idempotency key
+(`X-Scion-Hook-ID`, and the Standard Webhooks `webhook-id` derived from it), so a receiver
+that saw the first delivery can tell it is the same one, and records the outcome as a new
+journal row whose `replayed_from` names the row it re-sent.
+
+Secrets were never journaled, so they are resolved again at send time from the hook's
+definition in its template (the session's `template_files`, or `--template`) and the current
+environment:
+
+- auth headers (`bearer-token`, `api-key-header`, `gcp-*`) and webhook signatures come from
+  `auth.Credentials`, as for a live attempt;
+- a url, header or body that the journal holds as `[REDACTED]` is rendered again from the
+  template; the result, redacted, must equal what the journal holds, so a replay never sends
+  anything but the original request with its secrets filled in (a template or event value
+  that changed since makes the replay refuse, naming the part).
+
+Without the template a replay cannot know which credentials the request needs: it is refused
+with a message saying so, and nothing is sent. Scripts are not replayed: the event they read
+on stdin is not journaled, and running a command with a made-up event could do harm.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..journal import ExecutionRow, Journal
+from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor
+from ..render import (
+    HOOK_ID_HEADER,
+    RenderedRequest,
+    RenderError,
+    render_body,
+    render_headers,
+    render_url,
+)
+from ..spec.model import HookSpec, Template
+from ..variables import Variables, secret_names_for
+
+log = logging.getLogger("otel_lifecycle_hooks.replay")
+
+# Bound on one replay attempt when the hook's own timeout is unknown (no template).
+DEFAULT_REPLAY_TIMEOUT = 10.0
+
+
+class ReplayRefused(Exception):
+    """Nothing was sent: the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What replaying one journal row did. `outcome` is success, failed, timeout, refused
+    (nothing sent) or dry-run (nothing sent, `request` shows what would be)."""
+
+    source_id: int
+    hook: str
+    event: str
+    idempotency_key: str
+    outcome: str
+    status_code: int | None = None
+    error_type: str | None = None
+    message: str = ""
+    new_id: int | None = None  # the journal row recording this replay
+    request: Mapping[str, Any] | None = None  # redacted
+
+    @property
+    def delivered(self) -> bool:
+        return self.outcome == "success"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "replayed_from": self.source_id,
+            "hook": self.hook,
+            "event": self.event,
+            "idempotency_key": self.idempotency_key,
+            "outcome": self.outcome,
+            "status_code": self.status_code,
+            "error_type": self.error_type,
+            "message": self.message,
+            "id": self.new_id,
+            "request": dict(self.request) if self.request is not None else None,
+        }
+
+
+@dataclass
+class _Prepared:
+    request: RenderedRequest
+    extra_headers: dict[str, str]
+    timeout: float
+    redactor: Redactor
+
+
+@dataclass
+class Replayer:
+    """Replays journal rows. `templates`: files that override the sessions' own
+    (`--template`); `environ`: where secrets are read now; `http_client` / `credentials`
+    default to the ones live hooks use."""
+
+    journal: Journal
+    templates: Sequence[str] = ()
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    http_client: Any = None
+    credentials: Any = None
+    wall_clock: Callable[[], float] = time.time
+    _loaded: dict[tuple[str, ...], Template | str] = field(default_factory=dict)
+    _owned: list[Any] = field(default_factory=list)
+
+    # -- what to replay --
+
+    def select(
+        self, ids: Sequence[int] = (), all_failed: bool = False, since: float | None = None
+    ) -> list[ExecutionRow | int]:
+        """The rows to replay, oldest first: the given ids (an id not in the journal stays an
+        int, reported as refused), or every failed original delivery not yet delivered by an
+        earlier replay."""
+        chosen: list[ExecutionRow | int] = []
+        for execution_id in ids:
+            row = self.journal.get(execution_id)
+            chosen.append(row if row is not None else execution_id)
+        if all_failed:
+            delivered = self.journal.delivered_by_replay()
+            given = {row.id for row in chosen if isinstance(row, ExecutionRow)}
+            for row in self.journal.failed(since):
+                if row.replayed_from is None and row.id not in delivered and row.id not in given:
+                    chosen.append(row)
+        if since is not None:
+            chosen = [r for r in chosen if not isinstance(r, ExecutionRow) or r.started_at >= since]
+        return chosen
+
+    # -- replaying --
+
+    def replay(self, row: ExecutionRow | int, *, dry_run: bool = False) -> ReplayOutcome:
+        """Re-send one row's request (or show it, with `dry_run`); never raises."""
+        if not isinstance(row, ExecutionRow):
+            return ReplayOutcome(
+                row, "?", "?", "", "refused", message=f"no execution {row} in the journal"
+            )
+        key = row.idempotency_key or ""
+        try:
+            self._check_replayable(row)
+            prepared = self._prepare(row, self._hook_for(row))
+        except ReplayRefused as refusal:
+            return self._outcome(row, "refused", message=str(refusal))
+        shown = _shown_request(prepared, key)
+        if dry_run:
+            return self._outcome(row, "dry-run", request=shown)
+        from ..actions.http import send
+        from ..engine.policies import outcome_of
+
+        started_wall = self.wall_clock()
+        result = send(
+            self._client(), prepared.request, prepared.timeout, extra_headers=prepared.extra_headers
+        )
+        outcome = outcome_of(result)
+        message = prepared.redactor.redact_text(result.message)
+        new_id = self.journal.record_execution(
+            ExecutionRow(
+                hook=row.hook,
+                event=row.event,
+                outcome=outcome,
+                started_at=started_wall,
+                attempts=1,
+                duration_ms=result.duration * 1000.0,
+                session_id=row.session_id,
+                agent_id=row.agent_id,
+                http_status=result.status_code,
+                error_type=result.error_type,
+                message=message,
+                idempotency_key=row.idempotency_key,
+                request=row.request,
+                replayed_from=row.id,
+            )
+        )
+        log.info("replayed execution %s (%s/%s): %s", row.id, row.hook, row.event, outcome)
+        return self._outcome(
+            row, outcome, status_code=result.status_code, error_type=result.error_type,
+            message=message, new_id=new_id, request=shown,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Release the HTTP client and credentials this replayer built."""
+        for owned in self._owned:
+            owned.close()
+        self._owned.clear()
+
+    # -- the steps --
+
+    def _check_replayable(self, row: ExecutionRow) -> None:
+        if row.outcome not in ("failed", "timeout"):
+            raise ReplayRefused(
+                f"execution {row.id} ended {row.outcome}; only failed or timed-out deliveries are replayed"
+            )
+        if row.id in self.journal.delivered_by_replay():
+            raise ReplayRefused(f"execution {row.id} was already delivered by an earlier replay")
+        request = row.request or {}
+        if "argv" in request:
+            raise ReplayRefused(
+                f"hook {row.hook!r} is a script: scripts are not replayed, as the event they read on "
+                "stdin is not journaled; fire the event again with `otel-lifecycle-hooks test --execute`"
+            )
+        if "method" not in request or "url" not in request:
+            raise ReplayRefused(f"execution {row.id} has no journaled HTTP request to re-send")
+        if not row.idempotency_key:
+            raise ReplayRefused(
+                f"execution {row.id} has no idempotency key; a replay could not be told from a new delivery"
+            )
+
+    def _hook_for(self, row: ExecutionRow) -> tuple[HookSpec, Template] | None:
+        """The hook's current definition and its template, or None when none can be loaded."""
+        paths = tuple(self.templates)
+        if not paths:
+            session = self.journal.session(row.session_id) if row.session_id else None
+            paths = session.template_files if session is not None else ()
+        if not paths:
+            return None
+        template = self._template(paths)
+        if isinstance(template, str):
+            log.warning("replay: %s", template)
+            return None
+        hook = next((hook for hook in template.hooks if hook.name == row.hook), None)
+        return (hook, template) if hook is not None else None
+
+    def _template(self, paths: tuple[str, ...]) -> Template | str:
+        if paths not in self._loaded:
+            from ..spec.loader import load_templates
+            from ..spec.validate import TemplateError
+
+            try:
+                self._loaded[paths] = load_templates([Path(p) for p in paths])
+            except (TemplateError, OSError) as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self._loaded[paths] = f"template {', '.join(paths)} does not load: {first}"
+        return self._loaded[paths]
+
+    def _prepare(self, row: ExecutionRow, found: tuple[HookSpec, Template] | None) -> _Prepared:
+        stored = dict(row.request or {})
+        if found is None:
+            return self._prepare_without_template(row, stored)
+        hook, template = found
+        if not hook.action.is_http:
+            raise ReplayRefused(
+                f"hook {row.hook!r} is now a {hook.action.type} action; only http and webhook deliveries are replayed"
+            )
+        metadata = self._session_metadata(row)
+
+        def variables() -> Variables:
+            return _replay_variables(row, hook, template, metadata, self.environ)
+
+        request = _restore_secrets(stored, hook, variables)
+        extra = {HOOK_ID_HEADER: row.idempotency_key or ""}
+        extra.update(self._auth_headers(hook, request, template, row.idempotency_key or ""))
+        secrets = variables().secret_values() | set(self._credentials().secret_values())
+        return _Prepared(request, extra, hook.timeout, Redactor(secrets))
+
+    def _prepare_without_template(self, row: ExecutionRow, stored: dict[str, Any]) -> _Prepared:
+        needs_secret = (
+            _holds_redacted(stored)
+            or stored.get("auth", None) not in (None, "none")
+            or stored.get("signed")
+        )
+        if needs_secret or "auth" not in stored:
+            what = "needs credentials" if needs_secret else "may need credentials"
+            raise ReplayRefused(
+                f"hook {row.hook!r}: its template was not found (the session names none that loads), and "
+                f"its request {what} that are re-read from the template at send time; pass --template "
+                "FILE. Nothing was sent."
+            )
+        request = RenderedRequest(
+            method=str(stored["method"]),
+            url=str(stored["url"]),
+            headers=dict(stored.get("headers") or {}),
+            body=stored["body"].encode("utf-8") if stored.get("body") is not None else None,
+        )
+        return _Prepared(
+            request, {HOOK_ID_HEADER: row.idempotency_key or ""}, DEFAULT_REPLAY_TIMEOUT, Redactor()
+        )
+
+    def _session_metadata(self, row: ExecutionRow) -> dict[str, str]:
+        session = self.journal.session(row.session_id) if row.session_id else None
+        metadata = {"AGENT_ID": row.agent_id, "SESSION_ID": row.session_id}
+        if session is not None and session.agent_name:
+            metadata["AGENT_NAME"] = session.agent_name
+        return {k: v for k, v in metadata.items() if v}
+
+    def _auth_headers(
+        self, hook: HookSpec, request: RenderedRequest, template: Template, key: str
+    ) -> dict[str, str]:
+        from ..auth import AuthError, check_transport
+
+        environ = {**template.env, **self.environ}
+        action = hook.action
+        headers: dict[str, str] = {}
+        try:
+            has_written = "authorization" in {name.lower() for name in request.headers}
+            check_transport(request.url, action.auth, has_credentials=has_written)
+            if action.type == "http":
+                headers.update(self._credentials().headers_for(action.auth, request.url, environ))
+            if action.signing_secret_env:
+                headers.update(
+                    self._credentials().signing_headers(
+                        action, key, request.body or b"", environ, timestamp=int(self.wall_clock())
+                    )
+                )
+        except AuthError as exc:
+            raise ReplayRefused(f"hook {hook.name!r}: {exc}. Nothing was sent.") from None
+        return headers
+
+    def _client(self) -> Any:
+        if self.http_client is None:
+            from ..actions.http import make_client
+
+            self.http_client = make_client()
+            self._owned.append(self.http_client)
+        return self.http_client
+
+    def _credentials(self) -> Any:
+        if self.credentials is None:
+            from ..auth import Credentials
+
+            self.credentials = Credentials()
+            self._owned.append(self.credentials)
+        return self.credentials
+
+    def _outcome(self, row: ExecutionRow, outcome: str, **details: Any) -> ReplayOutcome:
+        return ReplayOutcome(
+            source_id=row.id or 0, hook=row.hook, event=row.event,
+            idempotency_key=row.idempotency_key or "", outcome=outcome, **details,
+        )  # fmt: skip
+
+
+# -- pure helpers ---------------------------------------------------------------------------
+
+
+def _replay_variables(
+    row: ExecutionRow,
+    hook: HookSpec,
+    template: Template,
+    metadata: Mapping[str, str],
+    environ: Mapping[str, str],
+) -> Variables:
+    """What a replay knows of the original event: its name and timestamp (from the
+    idempotency key), the agent and session ids; the rest of the event is not journaled."""
+    event = {"EVENT": row.event}
+    prefix = f"{row.agent_id}:{row.hook}:{row.event}:"
+    if row.idempotency_key and row.idempotency_key.startswith(prefix):
+        event["TIMESTAMP"] = row.idempotency_key[len(prefix) :]
+    return Variables(
+        event=event,
+        metadata={**template.metadata, **metadata, "HOOK_NAME": hook.name},
+        template_env=template.env,
+        environ=environ,
+        secret_names=secret_names_for(template),
+    )
+
+
+def _restore_secrets(
+    stored: Mapping[str, Any], hook: HookSpec, variables: Callable[[], Variables]
+) -> RenderedRequest:
+    """The journaled request, with every `[REDACTED]` filled in again from the template;
+    raises `ReplayRefused` when a part cannot be rebuilt exactly."""
+    headers = {str(k): str(v) for k, v in (stored.get("headers") or {}).items()}
+    url = str(stored["url"])
+    body_text = stored.get("body")
+    action = hook.action
+    if REDACTED in url:
+        url = _rebuild(
+            "url", url, lambda v: render_url(action.url or "", v), variables, hook, is_url=True
+        )
+    for name, value in list(headers.items()):
+        if REDACTED in value:
+            template = next(
+                (t for k, t in action.headers.items() if k.lower() == name.lower()), None
+            )
+            if template is None:
+                raise ReplayRefused(
+                    f"hook {hook.name!r}: header {name} is no longer in its template. Nothing was sent."
+                )
+            headers[name] = _rebuild(
+                f"header {name}", value, _header_renderer(name, template), variables, hook
+            )
+    if body_text is not None and REDACTED in body_text:
+        content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
+        body_text = _rebuild(
+            "body", body_text,
+            lambda v: render_body(action.body or "", v, content_type=content_type).decode("utf-8", "replace"),
+            variables, hook,
+        )  # fmt: skip
+    body = body_text.encode("utf-8") if body_text is not None else None
+    return RenderedRequest(method=str(stored["method"]), url=url, headers=headers, body=body)
+
+
+def _header_renderer(name: str, template: str) -> Callable[[Variables], str]:
+    return lambda variables: render_headers({name: template}, variables)[name]
+
+
+def _rebuild(
+    part: str,
+    stored: str,
+    render: Callable[[Variables], str],
+    variables: Callable[[], Variables],
+    hook: HookSpec,
+    *,
+    is_url: bool = False,
+) -> str:
+    """One journaled part with its secrets back in.
+
+    The part is rendered again with what is known now (the event's own values are not
+    journaled, so they render empty); each secret found in that rendering fills, in order, the
+    place its redacted form holds in the journaled text, which keeps the event's values as
+    journaled. A part redacted whole (a credential header, a secret query value) is taken from
+    the new rendering, which must then need nothing the journal lacks and redact to the
+    journaled text."""
+    local = variables()
+    try:
+        fresh = render(local)
+    except RenderError as exc:
+        raise ReplayRefused(
+            f"hook {hook.name!r}: rendering its {part} again failed: {exc}. Nothing was sent."
+        ) from None
+    redactor = Redactor(local.secret_values())
+    spliced = _splice(stored, fresh, local.secret_values(), redactor)
+    if spliced is not None:
+        return spliced
+    if local.unresolved:
+        names = ", ".join(f"${{{name}}}" for name in sorted(local.unresolved))
+        raise ReplayRefused(
+            f"hook {hook.name!r}: its journaled {part} holds redacted values, and rendering it again needs "
+            f"{names}, which the journal does not keep and the current environment does not set. Nothing was sent."
+        )
+    redacted = redactor.redact_url(fresh) if is_url else redactor.redact_text(fresh)
+    if part.startswith("header ") and redactor.is_secret_header(part.split(" ", 1)[1]):
+        redacted = REDACTED
+    if redacted != stored:
+        raise ReplayRefused(
+            f"hook {hook.name!r}: its {part} renders differently now than when it was journaled (its "
+            "template changed since), so the original request cannot be rebuilt. Nothing was sent."
+        )
+    return fresh
+
+
+def _splice(stored: str, fresh: str, secrets: set[str], redactor: Redactor) -> str | None:
+    """`stored` with each redaction marker replaced by the secret `fresh` holds at that place,
+    in order; None when they do not pair up one to one."""
+    forms = sorted(
+        {
+            form
+            for value in secrets
+            for form in _rendered_forms(value)
+            if len(form) >= MIN_SECRET_LENGTH
+        },
+        key=len,
+        reverse=True,
+    )
+    if not forms:
+        return None
+    pieces: list[str] = []
+    cursor = 0
+    for match in re.finditer("|".join(map(re.escape, forms)), fresh):
+        marker = redactor.redact_text(match.group(0))
+        at = stored.find(marker, cursor)
+        if at < 0:
+            return None
+        pieces += [stored[cursor:at], match.group(0)]
+        cursor = at + len(marker)
+    pieces.append(stored[cursor:])
+    if REDACTED in stored[cursor:] or not pieces[:-1]:
+        return None
+    return "".join(pieces)
+
+
+def _rendered_forms(value: str) -> set[str]:
+    # The shapes rendering gives a value (as `redact` knows them): as is, JSON-escaped,
+    # percent-encoded.
+    return {
+        value,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value)[1:-1],
+        quote(value, safe=""),
+        quote(value, safe="/"),
+    }
+
+
+def _holds_redacted(stored: Mapping[str, Any]) -> bool:
+    headers = stored.get("headers") or {}
+    parts = [stored.get("url") or "", stored.get("body") or "", *map(str, headers.values())]
+    return any(REDACTED in part for part in parts)
+
+
+def _shown_request(prepared: _Prepared, key: str) -> dict[str, Any]:
+    """The request as it is sent, fit to print: secrets redacted."""
+    redactor = prepared.redactor
+    headers = {**prepared.request.headers, **prepared.extra_headers}
+    body = prepared.request.body
+    return {
+        "method": prepared.request.method,
+        "url": redactor.redact_url(prepared.request.url),
+        "headers": redactor.redact_headers(headers),
+        "body": redactor.redact_text(body.decode("utf-8", "replace")) if body is not None else None,
+    }

@@ -1,0 +1,37 @@
+"""The hook systems of the other seeds, read and run by this package's engine.
+
+Each module translates one system into `HookSpec`s (or, for in-process hooks, a Python API):
+
+- `core_agent`     seed 001: the `hooks` map of core-agent's `.agents/config.json`
+- `the_loop`       seed 002: the-loop's `hooks:` list of in-process and JSON-RPC executors
+- `host_protocol`  seed 003: scripts of the host-agnostic `<script> <stage>` protocol
+- `inprocess`      seed 004: `name` + `on_event(event)` hooks registered in Python
+
+`read_foreign_hooks` is what the loader calls for a file whose hooks are written in one of
+them; reading never imports, runs or contacts anything.
+"""
+
+from __future__ import annotations
+
+from ..spec.model import HookSpec
+from ..spec.validate import Located, Problem, describe
+
+
+def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
+    """The `hooks:` key of a file with no `lifecycle_hooks:`: a mapping of event -> handlers
+    is core-agent's (seed 001); a list of named executors is the-loop's (seed 002)."""
+    if section.is_mapping:
+        from .core_agent import read_core_agent_hooks
+
+        return read_core_agent_hooks(section, file)
+    if section.is_list:
+        from .the_loop import read_the_loop_hooks
+
+        return read_the_loop_hooks(section, file)
+    if section.value is None:
+        return [], []
+    message = (
+        f"got {describe(section)}; write core-agent's map of event -> handlers, "
+        "or the-loop's list of executors"
+    )
+    return [], [Problem(section.position, None, "hooks", message)]

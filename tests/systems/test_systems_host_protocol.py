@@ -1,0 +1,208 @@
+"""Scripts of the host-agnostic protocol (seed 003) run unchanged: `<script> <stage>`, one JSON
+object on stdin, JSONL `result` / `log` lines on stdout, the exit code honoured."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_lifecycle_hooks.engine import AgentSession, HookEngine
+from otel_lifecycle_hooks.spec.loader import TemplateError, load_templates
+from otel_lifecycle_hooks.systems.host_protocol import STAGES, merge
+
+HANG_BOUND = 8.0
+
+# A hook script as a seed-003 host runs it: it reads its stage from argv and the request from
+# stdin, answers what it was asked for, and keeps a copy of its request for the test to read.
+AUDIT_SCRIPT = """\
+#!{python}
+import json, sys
+
+stage = sys.argv[1]
+request = json.load(sys.stdin)
+with open(__file__ + "." + stage + ".json", "w") as copy:
+    json.dump({{"argv": sys.argv[1:], "request": request}}, copy)
+if stage == "before_tool":
+    print(json.dumps({{"log": "auditing " + request["context"]["tool_name"]}}))
+    print(json.dumps({{"result": {first}}}))
+    print(json.dumps({{"result": {second}}}))
+sys.exit({exit_code})
+"""
+
+
+def write_script(
+    directory: Path,
+    name: str,
+    first: Any = ("a",),
+    second: Any = ("b",),
+    exit_code: int = 0,
+    body: str | None = None,
+) -> Path:
+    script = directory / "hooks" / name
+    script.parent.mkdir(exist_ok=True)
+    text = body or AUDIT_SCRIPT.format(
+        python=sys.executable,
+        first=json.dumps(first),
+        second=json.dumps(second),
+        exit_code=exit_code,
+    )
+    script.write_text(text, encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def write_template(directory: Path, scripts: list[str], timeout: str | None = None) -> Path:
+    entries = [
+        f"  - {{path: hooks/{s}, timeout: {timeout}}}" if timeout else f"  - hooks/{s}"
+        for s in scripts
+    ]
+    template = directory / "scion-agent.yaml"
+    template.write_text(
+        "harness: hrns\nhook_scripts:\n" + "\n".join(entries) + "\n", encoding="utf-8"
+    )
+    return template
+
+
+def fire(
+    template: Path, events: list[tuple[str, dict[str, str]]], hook_log: Path
+) -> tuple[list[Any], AgentSession]:
+    engine = HookEngine(load_templates([template]), journal=False, hook_log=hook_log)
+    session = AgentSession(engine, agent_name="hrns-agent", session_id="sess-7")
+    results = [session.record(event, fields) for event, fields in events]
+    session.end()
+    engine.shutdown(5)
+    return results, session
+
+
+def test_a_script_answering_with_result_and_log_runs_unchanged(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "audit.py")
+    log = tmp_path / "agent.log"
+
+    [result], session = fire(
+        write_template(tmp_path, ["audit.py"]), [("tool-start", {"TOOL_NAME": "bash"})], log
+    )
+
+    [execution] = result.executions
+    assert execution.outcome == "success", execution.message
+    copy = json.loads(Path(f"{script}.before_tool.json").read_text())
+    assert copy["argv"] == ["before_tool"]
+    request = copy["request"]
+    assert request["hook"] == "before_tool"
+    assert request["session_id"] == "sess-7"
+    assert request["host"]["stages"] == list(STAGES)
+    assert "[hook-script.audit.py log] auditing bash" in log.read_text()
+    # Two result lines of one script merge: arrays concatenate.
+    assert json.loads(session.info.captured["HOOK_RESULT_BEFORE_TOOL"]) == ["a", "b"]
+
+
+def test_results_merge_across_scripts_in_order_arrays_concatenated_scalars_joined(
+    tmp_path: Path,
+) -> None:
+    write_script(tmp_path, "one.py", first=["x"], second=["y"])
+    write_script(tmp_path, "two.py", first=["z"], second=[])
+    write_script(tmp_path, "three.py", first="first note", second="second note")
+    template = write_template(tmp_path, ["one.py", "two.py"])
+
+    _, session = fire(
+        template,
+        [("tool-start", {"TOOL_NAME": "a"}), ("tool-start", {"TOOL_NAME": "b"})],
+        tmp_path / "log",
+    )
+    # Each event starts its own merge; within one, the listed scripts' results concatenate.
+    assert json.loads(session.info.captured["HOOK_RESULT_BEFORE_TOOL"]) == ["x", "y", "z"]
+
+    _, session = fire(
+        write_template(tmp_path, ["three.py"]),
+        [("tool-start", {"TOOL_NAME": "a"})],
+        tmp_path / "log",
+    )
+    assert session.info.captured["HOOK_RESULT_BEFORE_TOOL"] == "first note\nsecond note"
+
+
+def test_the_exit_code_is_honoured_and_a_failing_script_never_stops_the_agent(
+    tmp_path: Path,
+) -> None:
+    write_script(tmp_path, "deny.py", exit_code=2)
+    after = write_script(tmp_path, "after.py")
+
+    [result], _ = fire(
+        write_template(tmp_path, ["deny.py", "after.py"]),
+        [("tool-start", {"TOOL_NAME": "rm"})],
+        tmp_path / "log",
+    )
+
+    assert [e.outcome for e in result.executions] == ["failed", "success"]
+    assert result.executions[0].error_type == "exit.2"
+    assert result.ok
+    assert Path(f"{after}.before_tool.json").exists()
+
+
+def test_a_script_that_hangs_or_prints_garbage_is_contained(tmp_path: Path) -> None:
+    write_script(tmp_path, "hang.py", body=f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    write_script(
+        tmp_path, "noise.py", body=f"#!{sys.executable}\nprint('not json')\nprint('{{\"result\"')\n"
+    )
+    log = tmp_path / "agent.log"
+    started = time.monotonic()
+
+    [result], session = fire(
+        write_template(tmp_path, ["hang.py", "noise.py"], timeout="1s"), [("agent-end", {})], log
+    )
+
+    assert time.monotonic() - started < HANG_BOUND
+    assert [e.outcome for e in result.executions] == ["timeout", "success"]
+    assert result.ok
+    assert "[hook-script.noise.py log] not json" in log.read_text()
+    assert "HOOK_RESULT_BEFORE_STOP" not in session.info.captured
+
+
+def test_each_script_is_run_for_every_stage_this_host_fires_and_no_other_event(
+    tmp_path: Path,
+) -> None:
+    script = write_script(tmp_path, "audit.py")
+    events = [
+        "tool-start",
+        "tool-end",
+        "model-start",
+        "model-end",
+        "agent-end",
+        "error",
+        "phase-change",
+        "prompt-submit",
+    ]
+    fire(write_template(tmp_path, ["audit.py"]), [(e, {}) for e in events], tmp_path / "log")
+    ran = sorted(p.name.split(".")[2] for p in script.parent.glob("audit.py.*.json"))
+    assert ran == sorted(STAGES)
+
+
+def test_a_bad_hook_scripts_entry_is_refused_with_its_position(tmp_path: Path) -> None:
+    template = tmp_path / "scion-agent.yaml"
+    template.write_text("hook_scripts:\n  - {path: a.sh, timeout: 10}\n  - 42\n", encoding="utf-8")
+    with pytest.raises(TemplateError) as caught:
+        load_templates([template])
+    text = str(caught.value)
+    assert ":2:" in text and "hook_scripts[0].timeout" in text
+    assert ":3:" in text and "hook_scripts[1]" in text
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later", "merged"),
+    [
+        (None, ["a"], ["a"]),
+        (["a"], ["b", "c"], ["a", "b", "c"]),
+        ("one", "two", "one\ntwo"),
+        ("one", 2, "one\n2"),
+        (["a"], "b", ["a", "b"]),
+        ({"k": 1, "j": 1}, {"k": 2}, {"k": 2, "j": 1}),
+        ("kept", None, "kept"),
+    ],
+)
+def test_merge_concatenates_arrays_and_joins_scalars_with_a_newline(
+    earlier: Any, later: Any, merged: Any
+) -> None:
+    assert merge(earlier, later) == merged
