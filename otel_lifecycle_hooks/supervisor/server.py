@@ -76,10 +76,14 @@ class EventServer:
                     if not chunk:
                         break
                     buffer += chunk
-                    while b"\n" in buffer:
-                        line, _, rest = bytes(buffer).partition(b"\n")
-                        buffer = bytearray(rest)
-                        self._decode(line)
+                    if b"\n" not in chunk:
+                        continue
+                    # Every complete line at once: splitting one line at a time would copy
+                    # the rest of the buffer for each line.
+                    *lines, rest = buffer.split(b"\n")
+                    buffer = bytearray(rest)
+                    for line in lines:
+                        self._decode(bytes(line))
                 if buffer.strip() and len(buffer) <= MAX_MESSAGE:
                     self._decode(bytes(buffer))
         except (TimeoutError, OSError):
