@@ -327,6 +327,12 @@ def preview_hook(hook: HookSpec, context: DryRunContext) -> HookPreview:
         preview.status = "skipped"
         preview.reason = f"condition is false: {hook.condition.source}"
         return preview
+    if hook.action.type == "python":
+        # An in-process executor: nothing is rendered or sent, its method is called.
+        action = hook.action
+        target = action.module or action.path or "?"
+        preview.reason = f"calls {target}" + (f":{action.executor}" if action.executor else "")
+        return preview
     try:
         rendered = render_action(hook.action, variables)
         headers = dict(rendered.headers) if isinstance(rendered, RenderedRequest) else {}
@@ -452,6 +458,8 @@ def _print_previews(previews: Sequence[HookPreview], event: str, out: TextIO) ->
             out.write(f"  skipped: {preview.reason}\n")
         elif preview.status == "error":
             out.write(f"  error: {preview.reason}\n")
+        elif hook.action.type == "python":
+            out.write(f"  in-process executor: {preview.reason}\n")
         elif preview.argv is not None:
             out.write(f"  argv: {json.dumps(preview.argv, ensure_ascii=False)}\n")
             out.writelines(f"  env {name}={value}\n" for name, value in preview.env.items())

@@ -116,6 +116,10 @@ def _target(hook: HookSpec) -> str:
     action = hook.action
     if action.type == "script":
         return shlex.join(action.command)
+    if action.type == "python":
+        return f"python {action.module or action.path}" + (f":{action.executor}" if action.executor else "")
+    if action.type == "jsonrpc":
+        return f"JSON-RPC {safe_url(action.url or '')}"
     return f"{action.method} {safe_url(action.url or '', hides_path=action.type == 'webhook')}"
 
 
@@ -157,6 +161,10 @@ def _as_json(template: Template, recent: Mapping[str, list[Any]] | None) -> dict
         }
         if action.type == "script":
             entry["command"] = list(action.command)
+        elif action.type == "python":
+            entry["module"] = action.module
+            entry["path"] = action.path
+            entry["executor"] = action.executor
         else:
             entry["method"] = action.method
             entry["url"] = safe_url(action.url or "", hides_path=action.type == "webhook")
