@@ -268,18 +268,22 @@ class HookExecutor:
 
         headers: dict[str, str] = {"X-Scion-Hook-ID": hook_id}
         action = hook.action
-        environ = self._env_for_auth(variables)
         has_written_credentials = "authorization" in {k.lower() for k in request.headers}
         try:
             # Credentials only over https (loopback excepted), checked on the rendered URL:
             # a URL from a variable cannot be checked at load time.
             check_transport(request.url, action.auth, has_credentials=has_written_credentials)
-            if action.type in ("http", "jsonrpc"):
+            if action.type in ("http", "jsonrpc") and action.auth.type != "none":
+                environ = self._env_for_auth(variables)
                 headers.update(self.credentials().headers_for(action.auth, request.url, environ))
             if action.signing_secret_env:
                 headers.update(
                     self.credentials().signing_headers(
-                        action, hook_id, request.body or b"", environ, timestamp=int(self.clock.wall())
+                        action,
+                        hook_id,
+                        request.body or b"",
+                        self._env_for_auth(variables),
+                        timestamp=int(self.clock.wall()),
                     )
                 )
         except AuthError as exc:
