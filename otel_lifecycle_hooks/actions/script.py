@@ -336,6 +336,14 @@ class _PipePump:
             self._selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
         else:
             process.stdin.close()
+        # A pidfd becomes readable when the process exits: the selector then wakes at once,
+        # where Popen.wait(timeout) would poll with growing sleeps.
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(process.pid)
+            self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):
+            self._pidfd = None
 
     @property
     def truncated(self) -> bool:
@@ -352,6 +360,8 @@ class _PipePump:
         """
         while True:
             exited = self._process.poll() is not None
+            if exited:
+                self._forget_pidfd()
             if exited and (stop_on_exit or not self._selector.get_map()):
                 return True
             remaining = until - time.monotonic()
@@ -364,6 +374,8 @@ class _PipePump:
                     pass
                 continue
             for key, _ in self._selector.select(min(remaining, _POLL_INTERVAL)):
+                if key.data == "exit":
+                    continue  # the poll() above reaps it
                 if key.data == "stdin":
                     self._write_stdin(key.fileobj)  # type: ignore[arg-type]
                 else:
@@ -390,7 +402,14 @@ class _PipePump:
             self._selector.unregister(pipe)
             pipe.close()
 
+    def _forget_pidfd(self) -> None:
+        if self._pidfd is not None:
+            self._selector.unregister(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
     def close(self) -> None:
+        self._forget_pidfd()
         for key in list(self._selector.get_map().values()):
             if key.data != "stdin":
                 self._streams[key.data].finish()
