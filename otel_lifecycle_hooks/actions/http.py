@@ -76,14 +76,16 @@ def make_client(
     `trust_env` stays on: in containers, HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE are how the
     platform says how to reach the outside, and hooks must honour them like any other client.
     """
+    limits = httpx.Limits(
+        max_connections=MAX_CONNECTIONS,
+        max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+        keepalive_expiry=KEEPALIVE_EXPIRY,
+    )
     client = httpx.Client(
         follow_redirects=False,
         trust_env=True,
-        limits=httpx.Limits(
-            max_connections=MAX_CONNECTIONS,
-            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_EXPIRY,
-        ),
+        transport=_OwnSpanTransport(limits=limits, trust_env=True),
+        limits=limits,
         headers={
             "User-Agent": f"otel-lifecycle-hooks/{__version__}",
             # A compressed body could inflate far beyond max_body inside a single read.
@@ -94,6 +96,21 @@ def make_client(
         _install_deadline_backend(transport)
     _instrument(client, tracer_provider, meter_provider)
     return client
+
+
+class _OwnSpanTransport(httpx.HTTPTransport):
+    """The client's transport, quiet to a global httpx instrumentation.
+
+    Under `opentelemetry-instrument`, httpx is also instrumented globally; the client's own
+    instrumentation (with its URL redaction) already made the attempt's CLIENT span, so the
+    global one is suppressed here instead of nesting a second span with the raw URL.
+    """
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+
+        with suppress_http_instrumentation():
+            return super().handle_request(request)
 
 
 def _instrument(client: httpx.Client, tracer_provider: Any, meter_provider: Any) -> None:

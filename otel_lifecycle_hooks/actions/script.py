@@ -174,8 +174,11 @@ def _exit_result(returncode: int, duration: float) -> AttemptResult:
         return AttemptResult(
             "permanent", duration, error_type=f"signal.{name}", message=f"killed by {name}"
         )
+    # A script's exit code is its only word on what went wrong, and a script usually fails
+    # for the reasons a request does (a service down, a lock held): `on_error: retry` retries
+    # it. What can never succeed (a missing or non-executable program) is permanent.
     return AttemptResult(
-        "permanent",
+        "transient",
         duration,
         exit_code=returncode,
         error_type=f"exit.{returncode}",

@@ -83,6 +83,9 @@ def session_from_span(span: ReadableSpan) -> SessionInfo:
                 metadata[name] = str(value)
     context = span.get_span_context()
     session_id = metadata.get("SESSION_ID") or format(_span_id(span), "016x")
+    # As AgentSession does: without `gen_ai.agent.id` the session stands for the agent, so
+    # that X-Scion-Hook-ID and ${AGENT_ID} are never empty.
+    metadata.setdefault("AGENT_ID", session_id)
     return SessionInfo(session_id=session_id, metadata=metadata, span_context=context)
 
 

@@ -87,12 +87,12 @@ def test_exit_0_is_ok_and_the_script_reads_its_json_stdin():
     assert ("stderr", "no newline at the end") in lines
 
 
-def test_a_non_zero_exit_is_a_permanent_failure():
+def test_a_non_zero_exit_is_a_transient_failure_that_retry_may_repeat():
     outcome = run_script(
         python("import sys; print('bad input', file=sys.stderr); sys.exit(3)"), 10.0
     )
 
-    assert outcome.result.kind == "permanent"
+    assert outcome.result.kind == "transient"
     assert (outcome.result.exit_code, outcome.result.error_type) == (3, "exit.3")
     assert outcome.stderr == "bad input\n"
     assert "bad input" not in outcome.result.message  # output may hold secrets

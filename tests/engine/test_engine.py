@@ -209,16 +209,46 @@ def script_hook(code: str, on_error: str = "log", timeout: str = "5s"):
     )
 
 
-def test_a_script_exiting_1_fails_and_is_retried_only_under_retry(spans):
+def test_a_script_exiting_1_is_retried_after_1s_2s_4s_under_retry_then_logged(spans):
     provider, exporter = spans
     clock = FakeClock()
     _, result = run_once(script_hook("import sys; sys.exit(1)", on_error="retry"), provider, clock, "pre-stop")
     execution = result.executions[0]
-    # A non-zero exit is a permanent failure: a script is not retried for it.
-    assert (execution.outcome, execution.attempts, execution.exit_code) == ("failed", 1, 1)
+    assert (execution.outcome, execution.attempts, execution.exit_code) == ("failed", 4, 1)
+    assert clock.sleeps == [1.0, 2.0, 4.0]
+    assert result.ok  # retry then behaves as log
     span = hook_span(exporter)
     assert span.attributes["process.exit.code"] == 1
     assert span.attributes["error.type"] == "exit.1"
+
+
+def test_a_script_exiting_1_under_log_is_one_attempt(spans):
+    provider, _ = spans
+    clock = FakeClock()
+    _, result = run_once(script_hook("import sys; sys.exit(1)", on_error="log"), provider, clock, "pre-stop")
+    assert (result.executions[0].outcome, result.executions[0].attempts) == ("failed", 1)
+    assert clock.sleeps == []
+
+
+def test_a_missing_script_is_never_retried(spans, tmp_path):
+    provider, _ = spans
+    clock = FakeClock()
+    tmpl = template(
+        """
+        lifecycle_hooks:
+          - name: script
+            on: [pre-stop]
+            action:
+              type: script
+              command: ["{missing}"]
+            on_error: retry
+            blocking: true
+        """,
+        missing=str(tmp_path / "no-such-script"),
+    )
+    _, result = run_once(tmpl, provider, clock, "pre-stop")
+    execution = result.executions[0]
+    assert (execution.outcome, execution.attempts, execution.error_type) == ("failed", 1, "FileNotFoundError")
 
 
 def test_a_script_exiting_1_under_fail_aborts_the_transition(spans):

@@ -235,3 +235,16 @@ def test_a_false_condition_skips_the_hook(target_server: TargetServer):
     session.record("activity-change", {"ACTIVITY": "completed"})
     engine.shutdown(5)
     assert [json.loads(r.body)["activity"] for r in target_server.requests] == ["completed"]
+
+
+def test_a_plain_session_span_without_an_agent_id_uses_its_session_id(target_server: TargetServer):
+    provider = TracerProvider()
+    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    provider.add_span_processor(processor)
+    attributes = {**session_attributes(), "gen_ai.conversation.id": "conv-42"}
+    with provider.get_tracer("app").start_as_current_span("invoke_agent a", attributes=attributes) as span:
+        span.add_event("agent.lifecycle.activity_change", {"agent.activity": "thinking"})
+    processor.force_flush()
+    provider.shutdown()
+    hook_id = target_server.requests[0].headers["x-scion-hook-id"]
+    assert hook_id.startswith("conv-42:activity:activity-change:")
