@@ -21,7 +21,14 @@ _LAZY = {
     "TemplateError": "otel_lifecycle_hooks.spec.loader",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = [
+    "AgentSession",
+    "HookEngine",
+    "LifecycleHookProcessor",
+    "TemplateError",
+    "__version__",
+    "load_templates",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -173,7 +173,29 @@ def _event_row(event: dict[str, Any], at: int, origin: int, depth: int) -> _Row:
         detail = " ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in attributes.items())
         return _Row(f"{indent}{RETRY_MARK} retry {detail}".rstrip(), at, None, "", RETRY_MARK)
     label = f"{indent}{EVENT_MARK} {name:<32} +{(at - origin) / 1e9:.3f}s"
+    detail = _event_detail(attributes)
+    if detail:
+        label += f"  {detail}"
     return _Row(label, at, None, "", EVENT_MARK)
+
+
+def _event_detail(attributes: dict[str, Any]) -> str:
+    """What a glance needs from a lifecycle event: where the agent went, and why."""
+    event = attributes.get(events.ATTR_EVENT)
+    parts = []
+    for kind, key in (("phase", "agent.phase"), ("activity", "agent.activity")):
+        if event == f"{kind}-change" and attributes.get(key):
+            previous = attributes.get(f"{key}.previous")
+            parts.append(f"{kind} {previous} → {attributes[key]}" if previous else f"{kind} → {attributes[key]}")
+    for key, label in (
+        ("gen_ai.tool.name", "tool"),
+        ("process.exit.code", "exit"),
+        ("agent.limit.name", "limit"),
+        ("agent.error.message", "error:"),
+    ):
+        if attributes.get(key) not in (None, ""):
+            parts.append(f"{label} {str(attributes[key])[:60]}")
+    return " ".join(parts)
 
 
 def _span_row(node: _Node, depth: int) -> _Row:

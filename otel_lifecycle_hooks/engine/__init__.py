@@ -18,7 +18,15 @@ _LAZY = {
     "SessionInfo": ".model",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "AgentSession",
+    "DispatchResult",
+    "Execution",
+    "HookEngine",
+    "LifecycleEvent",
+    "LifecycleHookProcessor",
+    "SessionInfo",
+]
 
 
 def __getattr__(name: str) -> Any:

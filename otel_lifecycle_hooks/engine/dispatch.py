@@ -347,7 +347,9 @@ class Dispatcher:
             timeout = max(0.0, deadline - self.executor.clock.monotonic()) + 1.0
         try:
             return future.result(timeout)
-        except Exception:
+        except TimeoutError:
+            return None  # still running at the deadline: the caller moves on
+        except Exception:  # noqa: BLE001 - the worker already logged why the run failed
             return None
 
     def queue_depth(self, hook_name: str) -> int:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
@@ -64,7 +65,7 @@ class HookEngine:
         self._shut = False
 
     @classmethod
-    def from_template(cls, *paths: str | os.PathLike[str], **options: Any) -> "HookEngine":
+    def from_template(cls, *paths: str | os.PathLike[str], **options: Any) -> HookEngine:
         """Load and validate template files (parent first), then build an engine."""
         from ..spec.loader import load_templates
 

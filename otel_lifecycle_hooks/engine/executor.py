@@ -12,8 +12,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from datetime import UTC
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
@@ -263,7 +265,6 @@ class HookExecutor:
         self, hook: HookSpec, request: RenderedRequest, hook_id: str, timeout: float, variables: Variables
     ) -> AttemptResult:
         from ..actions.http import send
-
         from ..auth import AuthError, check_transport
 
         headers: dict[str, str] = {"X-Scion-Hook-ID": hook_id}
@@ -526,9 +527,9 @@ def _request_record(
 
 
 def _rfc3339(unix: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(unix, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _hex(value: int, width: int) -> str | None:

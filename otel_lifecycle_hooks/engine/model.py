@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from opentelemetry.trace import SpanContext
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -115,7 +116,7 @@ class LifecycleHookProcessor(SpanProcessor):
         self._lock = threading.Lock()
 
     @classmethod
-    def from_template(cls, *paths: Any, **options: Any) -> "LifecycleHookProcessor":
+    def from_template(cls, *paths: Any, **options: Any) -> LifecycleHookProcessor:
         """Load template files (parent first) and build a processor; options go to HookEngine
         (`tracer_provider=` for the hook spans when the provider is not the global one)."""
         return cls(HookEngine.from_template(*paths, **options))

@@ -7,8 +7,9 @@ written is reported once by its own module and never stops a hook.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from opentelemetry import metrics as metrics_api
 

@@ -9,7 +9,7 @@ RECORD_ONLY for session spans only, keeping their attributes; they are still not
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
@@ -111,7 +112,7 @@ class AgentSession:
             self.in_process.close()  # their errors still land on the span
         self.span.end()
 
-    def __enter__(self) -> "AgentSession":
+    def __enter__(self) -> AgentSession:  # noqa: PYI034 - not meant to be subclassed
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 

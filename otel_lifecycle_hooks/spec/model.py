@@ -5,9 +5,10 @@ Field names follow seed 000's `LifecycleHookSpec` and `HookAction`; durations ar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from .condition import Condition
 

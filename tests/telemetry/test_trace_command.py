@@ -126,3 +126,25 @@ def test_a_missing_trace_dir_is_an_error_with_a_message(tmp_path: Path) -> None:
 def test_render_with_colour_marks_outcomes(trace_file: Path) -> None:
     text = render_waterfall(read_trace_file(trace_file), width=100, color=True)
     assert "\x1b[32m✓\x1b[0m" in text and "\x1b[33m⏱\x1b[0m" in text
+
+
+def test_lifecycle_event_rows_say_where_the_agent_went() -> None:
+    from otel_lifecycle_hooks.cli.trace import _event_detail
+
+    assert _event_detail(
+        {
+            "agent.lifecycle.event": "phase-change",
+            "agent.phase": "running",
+            "agent.phase.previous": "starting",
+            "agent.activity": "idle",  # the activity is not news on a phase change
+        }
+    ) == "phase starting → running"
+    assert _event_detail(
+        {
+            "agent.lifecycle.event": "activity-change",
+            "agent.activity": "executing",
+            "agent.activity.previous": "thinking",
+            "gen_ai.tool.name": "Bash",
+        }
+    ) == "activity thinking → executing tool Bash"
+    assert _event_detail({"agent.lifecycle.event": "session-end", "process.exit.code": 143}) == "exit 143"
