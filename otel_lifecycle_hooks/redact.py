@@ -61,7 +61,7 @@ class Redactor:
         self._replacements: dict[str, str] = {}
         for value in self._values:
             replacement = _replacement_for(value)
-            for form in _encoded_forms(value):
+            for form in encoded_forms(value):
                 if len(form) >= MIN_SECRET_LENGTH:
                     self._replacements.setdefault(form, replacement)
         # Longest first, so that a secret containing another is replaced whole.
@@ -135,7 +135,7 @@ def _redact_query_pair(pair: str) -> str:
     return pair
 
 
-def _encoded_forms(value: str) -> set[str]:
+def encoded_forms(value: str) -> set[str]:
     """The shapes a value takes once rendered: as is, JSON-escaped, percent-encoded."""
     return {
         value,

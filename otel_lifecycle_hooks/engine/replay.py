@@ -24,7 +24,6 @@ on stdin is not journaled, and running a command with a made-up event could do h
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -33,10 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from ..journal import ExecutionRow, Journal
-from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor
+from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
 from ..render import (
     HOOK_ID_HEADER,
     RenderedRequest,
@@ -456,7 +454,7 @@ def _splice(stored: str, fresh: str, secrets: set[str], redactor: Redactor) -> s
         {
             form
             for value in secrets
-            for form in _rendered_forms(value)
+            for form in encoded_forms(value)
             if len(form) >= MIN_SECRET_LENGTH
         },
         key=len,
@@ -477,18 +475,6 @@ def _splice(stored: str, fresh: str, secrets: set[str], redactor: Redactor) -> s
     if REDACTED in stored[cursor:] or not pieces[:-1]:
         return None
     return "".join(pieces)
-
-
-def _rendered_forms(value: str) -> set[str]:
-    # The shapes rendering gives a value (as `redact` knows them): as is, JSON-escaped,
-    # percent-encoded.
-    return {
-        value,
-        json.dumps(value, ensure_ascii=False)[1:-1],
-        json.dumps(value)[1:-1],
-        quote(value, safe=""),
-        quote(value, safe="/"),
-    }
 
 
 def _holds_redacted(stored: Mapping[str, Any]) -> bool:
