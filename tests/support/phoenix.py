@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Any, Self, TypeVar
 
 import pytest
 
-from tests.support.rotel import free_port, rotel_binary
+from tests.support.rotel import RotelReceiver, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENSURE_SCRIPT = REPO_ROOT / "tests" / "tools" / "ensure_phoenix.sh"
@@ -175,79 +174,19 @@ class PhoenixServer:
         self.stop()
 
 
-class RotelForwarder:
+class RotelForwarder(RotelReceiver):
     """rotel receiving OTLP on loopback and exporting it over OTLP/gRPC to `target`."""
 
     def __init__(self, workdir: Path, target: str) -> None:
-        binary = rotel_binary()
-        if binary is None:
-            raise RuntimeError("rotel (PyPI `rotel`) is not installed")
-        self.binary = binary
-        self.workdir = workdir
+        super().__init__(
+            workdir,
+            exporter=(
+                "--exporter", "otlp",
+                "--otlp-exporter-endpoint", target,
+                "--otlp-exporter-compression", "none",
+            ),
+        )  # fmt: skip
         self.target = target
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.log_path = workdir / "rotel.out"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
-
-    def start(self) -> Self:
-        command = [
-            str(self.binary),
-            "start",
-            "--otlp-grpc-endpoint",
-            f"127.0.0.1:{self.grpc_port}",
-            "--otlp-http-endpoint",
-            f"127.0.0.1:{self.http_port}",
-            "--exporter",
-            "otlp",
-            "--otlp-exporter-endpoint",
-            self.target,
-            "--otlp-exporter-compression",
-            "none",
-            "--pid-file",
-            str(self.workdir / "rotel.pid"),
-            "--log-file",
-            str(self.workdir / "rotel.log"),
-        ]
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        if poll(self._listening, 10.0, interval=0.05) is None:
-            self.stop()
-            raise RuntimeError(f"rotel did not start:\n{_read_log(self.log_path)}")
-        return self
-
-    def _listening(self) -> bool | None:
-        if self._process is None or self._process.poll() is not None:
-            raise RuntimeError(f"rotel exited:\n{_read_log(self.log_path)}")
-        for port in (self.grpc_port, self.http_port):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.settimeout(0.2)
-                if sock.connect_ex(("127.0.0.1", port)) != 0:
-                    return None
-        return True
-
-    def output(self) -> str:
-        return _read_log(self.log_path, lines=200)
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        _stop_process(process)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def _unavailable(reason: str) -> None:

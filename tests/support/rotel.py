@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -46,7 +46,17 @@ def _listening(port: int) -> bool:
 class RotelReceiver:
     """`rotel-agent start` with the blackhole exporter and detailed trace debug logging."""
 
-    def __init__(self, workdir: Path, startup_timeout: float = 10.0) -> None:
+    # Received spans are printed, then dropped.
+    BLACKHOLE = (
+        "--exporter", "blackhole", "--debug-log", "traces", "--debug-log-verbosity", "detailed",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        workdir: Path,
+        startup_timeout: float = 10.0,
+        exporter: Sequence[str] = BLACKHOLE,
+    ) -> None:
         binary = rotel_binary()
         if binary is None:
             raise RuntimeError("rotel is not installed")
@@ -56,6 +66,7 @@ class RotelReceiver:
         self.http_port = free_port()
         self.stdout_path = workdir / "rotel.stdout"
         self.startup_timeout = startup_timeout
+        self.exporter = tuple(exporter)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -66,7 +77,7 @@ class RotelReceiver:
     def grpc_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.grpc_port}"
 
-    def start(self) -> None:
+    def start(self) -> Self:
         command = [
             str(self.binary),
             "start",
@@ -74,12 +85,7 @@ class RotelReceiver:
             f"127.0.0.1:{self.grpc_port}",
             "--otlp-http-endpoint",
             f"127.0.0.1:{self.http_port}",
-            "--exporter",
-            "blackhole",
-            "--debug-log",
-            "traces",
-            "--debug-log-verbosity",
-            "detailed",
+            *self.exporter,
             "--pid-file",
             str(self.workdir / "rotel.pid"),
             "--log-file",
@@ -95,6 +101,7 @@ class RotelReceiver:
                 self.stop()
                 raise RuntimeError(f"rotel did not start:\n{self.output()}")
             time.sleep(0.05)
+        return self
 
     def output(self) -> str:
         """Everything rotel printed so far."""
@@ -125,8 +132,7 @@ class RotelReceiver:
             process.wait(timeout=5)
 
     def __enter__(self) -> Self:
-        self.start()
-        return self
+        return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
