@@ -12,6 +12,7 @@ import argparse
 import compileall
 import json
 import os
+import select
 import shlex
 import socket
 import statistics
@@ -421,13 +422,82 @@ class StampingServer:
                     arrived = time.perf_counter()  # a pipelined request already here
 
 
+@dataclass(frozen=True)
+class ArrivalReport:
+    """What a `LoopbackServerProcess` saw since `expect`: requests, distinct paths, and the
+    first and last arrival (`time.perf_counter()`, comparable with this process's)."""
+
+    count: int
+    distinct_paths: int
+    first: float
+    last: float
+
+
+class LoopbackServerProcess:
+    """`loopback_server.py` in its own process (same interpreter): a keep-alive HTTP/1.1 sink
+    on 127.0.0.1, or one that closes each connection. Its CPU is not this process's, as a real
+    webhook receiver's would not be."""
+
+    def __init__(self, close_connections: bool = False) -> None:
+        argv = [sys.executable, str(BENCH_DIR / "loopback_server.py")]
+        if close_connections:
+            argv.append("--close")
+        self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        port = self._read_line(30.0)
+        self.url = f"http://127.0.0.1:{int(port)}"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()  # end of commands: the server exits
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def expect(self, count: int) -> None:
+        """Forget earlier arrivals; report once `count` more requests arrived."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(f"expect {count}\n")
+        self._process.stdin.flush()
+
+    def wait_arrivals(self, timeout: float) -> ArrivalReport:
+        """The report of the expected arrivals; TimeoutError if they did not all come."""
+        words = self._read_line(timeout).split()
+        if words[:1] != ["arrived"]:
+            raise RuntimeError(f"unexpected line from the loopback server: {words}")
+        return ArrivalReport(int(words[1]), int(words[2]), float(words[3]), float(words[4]))
+
+    def _read_line(self, timeout: float) -> str:
+        stdout = self._process.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"the loopback server said nothing within {timeout:.0f}s")
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"the loopback server exited ({self._process.poll()})")
+        return line
+
+
 # -- an in-process agent with one HTTP hook ---------------------------------------------------
 
 
-def one_hook_session(directory: Path, url: str, action: str = "http", queue_limit: int = 1024) -> Any:
+def one_hook_session(
+    directory: Path,
+    url: str,
+    action: str = "http",
+    queue_limit: int = 1024,
+    *,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+) -> Any:
     """An AgentSession whose template has one non-blocking `action` hook on `tool-start`,
     POSTing to `url` (which may use ${TOOL_NAME}); the journal and the hook log are real
-    files in `directory`, as a supervisor has them."""
+    files in `directory`, as a supervisor has them. The providers default to the global ones."""
     from otel_lifecycle_hooks import AgentSession, HookEngine, load_templates
 
     method = "      method: POST\n" if action == "http" else ""
@@ -448,5 +518,7 @@ def one_hook_session(directory: Path, url: str, action: str = "http", queue_limi
         journal=directory / "journal.db",
         hook_log=directory / "agent.log",
         queue_limit=queue_limit,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
     )
-    return AgentSession(engine, agent_name="bench-agent")
+    return AgentSession(engine, agent_name="bench-agent", tracer_provider=tracer_provider)

@@ -16,6 +16,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,8 @@ LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
 # C0 controls and DEL, except tab, become visible escapes.
 _ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
 _ESCAPES.update({0x0A: "\\n", 0x0D: "\\r"})
+# A value holding any of these is written JSON-quoted.
+_NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
 
 
 def default_hook_log_path(environ: Mapping[str, str]) -> Path:
@@ -44,8 +47,22 @@ def format_timestamp(at: float) -> str:
     """Unix seconds as UTC ISO 8601 with milliseconds: `2026-11-30T10:00:00.123Z`."""
     # Round to whole milliseconds first: 10:00:00.123 is stored as 10:00:00.12299999...
     seconds, millis = divmod(round(at * 1000), 1000)
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+    return f"{_second_text(seconds)}.{millis:03d}Z"
+
+
+# The last second formatted: lines come many to a second under load. One tuple, read and
+# replaced whole, so that threads never see one second's number with another's text.
+_last_second: tuple[int, str] = (-1, "")
+
+
+def _second_text(seconds: int) -> str:
+    global _last_second
+    cached_seconds, text = _last_second
+    if cached_seconds != seconds:
+        moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+        text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second = (seconds, text)
+    return text
 
 
 def format_execution(
@@ -77,7 +94,7 @@ def format_execution(
 
 def _value(value: Any) -> str:
     text = str(value)
-    if text and not any(c.isspace() or c in "\"'=\\" for c in text):
+    if text and _NEEDS_QUOTES.search(text) is None:
         return text
     return json.dumps(text, ensure_ascii=False)
 

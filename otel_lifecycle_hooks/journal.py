@@ -10,6 +10,15 @@ corrupt file, a full disk or an unwritable directory is reported once (logger
 a no-op returning an empty answer. A busy database (another process holding the write lock
 past the busy timeout) only drops that one write.
 
+Under load, execution rows are committed in batches: a row that comes less than
+`COMMIT_AFTER_SECONDS` after the last commit is written at once but committed with the rows
+that follow it, within `COMMIT_AFTER_SECONDS` or `COMMIT_AFTER_ROWS` rows, whichever comes
+first, and always before any other write or read, and on `close`; a row after a quiet spell is
+committed at once. One commit per delivery was the journal's largest cost under load. A crash
+can thus lose the journal rows of that last window (never a delivery: the rows describe hooks
+that already ran); session rows, which crash recovery relies on, and the rows of failed or
+timed-out deliveries, which `replay` re-sends from, are committed at once.
+
 Rows hold what callers pass, already redacted: the journal does not redact.
 """
 
@@ -30,6 +39,10 @@ log = logging.getLogger("otel_lifecycle_hooks.journal")
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 5.0  # seconds to wait for another process's write lock
+# Execution rows are committed at the latest this long after the first uncommitted one...
+COMMIT_AFTER_SECONDS = 0.1
+# ...or once this many are waiting.
+COMMIT_AFTER_ROWS = 64
 JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 
 # Outcomes a replay may re-send.
@@ -166,6 +179,12 @@ class Journal:
         self._db: sqlite3.Connection | None = None
         self._healthy = True
         self._busy_reported = False
+        # The open batch of execution rows: how many, and when the first was written.
+        self._uncommitted = 0
+        self._batch_started = 0.0
+        self._last_commit = float("-inf")
+        self._batch_open = threading.Condition(self._lock)
+        self._committer: threading.Thread | None = None
         try:
             self._db = self._open()
         except (sqlite3.Error, OSError) as exc:
@@ -181,9 +200,14 @@ class Journal:
     def record_execution(self, row: ExecutionRow) -> int | None:
         """Append `row`; its new id, or None if the journal is not recording."""
         values = _execution_values(row)
-        placeholders = ", ".join("?" for _ in _EXECUTION_COLUMNS)
-        sql = f"INSERT INTO executions ({', '.join(_EXECUTION_COLUMNS)}) VALUES ({placeholders})"
-        return self._run("record an execution", lambda db: db.execute(sql, values).lastrowid, None)
+        # A failed delivery's row is what `replay` re-sends from: never left uncommitted.
+        at_once = row.outcome in FAILED_OUTCOMES
+        return self._run(
+            "record an execution",
+            lambda db: self._insert_batched(db, values, at_once),
+            None,
+            batched=True,
+        )
 
     def record(self, execution: _ExecutionLike) -> int | None:
         """Append the engine's execution record (a sink for the executor)."""
@@ -302,8 +326,14 @@ class Journal:
         return _session_row(rows[0]) if rows else None
 
     def close(self) -> None:
-        """Close the database; later calls are no-ops."""
+        """Commit what is waiting and close the database; later calls are no-ops."""
         with self._lock:
+            if self._db is not None:
+                try:
+                    self._commit_batch(self._db)
+                except sqlite3.Error as exc:
+                    self._disable("commit on close", exc)
+            self._batch_open.notify_all()  # the committer thread ends
             if self._db is not None:
                 try:
                     self._db.close()
@@ -336,18 +366,86 @@ class Journal:
             raise
         return db
 
-    def _run(self, what: str, action: Callable[[sqlite3.Connection], _T], default: _T) -> _T:
+    def _run(
+        self,
+        what: str,
+        action: Callable[[sqlite3.Connection], _T],
+        default: _T,
+        *,
+        batched: bool = False,
+    ) -> _T:
+        """`action` under the lock; anything but a batched insert first commits the batch."""
         with self._lock:
             if self._db is None:
                 return default
             try:
+                if not batched:
+                    self._commit_batch(self._db)
                 return action(self._db)
             except (sqlite3.Error, OSError) as exc:
                 if _is_busy(exc):
                     self._report_busy(what, exc)
+                    if self._db.in_transaction and not self._uncommitted:
+                        self._db.execute("ROLLBACK")  # the batch that could not start
                 else:
                     self._disable(what, exc)
                 return default
+
+    def _insert_batched(
+        self, db: sqlite3.Connection, values: tuple[Any, ...], at_once: bool
+    ) -> int | None:
+        now = time.monotonic()
+        if not db.in_transaction:
+            if at_once or now - self._last_commit >= COMMIT_AFTER_SECONDS:  # nothing to join
+                row_id = db.execute(_INSERT_EXECUTION, values).lastrowid
+                self._last_commit = now
+                return row_id
+            db.execute("BEGIN")
+            self._batch_started = now
+        row_id = db.execute(_INSERT_EXECUTION, values).lastrowid
+        self._uncommitted += 1
+        if (
+            at_once
+            or self._uncommitted >= COMMIT_AFTER_ROWS
+            or now - self._batch_started >= COMMIT_AFTER_SECONDS
+        ):
+            self._commit_batch(db)
+        elif self._uncommitted == 1:
+            self._wake_committer()
+        return row_id
+
+    def _commit_batch(self, db: sqlite3.Connection) -> None:
+        if db.in_transaction:
+            db.execute("COMMIT")
+            self._last_commit = time.monotonic()
+        self._uncommitted = 0
+
+    def _wake_committer(self) -> None:
+        # One thread per journal commits a batch that no later row comes to commit.
+        if self._committer is None:
+            self._committer = threading.Thread(
+                target=self._commit_when_due, name="journal-commit", daemon=True
+            )
+            self._committer.start()
+        self._batch_open.notify()
+
+    def _commit_when_due(self) -> None:
+        with self._lock:
+            while self._db is not None:
+                if not self._uncommitted:
+                    self._batch_open.wait()
+                    continue
+                left = self._batch_started + COMMIT_AFTER_SECONDS - time.monotonic()
+                if left > 0:
+                    self._batch_open.wait(left)
+                    continue
+                try:
+                    self._commit_batch(self._db)
+                except sqlite3.Error as exc:
+                    if _is_busy(exc):
+                        self._report_busy("commit", exc)
+                    else:
+                        self._disable("commit", exc)
 
     def _select(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
         return self._run("read", lambda db: db.execute(sql, params).fetchall(), [])
@@ -391,6 +489,12 @@ def _create_schema(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+_INSERT_EXECUTION = (
+    f"INSERT INTO executions ({', '.join(_EXECUTION_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in _EXECUTION_COLUMNS)})"
+)
 
 
 def _is_busy(exc: BaseException) -> bool:

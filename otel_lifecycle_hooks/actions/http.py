@@ -92,10 +92,21 @@ def make_client(
             "Accept-Encoding": "identity",
         },
     )
+    # Hook requests are independent of one another: a cookie one target sets (perhaps its
+    # session credential) must not ride along on later requests. It also spares every response
+    # httpx's cookie-jar bookkeeping.
+    client._cookies = _NoCookies()
     for transport in _transports(client):
         _install_deadline_backend(transport)
     _instrument(client, tracer_provider, meter_provider)
     return client
+
+
+class _NoCookies(httpx.Cookies):
+    """A cookie jar that never keeps what a response sets."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        pass
 
 
 class _OwnSpanTransport(httpx.HTTPTransport):
@@ -107,6 +118,10 @@ class _OwnSpanTransport(httpx.HTTPTransport):
     """
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        # A global instrumentation wraps the base class's method; only then is there
+        # anything to suppress (attaching a context costs every request otherwise).
+        if not hasattr(httpx.HTTPTransport.__dict__["handle_request"], "__wrapped__"):
+            return super().handle_request(request)
         from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 
         with suppress_http_instrumentation():

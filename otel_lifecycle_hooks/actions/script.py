@@ -327,7 +327,9 @@ class _PipePump:
         on_output: OutputCallback | None,
     ) -> None:
         self._process = process
-        self._selector = selectors.DefaultSelector()
+        # poll(2) rather than epoll: for four descriptors it needs no descriptor of its own
+        # nor a system call per registration.
+        self._selector = selectors.PollSelector()
         self._streams: dict[str, _Stream] = {}
         self._stdin = memoryview(stdin)
         assert process.stdin and process.stdout and process.stderr
@@ -337,6 +339,8 @@ class _PipePump:
         if self._stdin:
             os.set_blocking(process.stdin.fileno(), False)
             self._selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
+            # An empty pipe takes a typical event whole: written now, it costs no wake-up.
+            self._write_stdin(process.stdin)
         else:
             process.stdin.close()
         # A pidfd becomes readable when the process exits: the selector then wakes at once,

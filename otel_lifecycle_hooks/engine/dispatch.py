@@ -2,8 +2,11 @@
 
 Each hook owns one worker thread and one queue, so a hook's executions never overlap or
 reorder. Blocking hooks go through the same queue and the recording call waits for them;
-non-blocking ones are queued and the call returns at once. A debounced hook keeps only the
-latest event of its window. Queues are bounded: past the bound the oldest runtime event of a
+non-blocking ones are queued and the call returns at once. A blocking call without a deadline
+that finds its hook idle (nothing queued, pending or running) runs on the caller's own thread
+instead, holding the queue as running meanwhile: the caller would only wait for the worker,
+and two thread hand-offs are a visible share of a short script hook. A debounced hook keeps
+only the latest event of its window. Queues are bounded: past the bound the oldest runtime event of a
 non-blocking hook is dropped and counted, never a lifecycle event or a blocking one.
 
 A rate-limited hook (`rate_limit:`, and `hook_rate_limit:` for HTTP hooks) keeps at most one
@@ -15,8 +18,10 @@ runtime event waiting in front of them is let through with them so that order is
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -194,8 +199,11 @@ class HookQueue:
                     # The window closed (or we are shutting down): its latest event fires.
                     pending, self._pending, self._window_closes = self._pending, None, None
                     self._enqueue(pending)
-                token_wait = self._token_wait(clock.monotonic()) if self._jobs else 0.0
-                if self._jobs and token_wait <= 0.0:
+                # While a caller runs a job inline the queue is running: the head job waits
+                # for it, without taking a token it could not use yet.
+                ready = bool(self._jobs) and not self._running
+                token_wait = self._token_wait(clock.monotonic()) if ready else 0.0
+                if ready and token_wait <= 0.0:
                     self._running = True
                     self._listener.queue_changed(self.hook, -1)
                     job = self._jobs.popleft()
@@ -203,9 +211,11 @@ class HookQueue:
                     return job
                 if self._closing and (not self._jobs or self._token_after_drain(token_wait)):
                     return None  # what is left is reported as dropped (shutdown)
-                timeouts = [token_wait] if self._jobs else []
+                timeouts = [token_wait] if ready else []
                 if self._window_closes is not None:
                     timeouts.append(max(0.0, self._window_closes - clock.monotonic()))
+                if self._closing and self._drain_deadline is not None:
+                    timeouts.append(max(0.0, self._drain_deadline - clock.monotonic()))
                 self._cond.wait(min(timeouts) if timeouts else None)
 
     def _token_wait(self, now: float) -> float:
@@ -225,22 +235,47 @@ class HookQueue:
             job = self._next_job()
             if job is None:
                 return
-            deadline = job.deadline
-            if self._drain_deadline is not None:
-                deadline = min(deadline or self._drain_deadline, self._drain_deadline)
-            try:
-                execution = self._executor.run(self.hook, job.event, job.session, deadline)
-            except BaseException as exc:  # never leave a waiting caller hanging
-                if job.future is not None:
-                    job.future.set_exception(exc)
-                log.exception("hook %s worker failed", self.hook.name)
-            else:
-                if job.future is not None:
-                    job.future.set_result(execution)
-            finally:
-                with self._cond:
-                    self._running = False
-                    self._cond.notify_all()
+            self._execute(job)
+
+    def run_inline(self, job: _Job) -> bool:
+        """Run the blocking `job` on the calling thread if this hook is idle (nothing queued,
+        pending or running, not closing) and the caller has no deadline; its result lands in
+        `job.future`. False when it did not run: the caller submits it instead."""
+        if job.future is None or job.deadline is not None:
+            # With a deadline the caller must be able to walk away from a run that overstays
+            # it, which only a run on another thread allows.
+            return False
+        with self._cond:
+            if self._closing or self._running or self._jobs or self._pending is not None:
+                return False
+            if self._gate is not None:
+                # As a queued blocking call does: it never waits, but still spends its token.
+                self._gate.admit(self._executor.clock.monotonic(), force=True)
+            self._running = True
+        # An empty context, as the worker thread has: the caller's active span and baggage
+        # must not become the hook span's parent or leak into its requests.
+        contextvars.Context().run(self._execute, job)
+        return True
+
+    def _execute(self, job: _Job) -> None:
+        """Run `job` (the queue is marked running), hand its result to a waiting caller, and
+        free the queue for the next job."""
+        deadline = job.deadline
+        if self._drain_deadline is not None:
+            deadline = min(deadline or self._drain_deadline, self._drain_deadline)
+        try:
+            execution = self._executor.run(self.hook, job.event, job.session, deadline)
+        except BaseException as exc:  # never leave a waiting caller hanging
+            if job.future is not None:
+                job.future.set_exception(exc)
+            log.exception("hook %s worker failed", self.hook.name)
+        else:
+            if job.future is not None:
+                job.future.set_result(execution)
+        finally:
+            with self._cond:
+                self._running = False
+                self._cond.notify_all()
 
     # -- shutdown --
 
@@ -252,9 +287,19 @@ class HookQueue:
             self._cond.notify_all()
 
     def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the running job (the worker's or a caller's
+        inline one) and the worker thread to finish."""
+        # Real seconds, as Thread.join counts them (a test's fake clock may stand still).
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._running:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
         if self._thread is None:
             return True
-        self._thread.join(max(0.0, timeout))
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         return not self._thread.is_alive()
 
     def abandon(self) -> list[_Job]:
@@ -329,7 +374,9 @@ class Dispatcher:
                 queue.submit(_Job(event, session, deadline=deadline))
                 continue
             future: Future[Execution] = Future()
-            queue.submit(_Job(event, session, future=future, deadline=deadline))
+            job = _Job(event, session, future=future, deadline=deadline)
+            if not queue.run_inline(job):
+                queue.submit(job)
             execution = self._wait(future, deadline)
             if execution is None:
                 log.warning("hook %s: still running at the transition's deadline", hook.name)
@@ -383,4 +430,3 @@ class Dispatcher:
         pending debounced event fires now instead of at the end of its window."""
         deadline = self.executor.clock.monotonic() + timeout
         return all(queue.wait_idle(deadline) for queue in self._queues.values())
-

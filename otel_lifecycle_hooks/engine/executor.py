@@ -35,6 +35,9 @@ log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 # Bound on a captured response body, for ${HOOK_<NAME>_RESPONSE}.
 CAPTURE_LIMIT = 64 * 1024
+# Stateless, so built once: one serves every script's TRACEPARENT, one encodes every stdin.
+_PROPAGATOR = TraceContextTextMapPropagator()
+_STDIN_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 ExecutionSink = Callable[[Execution], None]
 
@@ -77,6 +80,7 @@ class HookExecutor:
         self._credentials = credentials
         self._http_client = http_client
         self._lazy_lock = threading.Lock()
+        self._last_redactor: tuple[frozenset[str], Redactor] | None = None
         self.script_user = script_user
         # Set during shutdown: retry waits end early, so draining stays within its deadline.
         self.stopping = threading.Event()
@@ -144,7 +148,15 @@ class HookExecutor:
             values |= variables.secret_values()
         if self._credentials is not None:
             values |= set(self._credentials.secret_values())
-        return Redactor(values)
+        # Executions mostly see the same secrets: reuse the last redactor (its pattern is
+        # compiled once) while they do; a new token or value builds a new one.
+        key = frozenset(values)
+        cached = self._last_redactor
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        redactor = Redactor(key)
+        self._last_redactor = (key, redactor)
+        return redactor
 
     def run(
         self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, deadline: float | None = None
@@ -244,7 +256,7 @@ class HookExecutor:
                 result = self._http_attempt(hook, rendered, hook_id, timeout, variables)
             else:
                 assert rendered is not None
-                result = self._script_attempt(hook, event, session, rendered, span, timeout)
+                result = self._script_attempt(hook, event, session, rendered, span, timeout, variables)
             decision = policy.decide(attempt, result, waited)
             if not decision.retry:
                 return attempt, result
@@ -306,36 +318,41 @@ class HookExecutor:
         command: RenderedCommand,
         span: Span,
         timeout: float,
+        variables: Variables,
     ) -> AttemptResult:
         from ..actions.script import run_script, unsafe_as_root
 
         env = dict(command.env)
-        # Resolved on the PATH run_script will use: this process's environment plus the hook's.
+        # Resolved on the PATH run_script will use: the hook's, else this process's (only PATH
+        # is read, so the whole environment is not merged for it).
         program = command.argv[0] if command.argv else ""
-        refusal = unsafe_as_root(program, {**os.environ, **env}, self.script_user)
+        search_path = env.get("PATH", os.environ.get("PATH", os.defpath))
+        refusal = unsafe_as_root(program, {"PATH": search_path}, self.script_user)
         if refusal is not None:  # a script others can rewrite never runs as root
             raise _Refusal("UnsafeScript", refusal)
         carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         if not carrier and session.span_context is not None and session.span_context.is_valid:
-            TraceContextTextMapPropagator().inject(
+            _PROPAGATOR.inject(
                 carrier, context=trace.set_span_in_context(NonRecordingSpan(session.span_context))
             )
         if "traceparent" in carrier:
             env["TRACEPARENT"] = carrier["traceparent"]
+        # The secrets known now (the script path fetches no token meanwhile) hide in its output.
+        redactor = self.redactor(variables)
         if hook.action.protocol == "host-v1":
-            return self._host_script_attempt(hook, event, session, command, env, timeout)
+            return self._host_script_attempt(hook, event, session, command, env, timeout, redactor)
         payload = script_payload(hook, event, session)
         if hook.action.protocol == "core-agent":
             from ..systems.core_agent import envelope
 
             payload = envelope(event.name, session.session_id, dict(event.fields))
-        stdin = json.dumps(payload, ensure_ascii=False).encode()
+        stdin = _STDIN_ENCODER.encode(payload).encode()
         outcome = run_script(
             RenderedCommand(argv=command.argv, env=env, stdin=stdin),
             timeout,
             user=self.script_user,
-            on_output=self.output_listener(hook, self.redactor(self.variables_for(hook, event, session))),
+            on_output=self.output_listener(hook, redactor),
         )
         return outcome.result
 
@@ -347,6 +364,7 @@ class HookExecutor:
         command: RenderedCommand,
         env: dict[str, str],
         timeout: float,
+        redactor: Redactor,
     ) -> AttemptResult:
         """Seed 003: `<script> <stage>`, the request on stdin, JSONL results and logs on stdout."""
         from ..actions.script import run_script
@@ -355,7 +373,6 @@ class HookExecutor:
         stage = host_protocol.stage_for(event.name)
         if stage is None:
             return AttemptResult("ok", 0.0, skipped=True, message=f"{event.name} fires no stage")
-        redactor = self.redactor(self.variables_for(hook, event, session))
         log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)
         reader = host_protocol.StdoutReader(lambda line: log_line("log", line))
 

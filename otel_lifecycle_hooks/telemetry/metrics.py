@@ -97,17 +97,25 @@ class HookMetrics:
         self._lifecycle_events = meter.create_counter(
             LIFECYCLE_EVENTS, unit="{event}", description="Lifecycle events recorded, by type."
         )
+        # One attribute dict per (hook, event, action, outcome), built once: a template has a
+        # handful of those, and every execution would otherwise build its own.
+        self._execution_attributes: dict[tuple[str, str, str, str], dict[str, str]] = {}
+        self._queue_attributes: dict[str, dict[str, str]] = {}
 
     def record_execution(
         self, hook: str, event: str, action: str, outcome: str, duration_s: float
     ) -> None:
         """Count one finished execution and record how long it took."""
-        attributes = {
-            events.HOOK_ATTR_NAME: hook,
-            events.HOOK_ATTR_EVENT: event,
-            events.HOOK_ATTR_OUTCOME: outcome,
-            events.HOOK_ATTR_ACTION: action,
-        }
+        key = (hook, event, action, outcome)
+        attributes = self._execution_attributes.get(key)
+        if attributes is None:
+            attributes = {
+                events.HOOK_ATTR_NAME: hook,
+                events.HOOK_ATTR_EVENT: event,
+                events.HOOK_ATTR_OUTCOME: outcome,
+                events.HOOK_ATTR_ACTION: action,
+            }
+            self._execution_attributes[key] = attributes
         try:
             self._executions.add(1, attributes)
             self._duration.record(max(duration_s, 0.0), attributes)
@@ -133,7 +141,10 @@ class HookMetrics:
 
     def queue_changed(self, hook: str, delta: int) -> None:
         """Move a hook's queue depth by `delta` (+1 on enqueue, -1 when taken)."""
-        self._add(self._queue_depth, delta, {events.HOOK_ATTR_NAME: hook})
+        attributes = self._queue_attributes.get(hook)
+        if attributes is None:
+            attributes = self._queue_attributes[hook] = {events.HOOK_ATTR_NAME: hook}
+        self._add(self._queue_depth, delta, attributes)
 
     def record_event(self, event: str) -> None:
         """Count one lifecycle event recorded on a session."""

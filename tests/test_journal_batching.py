@@ -1,0 +1,130 @@
+"""Execution rows under load are committed in batches, bounded in time and rows, and always
+before other writes and on close; a row after a quiet spell is committed at once."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_lifecycle_hooks import journal as journal_module
+from otel_lifecycle_hooks.journal import ExecutionRow, Journal
+
+
+def row(n: int) -> ExecutionRow:
+    return ExecutionRow(hook=f"hook-{n}", event="tool-start", outcome="success", started_at=1.8e9)
+
+
+def committed_rows(path: Path) -> int:
+    """Rows another process would see."""
+    with sqlite3.connect(path) as other:
+        return int(other.execute("SELECT COUNT(*) FROM executions").fetchone()[0])
+
+
+@pytest.fixture
+def long_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A window no test outlasts: what is visible then depends on rows and writes, not time.
+    monkeypatch.setattr(journal_module, "COMMIT_AFTER_SECONDS", 60.0)
+
+
+def test_a_row_after_a_quiet_spell_is_committed_at_once(tmp_path: Path):
+    journal = Journal(tmp_path / "journal.db")
+    try:
+        journal.record_execution(row(1))
+        assert committed_rows(tmp_path / "journal.db") == 1
+    finally:
+        journal.close()
+
+
+def test_rows_that_follow_closely_wait_for_their_batch_and_close_commits_them(
+    tmp_path: Path, long_window: None
+):
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    ids = [journal.record_execution(row(n)) for n in range(5)]
+
+    assert committed_rows(path) == 1  # the first, at once; the others wait for their batch
+    assert [r.hook for r in journal.recent(limit=5)] == [f"hook-{n}" for n in reversed(range(5))]
+    journal.close()
+    assert committed_rows(path) == 5
+    assert None not in ids
+
+
+def test_a_full_batch_is_committed_without_waiting(tmp_path: Path, long_window: None):
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    try:
+        for n in range(1 + journal_module.COMMIT_AFTER_ROWS):
+            journal.record_execution(row(n))
+        assert committed_rows(path) == 1 + journal_module.COMMIT_AFTER_ROWS
+        journal.record_execution(row(999))
+        assert committed_rows(path) == 1 + journal_module.COMMIT_AFTER_ROWS
+    finally:
+        journal.close()
+
+
+def test_a_session_write_commits_the_batch_before_it(tmp_path: Path, long_window: None):
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    try:
+        for n in range(3):
+            journal.record_execution(row(n))
+        journal.open_session("s-1", agent_id="agent")
+        assert committed_rows(path) == 3
+        with sqlite3.connect(path) as other:
+            assert other.execute("SELECT session_id FROM sessions").fetchall() == [("s-1",)]
+    finally:
+        journal.close()
+
+
+def test_a_waiting_batch_is_committed_within_its_window_with_no_further_row(tmp_path: Path):
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    try:
+        for n in range(3):
+            journal.record_execution(row(n))
+        # The window is 100 ms; allow for a loaded machine, never hang.
+        deadline = time.monotonic() + 5.0
+        while committed_rows(path) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert committed_rows(path) == 3
+    finally:
+        journal.close()
+
+
+def test_a_busy_database_drops_the_row_that_could_not_start_a_batch(
+    tmp_path: Path, long_window: None
+):
+    path = tmp_path / "journal.db"
+    journal = Journal(path, busy_timeout=0.05)
+    try:
+        journal.record_execution(row(1))  # committed at once: the next row starts a batch
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        assert journal.record_execution(row(2)) is None
+        other.execute("ROLLBACK")
+        other.close()
+        assert journal.record_execution(row(3)) is not None
+        assert journal.healthy
+    finally:
+        journal.close()
+    reopened = Journal(path)
+    assert [r.hook for r in reopened.recent()] == ["hook-3", "hook-1"]
+    reopened.close()
+
+
+def test_a_failed_delivery_is_committed_at_once_with_the_batch_before_it(
+    tmp_path: Path, long_window: None
+):
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    try:
+        journal.record_execution(row(1))
+        journal.record_execution(row(2))  # waits for its batch
+        failed = ExecutionRow(hook="notify", event="error", outcome="failed", started_at=1.8e9)
+        journal.record_execution(failed)
+        assert committed_rows(path) == 3
+    finally:
+        journal.close()
