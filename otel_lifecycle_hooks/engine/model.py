@@ -68,7 +68,3 @@ class Execution:
     span_id: str | None = None
     agent_id: str | None = None
     replayed_from: int | None = None  # the journal row this execution re-sends
-
-    @property
-    def succeeded(self) -> bool:
-        return self.outcome == "success"

@@ -58,11 +58,6 @@ def _span_id(span: Any) -> int:
     return context.span_id if context is not None else 0
 
 
-def is_session_span(attributes: Mapping[str, Any] | None) -> bool:
-    """An agent session span: `gen_ai.operation.name = invoke_agent`, not made by the engine."""
-    return bool(attributes) and attributes.get(ev.ATTR_OPERATION_NAME) == ev.OPERATION_INVOKE_AGENT  # type: ignore[union-attr]
-
-
 def _operation_name(span: Any) -> Any:
     """The span's `gen_ai.operation.name`, looked up in the SDK's own dict when there is one:
     the public mapping raises and catches a KeyError for every span without it (about 1 us,

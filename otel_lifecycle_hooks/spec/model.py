@@ -148,9 +148,6 @@ class HookSpec:
     # At most this many executions per window; excess runtime events are coalesced.
     rate_limit: RateLimit | None = None
 
-    def handles(self, event: str) -> bool:
-        return event in self.on
-
 
 @dataclass(frozen=True)
 class Template:

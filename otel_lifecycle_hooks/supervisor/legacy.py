@@ -17,7 +17,6 @@ from ..render import RenderedCommand
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
-LEGACY_EVENTS = ("pre-start", "post-start", "pre-stop", "session-end")
 DEFAULT_SYSTEM_DIR = "/etc/scion/hooks"
 # A legacy script with no deadline from the caller gets this long.
 DEFAULT_SCRIPT_TIMEOUT = 30.0
