@@ -175,7 +175,9 @@ def interleave(runs: int, subjects: dict[str, Callable[[], float]]) -> dict[str,
     return samples
 
 
-def time_process(argv: Sequence[str], *, stdin: bytes = b"", env: dict[str, str] | None = None) -> float:
+def time_process(
+    argv: Sequence[str], *, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> float:
     """Wall time of one whole process, milliseconds; it must exit 0."""
     started = time.perf_counter()
     completed = subprocess.run(
@@ -183,7 +185,9 @@ def time_process(argv: Sequence[str], *, stdin: bytes = b"", env: dict[str, str]
     )
     elapsed = (time.perf_counter() - started) * 1000.0
     if completed.returncode != 0:
-        raise RuntimeError(f"{shlex.join(argv)} exited {completed.returncode}: {completed.stderr[-500:]!r}")
+        raise RuntimeError(
+            f"{shlex.join(argv)} exited {completed.returncode}: {completed.stderr[-500:]!r}"
+        )
     return elapsed
 
 
@@ -442,7 +446,9 @@ class LoopbackServerProcess:
         argv = [sys.executable, str(BENCH_DIR / "loopback_server.py")]
         if close_connections:
             argv.append("--close")
-        self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         port = self._read_line(30.0)
         self.url = f"http://127.0.0.1:{int(port)}"
 

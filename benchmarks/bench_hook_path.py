@@ -43,7 +43,11 @@ TOOL_CALL_PAYLOADS = [
         "hook_event_name": event,
         "tool_name": "Bash",
         "tool_input": {"command": "pytest -q tests/", "description": "Run the tests"},
-        **({"tool_response": {"stdout": "42 passed", "stderr": "", "interrupted": False}} if event == "PostToolUse" else {}),
+        **(
+            {"tool_response": {"stdout": "42 passed", "stderr": "", "interrupted": False}}
+            if event == "PostToolUse"
+            else {}
+        ),
     }
     for event in ("PreToolUse", "PostToolUse")
 ]
@@ -70,7 +74,9 @@ def main() -> int:
                 return time_process(argv, stdin=payloads[next(turn) % 2], env=env)
 
             subjects = {
-                "venv python -c pass": lambda: time_process([sys.executable, "-c", "pass"], env=env),
+                "venv python -c pass": lambda: time_process(
+                    [sys.executable, "-c", "pass"], env=env
+                ),
                 "python3 -c pass": lambda: time_process([base_python(), "-c", "pass"], env=env),
                 "console script": lambda: hook([console_script(), "hook", "--dialect", "claude"]),
                 "python -m": lambda: hook(

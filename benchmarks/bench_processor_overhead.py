@@ -116,7 +116,9 @@ def main() -> int:
     return report(SCRIPT, figures, args)
 
 
-def processor_calls(processor: LifecycleHookProcessor, provider: TracerProvider, calls: int) -> float:
+def processor_calls(
+    processor: LifecycleHookProcessor, provider: TracerProvider, calls: int
+) -> float:
     """Microseconds the processor spends on one ordinary span: on_start then on_end."""
     span = provider.get_tracer("host.app").start_span("GET /api/orders", attributes=ATTRIBUTES)
     span.end()

@@ -104,7 +104,11 @@ def render_table(figures: list[Figure], machine_text: str, elapsed: float, quick
         "|---|---|---|---|---|---|---|",
     ]
     for f in figures:
-        baseline = f"{format_number(f.baseline)} {f.unit} ({f.baseline_name})" if f.baseline is not None else "-"
+        baseline = (
+            f"{format_number(f.baseline)} {f.unit} ({f.baseline_name})"
+            if f.baseline is not None
+            else "-"
+        )
         ratio = f"{f.ratio:.2f}x" if f.ratio is not None else "-"
         met = {True: "yes", False: "**no**", None: ""}[f.met]
         lines.append(

@@ -1,180 +1,105 @@
-"""One attempt of an `http` or `webhook` action, through one pooled, instrumented httpx.Client.
+"""One attempt of an `http` or `webhook` action: one request through the shared, pooled client.
 
 `send` performs exactly one request and classifies how it ended (`AttemptResult`); retries,
 spans for the hook and policies belong to the engine. What `send` guarantees:
 
 - The whole attempt - connect, TLS, sending, and reading up to `max_body` bytes of the
-  response - ends by `timeout` seconds after it started. httpx's timeouts bound each socket
-  operation; the client built by `make_client` also clamps every socket operation to the time
-  left (see `_DeadlineBackend`), so a server that drips bytes cannot stretch an attempt.
+  response - ends by `timeout` seconds after it started: every socket operation waits only
+  for the time left (see `transport.py`), so a server that drips bytes cannot stretch it.
 - Redirects are never followed (a 3xx is a permanent failure naming the Location).
 - At most `max_body` bytes of the response are read; the rest is never downloaded.
+- The attempt is one CLIENT span, child of the current span (the hook's), with the stable
+  HTTP semantic conventions (`http.request.method`, `url.full` as redacted, `server.address`,
+  `server.port`, `network.protocol.version`, `http.response.status_code`, `error.type`), and
+  its request carries the current trace context (`traceparent`) through the global
+  propagator. Its duration is recorded in the `http.client.request.duration` histogram.
+- No cookies are kept: a cookie one target sets (perhaps its session credential) never rides
+  along on later requests.
 
-error_type values: `http.<status>`, `http.redirect`, `timeout`, the httpx exception class for
-transport failures (`ConnectError`, `ReadError`, `WriteError`, `RemoteProtocolError`,
-`ProxyError`...), `DNSError` for a name that does not resolve (transient: resolvers flap while
+error_type values: `http.<status>`, `http.redirect`, `timeout`, the transport's error class
+for failures on the wire (`ConnectError`, `ReadError`, `WriteError`, `RemoteProtocolError`,
+`ProxyError`), `DNSError` for a name that does not resolve (transient: resolvers flap while
 containers start), `TLSError` for a failed TLS handshake or certificate check (permanent:
-retrying does not change a certificate), `InvalidURL` / `UnsupportedProtocol` (permanent).
-Messages never contain the URL's query string or a header value: they may hold secrets.
+retrying does not change a certificate), `InvalidURL` / `UnsupportedProtocol` /
+`LocalProtocolError` (permanent). Messages never contain the URL's path or query string or a
+header value: they may hold secrets.
 """
 
 from __future__ import annotations
 
-import contextvars
 import email.utils
-import logging
+import http.client
 import math
-import os
 import socket
 import ssl
 import time
-import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpcore
-import httpx
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import __version__
 from ..render import RenderedRequest
+from . import transport
 from .base import AttemptResult
+from .transport import ConnectionPool, Target, TransportError
 
-# The pool is shared by every hook of the process.
-MAX_CONNECTIONS = 32
-MAX_KEEPALIVE_CONNECTIONS = 16
-KEEPALIVE_EXPIRY = 30.0  # seconds
 DEFAULT_MAX_BODY = 64 * 1024
-
-_STABILITY_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+USER_AGENT = f"otel-lifecycle-hooks/{__version__}"
+INSTRUMENTATION_SCOPE = "otel_lifecycle_hooks.http"
 
 # Content types whose body is kept in the result, for response capture.
 _TEXT_TYPES = ("application/json", "text/")
-
-# Monotonic deadline of the attempt running in this context (thread), read by the backend.
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "otel_lifecycle_hooks_http_deadline", default=None
+# The methods the HTTP conventions name; any other is `_OTHER` on the span.
+_KNOWN_METHODS = frozenset(
+    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
 )
-# How the attempt running in this context redacts its URL, for the CLIENT span and httpx's log:
-# a webhook URL may be the secret itself.
-_redact_url: contextvars.ContextVar[Callable[[str], str] | None] = contextvars.ContextVar(
-    "otel_lifecycle_hooks_http_redact_url", default=None
-)
-_URL_ATTRIBUTES = ("url.full", "http.url")  # stable and old HTTP semantic conventions
+# The HTTP conventions' advice for http.client.request.duration, in seconds.
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+# Headers the client writes itself, from the body it sends.
+_FRAMING_HEADERS = ("content-length", "transfer-encoding")
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-def make_client(
-    tracer_provider: Any = None,
-    meter_provider: Any = None,
-) -> httpx.Client:
-    """The one httpx.Client shared by all hooks: pooled, no redirects, instrumented.
+class HttpClient:
+    """The client every hook of a process shares: a keep-alive pool, a tracer and a histogram."""
 
-    The client is instrumented with opentelemetry-instrumentation-httpx, so each attempt is a
-    CLIENT span (stable HTTP semantic conventions) and carries a `traceparent` header.
-    `tracer_provider` / `meter_provider` default to the global ones.
+    def __init__(
+        self,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.pool = ConnectionPool(environ)
+        self.tracer = trace.get_tracer(INSTRUMENTATION_SCOPE, __version__, tracer_provider)
+        meter = metrics.get_meter(INSTRUMENTATION_SCOPE, __version__, meter_provider)
+        self.duration = meter.create_histogram(
+            "http.client.request.duration",
+            unit="s",
+            description="Duration of HTTP client requests.",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
 
-    `trust_env` stays on: in containers, HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE are how the
-    platform says how to reach the outside, and hooks must honour them like any other client.
+    def close(self) -> None:
+        """Close the idle connections; the client is not used afterwards."""
+        self.pool.close()
+
+
+def make_client(tracer_provider: Any = None, meter_provider: Any = None) -> HttpClient:
+    """The one client shared by all hooks: pooled, no redirects, no cookies, traced.
+
+    `tracer_provider` / `meter_provider` default to the global ones. Proxies and CA files
+    come from the environment (`https_proxy`, `no_proxy`, `SSL_CERT_FILE`...), as the
+    platform tells every client in a container how to reach the outside.
     """
-    limits = httpx.Limits(
-        max_connections=MAX_CONNECTIONS,
-        max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-        keepalive_expiry=KEEPALIVE_EXPIRY,
-    )
-    client = httpx.Client(
-        follow_redirects=False,
-        trust_env=True,
-        transport=_OwnSpanTransport(limits=limits, trust_env=True),
-        limits=limits,
-        headers={
-            "User-Agent": f"otel-lifecycle-hooks/{__version__}",
-            # A compressed body could inflate far beyond max_body inside a single read.
-            "Accept-Encoding": "identity",
-        },
-    )
-    # Hook requests are independent of one another: a cookie one target sets (perhaps its
-    # session credential) must not ride along on later requests. It also spares every response
-    # httpx's cookie-jar bookkeeping.
-    client._cookies = _NoCookies()
-    for transport in _transports(client):
-        _install_deadline_backend(transport)
-    _instrument(client, tracer_provider, meter_provider)
-    return client
-
-
-class _NoCookies(httpx.Cookies):
-    """A cookie jar that never keeps what a response sets."""
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        pass
-
-
-class _OwnSpanTransport(httpx.HTTPTransport):
-    """The client's transport, quiet to a global httpx instrumentation.
-
-    Under `opentelemetry-instrument`, httpx is also instrumented globally; the client's own
-    instrumentation (with its URL redaction) already made the attempt's CLIENT span, so the
-    global one is suppressed here instead of nesting a second span with the raw URL.
-    """
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        # A global instrumentation wraps the base class's method; only then is there
-        # anything to suppress (attaching a context costs every request otherwise).
-        if not hasattr(httpx.HTTPTransport.__dict__["handle_request"], "__wrapped__"):
-            return super().handle_request(request)
-        from opentelemetry.instrumentation.utils import suppress_http_instrumentation
-
-        with suppress_http_instrumentation():
-            return super().handle_request(request)
-
-
-def _instrument(client: httpx.Client, tracer_provider: Any, meter_provider: Any) -> None:
-    # The instrumentation reads the opt-in once per process, at the first instrument call of
-    # any OTel instrumentation (not at import). Set it only if the host has not chosen: when
-    # another instrumentation already initialised, the host's choice stands.
-    os.environ.setdefault(_STABILITY_OPT_IN, "http")
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
-
-    HTTPXClientInstrumentor.instrument_client(
-        client,
-        tracer_provider=tracer_provider,
-        meter_provider=meter_provider,
-        request_hook=_redact_span_url,
-    )
-    _install_log_redaction()
-
-
-def _redact_span_url(span: Any, request: Any) -> None:
-    """The CLIENT span carries the URL as redacted for this attempt (`send`'s `redact_url`)."""
-    redact = _redact_url.get()
-    attributes = getattr(span, "attributes", None) or {}
-    if redact is None or not span.is_recording():
-        return
-    for key in _URL_ATTRIBUTES:
-        if key in attributes:
-            span.set_attribute(key, redact(str(attributes[key])))
-
-
-class _RedactRequestLine(logging.Filter):
-    """httpx logs each request's URL at INFO: redact it the same way, while we are sending."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        redact = _redact_url.get()
-        if redact is not None and isinstance(record.args, tuple):
-            record.args = tuple(
-                redact(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
-            )
-        return True
-
-
-def _install_log_redaction() -> None:
-    logger = logging.getLogger("httpx")
-    if not any(isinstance(existing, _RedactRequestLine) for existing in logger.filters):
-        logger.addFilter(_RedactRequestLine())
+    return HttpClient(tracer_provider, meter_provider)
 
 
 def send(
-    client: httpx.Client,
+    client: HttpClient,
     request: RenderedRequest,
     timeout: float,
     *,
@@ -184,62 +109,225 @@ def send(
 ) -> AttemptResult:
     """Send `request` once, within `timeout` seconds in total, and classify the outcome.
 
-    `extra_headers` (auth, X-Scion-Hook-ID) are added over the request's own headers.
-    `redact_url` rewrites the URL wherever the instrumentation and httpx record it.
+    `extra_headers` (auth, X-Scion-Hook-ID) replace the request's own headers of the same
+    name. `redact_url` rewrites the URL where the CLIENT span records it.
     Never raises: every failure becomes an `AttemptResult`.
     """
     started = time.monotonic()
-    deadline = started + timeout
-    headers = httpx.Headers(request.headers)
-    headers.update(extra_headers)  # case-insensitive: an auth header replaces the template's
-    token = _deadline.set(deadline)
-    redact_token = _redact_url.set(redact_url)
-    status: int | None = None
     try:
-        with client.stream(
-            request.method,
-            request.url,
-            headers=headers,
-            content=request.body,
-            timeout=httpx.Timeout(timeout),
-        ) as response:
-            status = response.status_code
-            body = _read_bounded(response, max_body, deadline)
-            return _classify_response(response, body, time.monotonic() - started)
-    except httpx.TimeoutException:
-        return AttemptResult(
+        target = Target(request.url)
+    except TransportError as exc:
+        return _classify_error(exc, request.url, 0.0, None)
+    method = request.method.upper()
+    span = client.tracer.start_span(
+        method if method in _KNOWN_METHODS else "HTTP",
+        kind=SpanKind.CLIENT,
+        attributes=_span_attributes(method, request.url, target, redact_url),
+    )
+    headers = _headers(request, extra_headers, target)
+    propagate.inject(headers, context=trace.set_span_in_context(span))
+    exchange = _Exchange(client.pool, target, method, request.body, started + timeout)
+    try:
+        result = exchange.run(list(headers.items()), max_body, timeout)
+    except (transport.TimeoutException, TimeoutError):
+        result = AttemptResult(
             kind="timeout",
             duration=time.monotonic() - started,
-            status_code=status,
+            status_code=exchange.status,
             error_type="timeout",
             message=f"no complete response within {timeout:g}s",
         )
     except Exception as exc:  # noqa: BLE001 - an attempt never raises into the engine
-        return _classify_error(exc, request.url, time.monotonic() - started, status)
-    finally:
-        _deadline.reset(token)
-        _redact_url.reset(redact_token)
+        result = _classify_error(exc, request.url, time.monotonic() - started, exchange.status)
+    _end_span(span, client, result, method, target)
+    return result
 
 
-def _read_bounded(response: httpx.Response, max_body: int, deadline: float) -> bytes:
-    """Up to max_body bytes of the body; the rest is left unread (the connection is dropped)."""
-    if response.is_redirect or max_body <= 0:
-        return b""
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size >= max_body:
-            break
-        if time.monotonic() >= deadline:
-            raise httpx.ReadTimeout("attempt deadline reached while reading the body")
-    return b"".join(chunks)[:max_body]
+class _Exchange:
+    """One request and its response on a pooled connection; `status` survives a failed read."""
+
+    def __init__(
+        self, pool: ConnectionPool, target: Target, method: str, body: bytes | None, deadline: float
+    ) -> None:
+        self.pool = pool
+        self.target = target
+        self.method = method
+        self.body = body
+        self.deadline = deadline
+        self.status: int | None = None
+
+    def run(self, headers: list[tuple[str, str]], max_body: int, timeout: float) -> AttemptResult:
+        started = self.deadline - timeout
+        connection, response = self._request(headers)
+        self.status = response.status
+        try:
+            body = self._read(response, max_body)
+        except BaseException:
+            connection.close()
+            raise
+        if response.isclosed() and not response.will_close:
+            self.pool.release(connection)
+        else:  # unread body, or the server closes: the connection cannot carry another request
+            connection.close()
+        return _classify_response(response, body, time.monotonic() - started)
+
+    def _request(
+        self, headers: list[tuple[str, str]]
+    ) -> tuple[transport.Connection, http.client.HTTPResponse]:
+        while True:
+            connection = self.pool.acquire(self.target, self.deadline)
+            try:
+                return connection, self._send_on(connection, headers)
+            except (transport.WriteError, http.client.RemoteDisconnected) as exc:
+                connection.close()
+                # A kept-alive connection the server closed just as it was reused: nothing was
+                # answered, so the request goes once more on a new connection.
+                if not connection.reused:
+                    raise _as_transport_error(exc) from exc
+            except BaseException:
+                connection.close()
+                raise
+
+    def _send_on(
+        self, connection: transport.Connection, headers: list[tuple[str, str]]
+    ) -> http.client.HTTPResponse:
+        if connection.sock is None:
+            connection.connect()
+        target = self.target
+        path = f"{target.scheme}://{target.authority}{target.path}"
+        if not connection.absolute_form:
+            path = target.path
+        try:
+            connection.putrequest(self.method, path, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers:
+                connection.putheader(name, value)
+            if connection.absolute_form and connection.proxy and connection.proxy.authorization:
+                connection.putheader("Proxy-Authorization", connection.proxy.authorization)
+        except (ValueError, UnicodeError) as exc:
+            raise transport.LocalProtocolError(
+                f"a header cannot be sent as written ({type(exc).__name__})"
+            ) from None
+        try:
+            connection.endheaders(self.body)
+        except (transport.TimeoutException, TimeoutError):
+            raise
+        except OSError as exc:
+            raise transport.WriteError(exc.strerror or type(exc).__name__) from exc
+        return connection.getresponse()
+
+    def _read(self, response: http.client.HTTPResponse, max_body: int) -> bytes:
+        """Up to max_body bytes of the body; the rest is left unread."""
+        if 300 <= response.status < 400 or max_body <= 0:
+            return b""
+        chunks: list[bytes] = []
+        size = 0
+        while size < max_body:
+            chunk = response.read(min(transport.READ_CHUNK, max_body - size))
+            if not chunk:
+                # http.client ends a sized body cut short quietly when read in parts.
+                if response.length:
+                    raise http.client.IncompleteRead(b"", response.length)
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
 
 
-def _classify_response(response: httpx.Response, body: bytes, duration: float) -> AttemptResult:
-    status = response.status_code
-    content_type = response.headers.get("content-type")
+def _headers(
+    request: RenderedRequest, extra_headers: Mapping[str, str], target: Target
+) -> dict[str, str]:
+    """The header block, names as written; a later source replaces an earlier one whatever the
+    case of its name: defaults, the template's headers, then auth and the hook id."""
+    merged: dict[str, tuple[str, str]] = {
+        "host": ("Host", target.host_header),
+        "user-agent": ("User-Agent", USER_AGENT),
+        # A compressed body could inflate far beyond max_body inside a single read.
+        "accept-encoding": ("Accept-Encoding", "identity"),
+    }
+    if target.userinfo is not None:
+        merged["authorization"] = ("Authorization", transport.basic_credentials(*target.userinfo))
+    for source in (request.headers, extra_headers):
+        for name, value in source.items():
+            merged[name.lower()] = (name, value)
+    for name in _FRAMING_HEADERS:
+        merged.pop(name, None)
+    if request.body is not None:
+        merged["content-length"] = ("Content-Length", str(len(request.body)))
+    elif request.method.upper() in _BODY_METHODS:
+        merged["content-length"] = ("Content-Length", "0")
+    return dict(merged.values())
+
+
+def _as_transport_error(exc: BaseException) -> TransportError:
+    if isinstance(exc, TransportError):
+        return exc
+    return transport.RemoteProtocolError("the server closed the connection without answering")
+
+
+# -- the CLIENT span ---------------------------------------------------------------------------
+
+
+def _span_attributes(
+    method: str, url: str, target: Target, redact_url: Callable[[str], str] | None
+) -> dict[str, Any]:
+    shown = _without_userinfo(url)
+    attributes: dict[str, Any] = {
+        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+        "url.full": redact_url(shown) if redact_url is not None else shown,
+        "server.address": target.host,
+        "server.port": target.port,
+    }
+    if method not in _KNOWN_METHODS:
+        attributes["http.request.method_original"] = method
+    return attributes
+
+
+def _end_span(
+    span: trace.Span, client: HttpClient, result: AttemptResult, method: str, target: Target
+) -> None:
+    measured: dict[str, Any] = {
+        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+        "server.address": target.host,
+        "server.port": target.port,
+    }
+    status = result.status_code
+    if status is not None:
+        measured["network.protocol.version"] = "1.1"
+        measured["http.response.status_code"] = status
+    error_type = None
+    if status is not None and status >= 400:
+        error_type = str(status)
+    elif status is None and not result.ok:
+        error_type = result.error_type or "_OTHER"
+    if error_type is not None:
+        measured["error.type"] = error_type
+    client.duration.record(result.duration, measured)
+    if span.is_recording():
+        span.set_attributes(measured)
+        if error_type is not None:
+            span.set_status(Status(StatusCode.ERROR, result.message))
+    span.end()
+
+
+def _without_userinfo(url: str) -> str:
+    """The URL as a span may record it: credentials in the authority are never kept."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    if "@" not in authority:
+        return url
+    return f"{scheme}://REDACTED:REDACTED@{authority.rpartition('@')[2]}{slash}{tail}"
+
+
+# -- classification ----------------------------------------------------------------------------
+
+
+def _classify_response(
+    response: http.client.HTTPResponse, body: bytes, duration: float
+) -> AttemptResult:
+    status = response.status
+    content_type = response.getheader("content-type")
     kept_body, kept_type = (body, content_type) if _is_text(content_type) else (None, None)
     if 200 <= status < 300:
         return AttemptResult(
@@ -250,7 +338,7 @@ def _classify_response(response: httpx.Response, body: bytes, duration: float) -
             response_content_type=kept_type,
         )
     if 300 <= status < 400:
-        location = response.headers.get("location")
+        location = response.getheader("location")
         where = f" to {_safe_url(location)}" if location else ""
         return AttemptResult(
             kind="permanent",
@@ -266,7 +354,7 @@ def _classify_response(response: httpx.Response, body: bytes, duration: float) -
         status_code=status,
         error_type=f"http.{status}",
         message=f"HTTP {status} {_reason(status)}".rstrip(),
-        retry_after=parse_retry_after(response.headers.get("retry-after"), time.time()),
+        retry_after=parse_retry_after(response.getheader("retry-after"), time.time()),
         response_body=kept_body,
         response_content_type=kept_type,
     )
@@ -277,13 +365,13 @@ def _classify_error(
 ) -> AttemptResult:
     host = _host_of(url)
     causes = list(_cause_chain(exc))
-    if any(isinstance(cause, ssl.SSLError) for cause in causes):
-        reason = next(c for c in causes if isinstance(c, ssl.SSLError))
+    tls_error = next((c for c in causes if isinstance(c, ssl.SSLError)), None)
+    if tls_error is not None:
         return AttemptResult(
             kind="permanent",
             duration=duration,
             error_type="TLSError",
-            message=f"TLS handshake with {host} failed: {_ssl_reason(reason)}",
+            message=f"TLS handshake with {host} failed: {_ssl_reason(tls_error)}",
         )
     if any(isinstance(cause, socket.gaierror) for cause in causes):
         return AttemptResult(
@@ -292,20 +380,23 @@ def _classify_error(
             error_type="DNSError",
             message=f"cannot resolve host {host}",
         )
-    if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
+    if isinstance(
+        exc, (transport.InvalidURL, transport.UnsupportedProtocol, transport.LocalProtocolError)
+    ):
         return AttemptResult(
             kind="permanent",
             duration=duration,
             error_type=type(exc).__name__,
-            message=f"request to {host} cannot be sent: {type(exc).__name__}",
+            message=f"request to {host} cannot be sent: {exc}",
         )
-    if isinstance(exc, httpx.TransportError):
+    error = _wire_error(exc)
+    if error is not None:
         return AttemptResult(
             kind="transient",
             duration=duration,
             status_code=status,
-            error_type=type(exc).__name__,
-            message=f"{type(exc).__name__} talking to {host}: {_os_reason(causes)}",
+            error_type=type(error).__name__,
+            message=f"{type(error).__name__} talking to {host}: {_os_reason(causes)}",
         )
     return AttemptResult(
         kind="permanent",
@@ -314,6 +405,19 @@ def _classify_error(
         error_type=type(exc).__name__,
         message=f"unexpected {type(exc).__name__} sending to {host}",
     )
+
+
+def _wire_error(exc: BaseException) -> TransportError | None:
+    """The transport error a failure on the wire stands for; None for anything else."""
+    if isinstance(exc, TransportError):
+        return exc
+    if isinstance(exc, (http.client.IncompleteRead, http.client.RemoteDisconnected)):
+        return transport.RemoteProtocolError("the answer was cut short")
+    if isinstance(exc, http.client.HTTPException):
+        return transport.RemoteProtocolError("the answer is not valid HTTP/1.1")
+    if isinstance(exc, OSError):
+        return transport.ReadError(exc.strerror or type(exc).__name__)
+    return None
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -340,110 +444,6 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, seconds)
 
 
-# -- the deadline-clamping network backend ---------------------------------------------------
-
-
-def _time_left(exc_type: type[Exception]) -> float | None:
-    deadline = _deadline.get()
-    if deadline is None:
-        return None
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise exc_type("attempt deadline reached")
-    return left
-
-
-def _clamp(timeout: float | None, exc_type: type[Exception]) -> float | None:
-    left = _time_left(exc_type)
-    if left is None:
-        return timeout
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A socket stream whose every read and write ends by the attempt's deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _clamp(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _clamp(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        inner = self._inner.start_tls(
-            ssl_context, server_hostname, _clamp(timeout, httpcore.ConnectTimeout)
-        )
-        return _DeadlineStream(inner)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's socket backend, with each operation bounded by the attempt's time left."""
-
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
-        self._inner = inner
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(
-            host,
-            port,
-            _clamp(timeout, httpcore.ConnectTimeout),
-            local_address=local_address,
-            socket_options=socket_options,
-        )
-        return _DeadlineStream(stream)
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_unix_socket(
-            path, _clamp(timeout, httpcore.ConnectTimeout), socket_options=socket_options
-        )
-        return _DeadlineStream(stream)
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-def _transports(client: httpx.Client) -> list[Any]:
-    # Proxy transports built from the environment live in the client's mounts.
-    mounted = getattr(client, "_mounts", {}) or {}
-    return [client._transport, *(t for t in mounted.values() if t is not None)]
-
-
-def _install_deadline_backend(transport: Any) -> None:
-    # httpx takes no network_backend argument; its connection pool holds one, and hands it to
-    # each connection it opens. Feature-detected: without it, httpx's per-operation timeouts
-    # and the body-reading loop still bound the attempt, only less tightly.
-    pool = getattr(transport, "_pool", None)
-    inner = getattr(pool, "_network_backend", None)
-    if isinstance(inner, httpcore.NetworkBackend) and not isinstance(inner, _DeadlineBackend):
-        pool._network_backend = _DeadlineBackend(inner)  # type: ignore[union-attr]
-
-
 # -- small helpers -----------------------------------------------------------------------------
 
 
@@ -464,25 +464,25 @@ def _reason(status: int) -> str:
 def _safe_url(url: str) -> str:
     """scheme://host/path of a URL: query strings and userinfo may carry credentials."""
     try:
-        parsed = httpx.URL(url)
-    except Exception:  # noqa: BLE001 - a malformed Location is only named, never used
+        parsed = urlsplit(url)
+        port = f":{parsed.port}" if parsed.port else ""
+    except ValueError:  # a malformed Location is only named, never used
         return "(unparseable location)"
-    if not parsed.host:
+    if not parsed.hostname:
         return parsed.path or "/"
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
+    return f"{parsed.scheme}://{parsed.hostname}{port}{parsed.path}"
 
 
 def _host_of(url: str) -> str:
     try:
-        parsed = httpx.URL(url)
-    except Exception:  # noqa: BLE001
+        parsed = urlsplit(url)
+        port = f":{parsed.port}" if parsed.port else ""
+    except ValueError:
         return "(invalid url)"
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.host}{port}" if parsed.host else "(no host)"
+    return f"{parsed.hostname}{port}" if parsed.hostname else "(no host)"
 
 
-def _cause_chain(exc: BaseException) -> typing.Iterator[BaseException]:
+def _cause_chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

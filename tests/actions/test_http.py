@@ -9,14 +9,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from otel_lifecycle_hooks.actions.http import make_client, parse_retry_after, send
+from otel_lifecycle_hooks.actions.http import HttpClient, make_client, parse_retry_after, send
 from otel_lifecycle_hooks.render import RenderedRequest
 from tests.support.target_server import Reply, TargetServer, self_signed_certificate
 
@@ -24,7 +23,7 @@ SLACK = 1.5  # seconds allowed past a timeout for a hang check (thread schedulin
 
 
 @pytest.fixture
-def client() -> Iterator[httpx.Client]:
+def client() -> Iterator[HttpClient]:
     client = make_client(tracer_provider=TracerProvider())
     yield client
     client.close()
@@ -34,7 +33,7 @@ def post(url: str, body: bytes = b'{"event":"post-start"}') -> RenderedRequest:
     return RenderedRequest("POST", url, {"Content-Type": "application/json"}, body)
 
 
-def test_a_2xx_is_ok_and_keeps_a_json_body(client: httpx.Client, target_server: TargetServer):
+def test_a_2xx_is_ok_and_keeps_a_json_body(client: HttpClient, target_server: TargetServer):
     target_server.on("/register", Reply.json(201, '{"id": "a-1"}'))
 
     result = send(
@@ -57,7 +56,7 @@ def test_a_2xx_is_ok_and_keeps_a_json_body(client: httpx.Client, target_server: 
     assert request.headers["user-agent"].startswith("otel-lifecycle-hooks/")
 
 
-def test_a_binary_body_is_not_kept(client: httpx.Client, target_server: TargetServer):
+def test_a_binary_body_is_not_kept(client: HttpClient, target_server: TargetServer):
     target_server.on("/bin", Reply(200, {"Content-Type": "application/octet-stream"}, b"\x00\x01"))
 
     result = send(client, post(target_server.url("/bin")), 5.0)
@@ -66,7 +65,7 @@ def test_a_binary_body_is_not_kept(client: httpx.Client, target_server: TargetSe
     assert result.response_body is None and result.response_content_type is None
 
 
-def test_a_4xx_is_a_permanent_failure(client: httpx.Client, target_server: TargetServer):
+def test_a_4xx_is_a_permanent_failure(client: HttpClient, target_server: TargetServer):
     target_server.on("/hook", Reply.json(404, '{"error": "no such agent"}'))
 
     result = send(client, post(target_server.url("/hook")), 5.0)
@@ -78,7 +77,7 @@ def test_a_4xx_is_a_permanent_failure(client: httpx.Client, target_server: Targe
     assert result.response_body == b'{"error": "no such agent"}'
 
 
-def test_a_503_is_transient(client: httpx.Client, target_server: TargetServer):
+def test_a_503_is_transient(client: HttpClient, target_server: TargetServer):
     target_server.on("/hook", Reply(503))
 
     result = send(client, post(target_server.url("/hook")), 5.0)
@@ -87,7 +86,7 @@ def test_a_503_is_transient(client: httpx.Client, target_server: TargetServer):
 
 
 def test_a_429_is_transient_and_carries_retry_after_seconds(
-    client: httpx.Client, target_server: TargetServer
+    client: HttpClient, target_server: TargetServer
 ):
     target_server.on("/hook", Reply(429, {"Retry-After": "3"}))
 
@@ -97,7 +96,7 @@ def test_a_429_is_transient_and_carries_retry_after_seconds(
 
 
 def test_retry_after_as_an_http_date_becomes_seconds_from_now(
-    client: httpx.Client, target_server: TargetServer
+    client: HttpClient, target_server: TargetServer
 ):
     in_two_minutes = email.utils.formatdate(time.time() + 120, usegmt=True)
     target_server.on("/hook", Reply(503, {"Retry-After": in_two_minutes}))
@@ -119,7 +118,7 @@ def test_retry_after_parsing_is_pure():
     assert parse_retry_after(None, now) is None
 
 
-def test_a_redirect_is_not_followed(client: httpx.Client, target_server: TargetServer):
+def test_a_redirect_is_not_followed(client: HttpClient, target_server: TargetServer):
     target_server.on("/old", Reply.redirect(target_server.url("/new?token=s3cret")))
 
     result = send(client, post(target_server.url("/old")), 5.0)
@@ -136,7 +135,7 @@ def test_a_redirect_is_not_followed(client: httpx.Client, target_server: TargetS
 
 
 def test_a_server_that_hangs_times_out_within_the_timeout(
-    client: httpx.Client, target_server: TargetServer
+    client: HttpClient, target_server: TargetServer
 ):
     target_server.on("/slow", Reply.hang())
 
@@ -149,7 +148,7 @@ def test_a_server_that_hangs_times_out_within_the_timeout(
 
 
 def test_a_dripping_body_cannot_stretch_the_attempt_past_its_timeout(
-    client: httpx.Client, target_server: TargetServer
+    client: HttpClient, target_server: TargetServer
 ):
     # Each byte arrives well within any per-read timeout; only a total deadline stops it.
     target_server.on("/drip", Reply.drip(b"x" * 200, interval=0.05))
@@ -164,7 +163,7 @@ def test_a_dripping_body_cannot_stretch_the_attempt_past_its_timeout(
 
 
 def test_dripping_headers_cannot_stretch_the_attempt_past_its_timeout(
-    client: httpx.Client, target_server: TargetServer
+    client: HttpClient, target_server: TargetServer
 ):
     target_server.on("/drip", Reply.drip_all(b"x" * 50, interval=0.05))
 
@@ -176,7 +175,7 @@ def test_dripping_headers_cannot_stretch_the_attempt_past_its_timeout(
     assert elapsed < 0.6 + SLACK
 
 
-def test_a_refused_connection_is_transient(client: httpx.Client):
+def test_a_refused_connection_is_transient(client: HttpClient):
     with socket.socket() as placeholder:  # bind a port, then free it: nothing listens there
         placeholder.bind(("127.0.0.1", 0))
         port = placeholder.getsockname()[1]
@@ -187,7 +186,7 @@ def test_a_refused_connection_is_transient(client: httpx.Client):
     assert "refused" in result.message.lower()
 
 
-def test_a_reset_mid_response_is_transient(client: httpx.Client, target_server: TargetServer):
+def test_a_reset_mid_response_is_transient(client: HttpClient, target_server: TargetServer):
     target_server.on("/hook", Reply.reset())
 
     result = send(client, post(target_server.url("/hook")), 5.0)
@@ -196,9 +195,7 @@ def test_a_reset_mid_response_is_transient(client: httpx.Client, target_server: 
     assert result.error_type in {"ReadError", "RemoteProtocolError"}
 
 
-def test_a_connection_closed_mid_body_is_transient(
-    client: httpx.Client, target_server: TargetServer
-):
+def test_a_connection_closed_mid_body_is_transient(client: HttpClient, target_server: TargetServer):
     target_server.on("/hook", Reply.close_mid_body())
 
     result = send(client, post(target_server.url("/hook")), 5.0)
@@ -206,9 +203,7 @@ def test_a_connection_closed_mid_body_is_transient(
     assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
 
 
-def test_a_100_mb_body_is_read_only_up_to_max_body(
-    client: httpx.Client, target_server: TargetServer
-):
+def test_a_100_mb_body_is_read_only_up_to_max_body(client: HttpClient, target_server: TargetServer):
     target_server.on("/big", Reply.huge(100 * 1024 * 1024))
     peak_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -224,7 +219,7 @@ def test_a_100_mb_body_is_read_only_up_to_max_body(
 
 
 def test_a_plain_http_server_addressed_with_https_is_a_permanent_tls_failure(
-    client: httpx.Client, target_server: TargetServer
+    client: HttpClient, target_server: TargetServer
 ):
     url = target_server.url("/hook").replace("http://", "https://")
 
@@ -233,7 +228,7 @@ def test_a_plain_http_server_addressed_with_https_is_a_permanent_tls_failure(
     assert (result.kind, result.error_type) == ("permanent", "TLSError")
 
 
-def test_an_untrusted_certificate_is_a_permanent_tls_failure(client: httpx.Client, tmp_path: Path):
+def test_an_untrusted_certificate_is_a_permanent_tls_failure(client: HttpClient, tmp_path: Path):
     with TargetServer(tls=self_signed_certificate(tmp_path)) as server:
         result = send(client, post(server.url("/hook")), 5.0)
 
@@ -242,14 +237,14 @@ def test_an_untrusted_certificate_is_a_permanent_tls_failure(client: httpx.Clien
     assert server.requests == []
 
 
-def test_an_unresolvable_name_is_a_transient_dns_error(client: httpx.Client):
+def test_an_unresolvable_name_is_a_transient_dns_error(client: HttpClient):
     result = send(client, post("http://nonexistent.invalid/hook"), 5.0)
 
     assert (result.kind, result.error_type) == ("transient", "DNSError")
     assert "nonexistent.invalid" in result.message
 
 
-def test_an_unsupported_scheme_is_permanent(client: httpx.Client):
+def test_an_unsupported_scheme_is_permanent(client: HttpClient):
     result = send(client, post("ftp://127.0.0.1/file"), 5.0)
 
     assert (result.kind, result.error_type) == ("permanent", "UnsupportedProtocol")
@@ -280,3 +275,40 @@ def test_an_instrumented_attempt_is_a_client_span_and_carries_traceparent(
     assert client_span.attributes["url.full"].startswith(target_server.url("/hook"))
     assert client_span.attributes["http.response.status_code"] == 204
     assert "http.method" not in client_span.attributes  # the old conventions are not emitted
+
+
+def test_each_attempt_is_measured_and_a_failed_one_is_an_error_span(target_server: TargetServer):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.trace import StatusCode
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    client = make_client(tracer_provider=provider, meter_provider=MeterProvider([reader]))
+    target_server.on("/ok", Reply(204))
+    target_server.on("/down", Reply(503))
+    try:
+        send(client, post(target_server.url("/ok")), 5.0)
+        send(client, post(target_server.url("/down")), 5.0)
+    finally:
+        client.close()
+
+    ok, down = exporter.get_finished_spans()
+    assert (ok.name, ok.status.status_code) == ("POST", StatusCode.UNSET)
+    assert (down.status.status_code, down.attributes["error.type"]) == (StatusCode.ERROR, "503")
+    assert down.attributes["network.protocol.version"] == "1.1"
+    assert down.instrumentation_scope.name == "otel_lifecycle_hooks.http"
+    data = reader.get_metrics_data()
+    (metric,) = [
+        m
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "http.client.request.duration"
+    ]
+    points = {p.attributes["http.response.status_code"]: p for p in metric.data.data_points}
+    assert sorted(points) == [204, 503]
+    assert points[503].attributes["error.type"] == "503"
+    assert points[204].count == 1 and "error.type" not in points[204].attributes

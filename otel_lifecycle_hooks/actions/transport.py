@@ -1,0 +1,455 @@
+"""HTTP/1.1 connections for hook attempts: a keep-alive pool over the standard library.
+
+Hooks send small requests to a handful of origins, one at a time per hook, and read at most a
+bounded response. `http.client` does the message framing (status line, headers, chunked and
+sized bodies); this module adds what an attempt needs around it:
+
+- **One deadline per attempt.** Every socket operation - connect, TLS handshake, each send
+  and each read - is given only the time left until the attempt's deadline, so a server that
+  drips bytes cannot stretch an attempt past its timeout (a plain socket timeout would be
+  granted afresh to every read).
+- **Keep-alive.** Connections are reused per origin (scheme, host, port, proxy) while the
+  server allows it. A pooled connection that the server has closed meanwhile is noticed before
+  it is used; a request that still meets a connection closed under it, before any byte of
+  the answer came back, is sent once more on a new one.
+- **Proxies from the environment**, as containers are told them: `https_proxy`,
+  `http_proxy`, `all_proxy` and `no_proxy` (either case; the lower-case one wins). HTTPS goes
+  through a `CONNECT` tunnel. Loopback addresses never go through a proxy.
+- **Errors that say what failed**, as classes named after the step (`ConnectError`,
+  `ReadError`, `WriteError`, `RemoteProtocolError`, `ProxyError`...); the caller turns them
+  into attempt outcomes.
+
+Nothing here logs, and no message holds a URL's path, query or userinfo, or a header value.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from urllib.parse import SplitResult, unquote, urlsplit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+
+MAX_IDLE_PER_ORIGIN = 16
+KEEPALIVE_EXPIRY = 30.0  # seconds an idle connection is kept
+READ_CHUNK = 64 * 1024  # bytes asked of the response per read
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "::1", "[::1]"})
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+class TransportError(Exception):
+    """A request did not complete; the subclass names the step that failed."""
+
+
+class ConnectError(TransportError):
+    """The connection could not be opened (refused, unreachable, reset during set-up)."""
+
+
+class ReadError(TransportError):
+    """The connection failed while the response was being read."""
+
+
+class WriteError(TransportError):
+    """The connection failed while the request was being sent."""
+
+
+class RemoteProtocolError(TransportError):
+    """The server broke HTTP/1.1: a malformed answer, or one cut short."""
+
+
+class ProxyError(TransportError):
+    """The proxy refused or failed to open the tunnel."""
+
+
+class TimeoutException(TransportError):
+    """The attempt's deadline passed."""
+
+
+class InvalidURL(TransportError):
+    """The URL cannot be requested: no host, a bad port."""
+
+
+class UnsupportedProtocol(TransportError):
+    """The URL's scheme is neither http nor https."""
+
+
+class LocalProtocolError(TransportError):
+    """The request itself cannot be written: a header name or value HTTP does not allow."""
+
+
+# -- URLs and proxies --------------------------------------------------------------------------
+
+
+class Target:
+    """Where a request goes: its origin, the request-target and what the Host header says."""
+
+    __slots__ = ("host", "host_header", "path", "port", "scheme", "userinfo")
+
+    def __init__(self, url: str) -> None:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise InvalidURL(f"invalid URL: {exc}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise UnsupportedProtocol(f"unsupported scheme {scheme or '(none)'!r}")
+        host = parts.hostname
+        if not host:
+            raise InvalidURL("the URL has no host")
+        default_port = 443 if scheme == "https" else 80
+        self.scheme = scheme
+        self.host = host
+        self.port = port or default_port
+        self.path = _request_target(parts)
+        shown = f"[{host}]" if ":" in host else host
+        self.host_header = shown if self.port == default_port else f"{shown}:{self.port}"
+        self.userinfo = _userinfo(parts)
+
+    @property
+    def authority(self) -> str:
+        """host:port, with an IPv6 address in brackets."""
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{shown}:{self.port}"
+
+
+def _request_target(parts: SplitResult) -> str:
+    # The path is sent as written: the renderer has already percent-encoded what it inserted,
+    # and an encoded dot segment (%2E%2E) must reach the server unchanged.
+    path = parts.path or "/"
+    return f"{path}?{parts.query}" if parts.query else path
+
+
+def _userinfo(parts: SplitResult) -> tuple[str, str] | None:
+    if parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password or "")
+
+
+def basic_credentials(user: str, password: str) -> str:
+    """The value of a Basic Authorization header."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
+
+
+class Proxy:
+    """A proxy to go through, from a `*_proxy` variable."""
+
+    __slots__ = ("authorization", "host", "port")
+
+    def __init__(self, url: str) -> None:
+        if "://" not in url:
+            url = f"http://{url}"
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise ProxyError(f"invalid proxy URL in the environment: {exc}") from None
+        if parts.scheme.lower() != "http" or not parts.hostname:
+            raise ProxyError(
+                "only http:// proxies are supported (the proxy variable names another)"
+            )
+        self.host = parts.hostname
+        self.port = port or 80
+        credentials = _userinfo(parts)
+        self.authorization = basic_credentials(*credentials) if credentials else None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.host, self.port
+
+
+def proxy_for(target: Target, environ: Mapping[str, str]) -> Proxy | None:
+    """The proxy `environ` says to use for `target`, or None for a direct connection."""
+    if _is_loopback(target.host):
+        return None
+    raw = _variable(environ, f"{target.scheme}_proxy") or _variable(environ, "all_proxy")
+    if not raw or _bypassed(target.host, target.port, _variable(environ, "no_proxy") or ""):
+        return None
+    return Proxy(raw)
+
+
+def _variable(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name)
+    if value is None:
+        value = environ.get(name.upper())
+    return value.strip() if value else None
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOOPBACK_NAMES or host.startswith("127.")
+
+
+def _bypassed(host: str, port: int, no_proxy: str) -> bool:
+    """Whether `no_proxy` (comma-separated hosts, .domains, IPs, CIDRs, or `*`) covers host."""
+    host = host.lower()
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        name, _, entry_port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")
+        if entry_port and entry_port != str(port):
+            continue
+        if "/" in name:
+            if _in_network(host, name):
+                return True
+            continue
+        name = name.lstrip(".").strip("[]")
+        if host == name or host.endswith(f".{name}"):
+            return True
+    return False
+
+
+def _has_port(entry: str) -> bool:
+    head, sep, tail = entry.rpartition(":")
+    return bool(sep) and tail.isdigit() and (":" not in head or head.endswith("]"))
+
+
+def _in_network(host: str, cidr: str) -> bool:
+    import ipaddress  # only no_proxy entries written as networks need it
+
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+
+
+# -- deadline-bounded sockets ------------------------------------------------------------------
+
+
+class Deadline:
+    """The monotonic time by which an attempt must be over; the connection's sockets read it."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def left(self) -> float:
+        remaining = self.at - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutException("attempt deadline reached")
+        return remaining
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The response stream: each read on the socket waits only for the time left."""
+
+    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # keeps the socket open until closed
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        self._sock.settimeout(self._deadline.left())
+        return self._raw.readinto(buffer) or 0
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """The face of a socket that http.client sees: sends and reads bounded by the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.settimeout(self.deadline.left())
+        self.sock.sendall(data)
+
+    def makefile(self, mode: str = "rb", *args: object, **kwargs: object) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self.sock, self.deadline))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Connection(http.client.HTTPConnection):
+    """One HTTP/1.1 connection to an origin (directly, or through a proxy or its tunnel)."""
+
+    def __init__(
+        self,
+        target: Target,
+        proxy: Proxy | None,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
+        host, port = proxy.key if proxy else (target.host, target.port)
+        super().__init__(host, port)
+        self.target = target
+        self.proxy = proxy
+        self.ssl_context = ssl_context
+        self.deadline = Deadline(time.monotonic())
+        self.idle_since = 0.0
+        self.reused = False
+
+    @property
+    def absolute_form(self) -> bool:
+        """Plain HTTP through a proxy: the request line carries the whole URL."""
+        return self.proxy is not None and self.target.scheme == "http"
+
+    def connect(self) -> None:
+        try:
+            raw = socket.create_connection((self.host, self.port), self.deadline.left())
+        except socket.gaierror:
+            raise
+        except TimeoutError:
+            raise TimeoutException("connect timed out") from None
+        except OSError as exc:
+            error = ProxyError if self.proxy else ConnectError
+            raise error(exc.strerror or type(exc).__name__) from exc
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            if self.proxy is not None and self.target.scheme == "https":
+                self._open_tunnel(raw)
+            if self.target.scheme == "https":
+                assert self.ssl_context is not None
+                raw.settimeout(self.deadline.left())
+                raw = self.ssl_context.wrap_socket(raw, server_hostname=self.target.host)
+        except BaseException:
+            raw.close()
+            raise
+        self.sock = _DeadlineSocket(raw, self.deadline)  # type: ignore[assignment]
+
+    def _open_tunnel(self, raw: socket.socket) -> None:
+        assert self.proxy is not None
+        authority = self.target.authority
+        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        if self.proxy.authorization:
+            lines.append(f"Proxy-Authorization: {self.proxy.authorization}")
+        raw.settimeout(self.deadline.left())
+        raw.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        answer = http.client.HTTPResponse(_DeadlineSocket(raw, self.deadline), method="CONNECT")  # type: ignore[arg-type]
+        try:
+            answer.begin()
+        except http.client.HTTPException as exc:
+            raise ProxyError(
+                f"the proxy's answer to CONNECT is not HTTP ({type(exc).__name__})"
+            ) from exc
+        if answer.status != 200:
+            raise ProxyError(f"the proxy refused the tunnel: {answer.status} {answer.reason}")
+
+    def dropped(self) -> bool:
+        """Whether the server closed (or wrote unasked on) this idle connection."""
+        sock = self.sock
+        if sock is None:
+            return True
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
+
+# -- the pool ----------------------------------------------------------------------------------
+
+
+class ConnectionPool:
+    """Idle keep-alive connections by origin; a connection is used by one attempt at a time."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
+        keepalive_expiry: float = KEEPALIVE_EXPIRY,
+    ) -> None:
+        self._environ = os.environ if environ is None else environ
+        self._max_idle = max_idle_per_origin
+        self._expiry = keepalive_expiry
+        self._idle: dict[tuple[object, ...], list[Connection]] = {}
+        self._lock = threading.Lock()
+        self._ssl_context: ssl.SSLContext | None = None
+        self._closed = False
+
+    def acquire(self, target: Target, deadline: float) -> Connection:
+        """A live idle connection to the target's origin, or a new (not yet opened) one."""
+        proxy = proxy_for(target, self._environ)
+        key = (target.scheme, target.host, target.port, proxy.key if proxy else None)
+        now = time.monotonic()
+        stale: list[Connection] = []
+        found: Connection | None = None
+        with self._lock:
+            idle = self._idle.get(key)
+            while idle:
+                candidate = idle.pop()
+                if now - candidate.idle_since < self._expiry:
+                    found = candidate
+                    break
+                stale.append(candidate)
+        for connection in stale:
+            connection.close()
+        if found is not None and not found.dropped():
+            found.reused = True
+            found.deadline.at = deadline
+            return found
+        if found is not None:
+            found.close()
+        context = self._tls_context() if target.scheme == "https" else None
+        connection = Connection(target, proxy, context)
+        connection.deadline.at = deadline
+        return connection
+
+    def release(self, connection: Connection) -> None:
+        """Keep a connection whose response was read to its end, for the next request."""
+        proxy = connection.proxy
+        target = connection.target
+        key = (target.scheme, target.host, target.port, proxy.key if proxy else None)
+        connection.idle_since = time.monotonic()
+        with self._lock:
+            if not self._closed:
+                idle = self._idle.setdefault(key, [])
+                if len(idle) < self._max_idle:
+                    idle.append(connection)
+                    return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for connection in connections:
+            connection.close()
+
+    def _tls_context(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._ssl_context is None:
+                self._ssl_context = make_tls_context(self._environ)
+            return self._ssl_context
+
+
+def make_tls_context(environ: Mapping[str, str]) -> ssl.SSLContext:
+    """Certificate checks against the system's CAs (or SSL_CERT_FILE / SSL_CERT_DIR), plus
+    certifi's bundle when it is installed and no CA file is named: slim images may lack one."""
+    import ssl
+
+    context = ssl.create_default_context(
+        cafile=environ.get("SSL_CERT_FILE") or None, capath=environ.get("SSL_CERT_DIR") or None
+    )
+    if not environ.get("SSL_CERT_FILE") and not environ.get("SSL_CERT_DIR"):
+        try:
+            import certifi
+        except ImportError:
+            pass
+        else:
+            context.load_verify_locations(cafile=certifi.where())
+    return context
