@@ -331,3 +331,81 @@ def test_a_closed_pool_keeps_no_connection() -> None:
         assert pool._idle == {}
     finally:
         server.close()
+
+
+def answering(*answers: bytes) -> RawServer:
+    """A server that answers the n-th request on a connection with answers[n], as written."""
+
+    def serve(server: RawServer, conn: socket.socket) -> None:
+        for answer in answers:
+            if not server.read_request(conn):
+                return
+            conn.sendall(answer)
+
+    return RawServer(serve)
+
+
+def test_interim_answers_folded_and_repeated_fields_are_read(client: HttpClient) -> None:
+    server = answering(
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 429 Too Many Requests\r\n"
+        b"Retry-After:\r\n  7\r\n"
+        b"Content-Type: text/plain\r\nX-Seen: 1\r\nx-seen: 2\r\nContent-Length: 4\r\n\r\nslow"
+    )
+    try:
+        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
+    finally:
+        server.close()
+
+    assert (result.status_code, result.retry_after) == (429, 7.0)
+    assert (result.response_body, result.response_content_type) == (b"slow", "text/plain")
+
+
+def test_an_http_1_0_answer_without_keep_alive_ends_the_connection(client: HttpClient) -> None:
+    server = answering(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+    try:
+        results = [
+            send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0) for _ in range(2)
+        ]
+    finally:
+        server.close()
+
+    assert [r.kind for r in results] == ["ok", "ok"]
+    assert server.accepted == 2
+
+
+def test_a_body_without_length_runs_to_the_end_of_the_connection(client: HttpClient) -> None:
+    def serve(server: RawServer, conn: socket.socket) -> None:
+        if server.read_request(conn):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it")
+            conn.shutdown(socket.SHUT_WR)
+
+    server = RawServer(serve)
+    try:
+        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
+    finally:
+        server.close()
+
+    assert (result.kind, result.response_body) == ("ok", b"all of it")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"ICY 200 OK\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\nab",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n" + b"X-Many: 1\r\n" * 101 + b"\r\n",
+    ],
+)
+def test_an_answer_that_is_not_http_1_1_is_a_protocol_error(
+    client: HttpClient, answer: bytes
+) -> None:
+    server = answering(answer)
+    try:
+        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
+    finally:
+        server.close()
+
+    assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
