@@ -27,14 +27,11 @@ header value: they may hold secrets.
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import math
 import socket
-import ssl
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,9 +40,10 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import __version__
 from ..render import RenderedRequest
-from . import transport
+from . import wire
 from .base import AttemptResult
-from .transport import ConnectionPool, Target, TransportError
+from .transport import Connection, ConnectionPool, Target, basic_credentials
+from .wire import Response, TransportError
 
 DEFAULT_MAX_BODY = 64 * 1024
 USER_AGENT = f"otel-lifecycle-hooks/{__version__}"
@@ -62,6 +60,7 @@ _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2
 # Headers the client writes itself, from the body it sends.
 _FRAMING_HEADERS = ("content-length", "transfer-encoding")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_READ_CHUNK = 64 * 1024  # bytes asked of the response per read
 
 
 class HttpClient:
@@ -129,7 +128,7 @@ def send(
     exchange = _Exchange(client.pool, target, method, request.body, started + timeout)
     try:
         result = exchange.run(list(headers.items()), max_body, timeout)
-    except (transport.TimeoutException, TimeoutError):
+    except (wire.TimeoutException, TimeoutError):
         result = AttemptResult(
             kind="timeout",
             duration=time.monotonic() - started,
@@ -165,68 +164,43 @@ class _Exchange:
         except BaseException:
             connection.close()
             raise
-        if response.isclosed() and not response.will_close:
+        if response.complete and not response.will_close:
             self.pool.release(connection)
         else:  # unread body, or the server closes: the connection cannot carry another request
             connection.close()
         return _classify_response(response, body, time.monotonic() - started)
 
-    def _request(
-        self, headers: list[tuple[str, str]]
-    ) -> tuple[transport.Connection, http.client.HTTPResponse]:
+    def _request(self, headers: list[tuple[str, str]]) -> tuple[Connection, Response]:
+        target = self.target
         while True:
-            connection = self.pool.acquire(self.target, self.deadline)
+            connection = self.pool.acquire(target, self.deadline)
+            path = target.path
+            sent = headers
+            if connection.absolute_form:
+                path = f"{target.scheme}://{target.authority}{target.path}"
+                if connection.proxy is not None and connection.proxy.authorization:
+                    sent = [*headers, ("Proxy-Authorization", connection.proxy.authorization)]
             try:
-                return connection, self._send_on(connection, headers)
-            except (transport.WriteError, http.client.RemoteDisconnected) as exc:
+                return connection, connection.request(self.method, path, sent, self.body)
+            except (wire.WriteError, wire.ServerDisconnected):
                 connection.close()
                 # A kept-alive connection the server closed just as it was reused: nothing was
                 # answered, so the request goes once more on a new connection.
                 if not connection.reused:
-                    raise _as_transport_error(exc) from exc
+                    raise
             except BaseException:
                 connection.close()
                 raise
 
-    def _send_on(
-        self, connection: transport.Connection, headers: list[tuple[str, str]]
-    ) -> http.client.HTTPResponse:
-        if connection.sock is None:
-            connection.connect()
-        target = self.target
-        path = f"{target.scheme}://{target.authority}{target.path}"
-        if not connection.absolute_form:
-            path = target.path
-        try:
-            connection.putrequest(self.method, path, skip_host=True, skip_accept_encoding=True)
-            for name, value in headers:
-                connection.putheader(name, value)
-            if connection.absolute_form and connection.proxy and connection.proxy.authorization:
-                connection.putheader("Proxy-Authorization", connection.proxy.authorization)
-        except (ValueError, UnicodeError) as exc:
-            raise transport.LocalProtocolError(
-                f"a header cannot be sent as written ({type(exc).__name__})"
-            ) from None
-        try:
-            connection.endheaders(self.body)
-        except (transport.TimeoutException, TimeoutError):
-            raise
-        except OSError as exc:
-            raise transport.WriteError(exc.strerror or type(exc).__name__) from exc
-        return connection.getresponse()
-
-    def _read(self, response: http.client.HTTPResponse, max_body: int) -> bytes:
+    def _read(self, response: Response, max_body: int) -> bytes:
         """Up to max_body bytes of the body; the rest is left unread."""
         if 300 <= response.status < 400 or max_body <= 0:
             return b""
         chunks: list[bytes] = []
         size = 0
         while size < max_body:
-            chunk = response.read(min(transport.READ_CHUNK, max_body - size))
+            chunk = response.read(min(_READ_CHUNK, max_body - size))
             if not chunk:
-                # http.client ends a sized body cut short quietly when read in parts.
-                if response.length:
-                    raise http.client.IncompleteRead(b"", response.length)
                 break
             chunks.append(chunk)
             size += len(chunk)
@@ -245,7 +219,7 @@ def _headers(
         "accept-encoding": ("Accept-Encoding", "identity"),
     }
     if target.userinfo is not None:
-        merged["authorization"] = ("Authorization", transport.basic_credentials(*target.userinfo))
+        merged["authorization"] = ("Authorization", basic_credentials(*target.userinfo))
     for source in (request.headers, extra_headers):
         for name, value in source.items():
             merged[name.lower()] = (name, value)
@@ -256,12 +230,6 @@ def _headers(
     elif request.method.upper() in _BODY_METHODS:
         merged["content-length"] = ("Content-Length", "0")
     return dict(merged.values())
-
-
-def _as_transport_error(exc: BaseException) -> TransportError:
-    if isinstance(exc, TransportError):
-        return exc
-    return transport.RemoteProtocolError("the server closed the connection without answering")
 
 
 # -- the CLIENT span ---------------------------------------------------------------------------
@@ -323,11 +291,9 @@ def _without_userinfo(url: str) -> str:
 # -- classification ----------------------------------------------------------------------------
 
 
-def _classify_response(
-    response: http.client.HTTPResponse, body: bytes, duration: float
-) -> AttemptResult:
+def _classify_response(response: Response, body: bytes, duration: float) -> AttemptResult:
     status = response.status
-    content_type = response.getheader("content-type")
+    content_type = response.headers.get("content-type")
     kept_body, kept_type = (body, content_type) if _is_text(content_type) else (None, None)
     if 200 <= status < 300:
         return AttemptResult(
@@ -338,7 +304,7 @@ def _classify_response(
             response_content_type=kept_type,
         )
     if 300 <= status < 400:
-        location = response.getheader("location")
+        location = response.headers.get("location")
         where = f" to {_safe_url(location)}" if location else ""
         return AttemptResult(
             kind="permanent",
@@ -354,7 +320,7 @@ def _classify_response(
         status_code=status,
         error_type=f"http.{status}",
         message=f"HTTP {status} {_reason(status)}".rstrip(),
-        retry_after=parse_retry_after(response.getheader("retry-after"), time.time()),
+        retry_after=parse_retry_after(response.headers.get("retry-after"), time.time()),
         response_body=kept_body,
         response_content_type=kept_type,
     )
@@ -365,7 +331,9 @@ def _classify_error(
 ) -> AttemptResult:
     host = _host_of(url)
     causes = list(_cause_chain(exc))
-    tls_error = next((c for c in causes if isinstance(c, ssl.SSLError)), None)
+    # ssl is imported only when an https target is met: without it there is no TLS error.
+    ssl = sys.modules.get("ssl")
+    tls_error = ssl and next((c for c in causes if isinstance(c, ssl.SSLError)), None)
     if tls_error is not None:
         return AttemptResult(
             kind="permanent",
@@ -380,9 +348,7 @@ def _classify_error(
             error_type="DNSError",
             message=f"cannot resolve host {host}",
         )
-    if isinstance(
-        exc, (transport.InvalidURL, transport.UnsupportedProtocol, transport.LocalProtocolError)
-    ):
+    if isinstance(exc, (wire.InvalidURL, wire.UnsupportedProtocol, wire.LocalProtocolError)):
         return AttemptResult(
             kind="permanent",
             duration=duration,
@@ -411,12 +377,8 @@ def _wire_error(exc: BaseException) -> TransportError | None:
     """The transport error a failure on the wire stands for; None for anything else."""
     if isinstance(exc, TransportError):
         return exc
-    if isinstance(exc, (http.client.IncompleteRead, http.client.RemoteDisconnected)):
-        return transport.RemoteProtocolError("the answer was cut short")
-    if isinstance(exc, http.client.HTTPException):
-        return transport.RemoteProtocolError("the answer is not valid HTTP/1.1")
     if isinstance(exc, OSError):
-        return transport.ReadError(exc.strerror or type(exc).__name__)
+        return wire.ReadError(exc.strerror or type(exc).__name__)
     return None
 
 
@@ -432,6 +394,8 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     try:
         seconds = float(value)
     except ValueError:
+        import email.utils  # the HTTP-date form only
+
         try:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
@@ -455,6 +419,8 @@ def _is_text(content_type: str | None) -> bool:
 
 
 def _reason(status: int) -> str:
+    from http import HTTPStatus  # failures only: its enum costs every start-up otherwise
+
     try:
         return HTTPStatus(status).phrase
     except ValueError:
@@ -491,8 +457,8 @@ def _cause_chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _ssl_reason(exc: ssl.SSLError) -> str:
-    if isinstance(exc, ssl.SSLCertVerificationError):
+def _ssl_reason(exc: Any) -> str:
+    if hasattr(exc, "verify_message"):  # ssl.SSLCertVerificationError
         return f"certificate verify failed ({exc.verify_message})"
     return exc.reason or type(exc).__name__
 

@@ -1,8 +1,8 @@
-"""HTTP/1.1 connections for hook attempts: a keep-alive pool over the standard library.
+"""HTTP/1.1 connections for hook attempts, and the keep-alive pool they are kept in.
 
 Hooks send small requests to a handful of origins, one at a time per hook, and read at most a
-bounded response. `http.client` does the message framing (status line, headers, chunked and
-sized bodies); this module adds what an attempt needs around it:
+bounded response. `wire.py` writes and reads the messages; this module adds what an attempt
+needs around them:
 
 - **One deadline per attempt.** Every socket operation - connect, TLS handshake, each send
   and each read - is given only the time left until the attempt's deadline, so a server that
@@ -25,7 +25,6 @@ Nothing here logs, and no message holds a URL's path, query or userinfo, or a he
 from __future__ import annotations
 
 import base64
-import http.client
 import io
 import os
 import select
@@ -35,57 +34,27 @@ import time
 from collections.abc import Mapping
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from .wire import (
+    ConnectError,
+    InvalidURL,
+    ProxyError,
+    ReadError,
+    Response,
+    TimeoutException,
+    TransportError,
+    UnsupportedProtocol,
+    WriteError,
+    request_head,
+)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
 
 MAX_IDLE_PER_ORIGIN = 16
 KEEPALIVE_EXPIRY = 30.0  # seconds an idle connection is kept
-READ_CHUNK = 64 * 1024  # bytes asked of the response per read
+
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "::1", "[::1]"})
-
-
-# -- errors ------------------------------------------------------------------------------------
-
-
-class TransportError(Exception):
-    """A request did not complete; the subclass names the step that failed."""
-
-
-class ConnectError(TransportError):
-    """The connection could not be opened (refused, unreachable, reset during set-up)."""
-
-
-class ReadError(TransportError):
-    """The connection failed while the response was being read."""
-
-
-class WriteError(TransportError):
-    """The connection failed while the request was being sent."""
-
-
-class RemoteProtocolError(TransportError):
-    """The server broke HTTP/1.1: a malformed answer, or one cut short."""
-
-
-class ProxyError(TransportError):
-    """The proxy refused or failed to open the tunnel."""
-
-
-class TimeoutException(TransportError):
-    """The attempt's deadline passed."""
-
-
-class InvalidURL(TransportError):
-    """The URL cannot be requested: no host, a bad port."""
-
-
-class UnsupportedProtocol(TransportError):
-    """The URL's scheme is neither http nor https."""
-
-
-class LocalProtocolError(TransportError):
-    """The request itself cannot be written: a header name or value HTTP does not allow."""
 
 
 # -- URLs and proxies --------------------------------------------------------------------------
@@ -264,146 +233,8 @@ class _DeadlineReader(io.RawIOBase):
         super().close()
 
 
-class _DeadlineSocket:
-    """The face of a socket that http.client sees: sends and reads bounded by the deadline."""
-
-    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
-        self.sock = sock
-        self.deadline = deadline
-
-    def sendall(self, data: bytes) -> None:
-        self.sock.settimeout(self.deadline.left())
-        self.sock.sendall(data)
-
-    def makefile(self, mode: str = "rb", *args: object, **kwargs: object) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineReader(self.sock, self.deadline))
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-class Headers:
-    """A response's header fields: looked up by name whatever its case, repeats kept in order."""
-
-    __slots__ = ("_fields",)
-
-    def __init__(self) -> None:
-        self._fields: dict[str, list[tuple[str, str]]] = {}
-
-    def add(self, name: str, value: str) -> None:
-        self._fields.setdefault(name.lower(), []).append((name, value))
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        """The first value of `name`."""
-        found = self._fields.get(name.lower())
-        return found[0][1] if found else default
-
-    def get_all(self, name: str, default: object = None) -> list[str] | object:
-        found = self._fields.get(name.lower())
-        return [value for _, value in found] if found else default
-
-    def items(self) -> list[tuple[str, str]]:
-        return [field for fields in self._fields.values() for field in fields]
-
-
-_MAX_LINE = 65536
-_MAX_FIELDS = 100
-
-
-class Response(http.client.HTTPResponse):
-    """http.client's response, with a lighter reading of the status line and header block.
-
-    http.client parses headers with the e-mail package, about a tenth of a hook delivery's
-    CPU time; hook answers need only names and values. How the body is framed follows
-    RFC 9112 section 6.3; reading the body stays with http.client.
-    """
-
-    def begin(self) -> None:
-        if self.headers is not None:
-            return
-        version, status, reason = self._status_line()
-        while 100 <= status < 200 and status != 101:  # interim answers: skip to the final one
-            self._header_block()
-            version, status, reason = self._status_line()
-        self.code = self.status = status
-        self.reason = reason
-        self.version = 10 if version in ("HTTP/1.0", "HTTP/0.9") else 11
-        headers = self._header_block()
-        self.headers = self.msg = headers  # type: ignore[assignment]
-        self.chunked = (headers.get("transfer-encoding") or "").strip().lower() == "chunked"
-        self.chunk_left = None
-        self.length = None
-        if status in (204, 304) or self._method == "HEAD":
-            self.length = 0
-        elif not self.chunked:
-            self.length = _content_length(headers.get("content-length"))
-        connection = (headers.get("connection") or "").lower()
-        if self.version == 11:
-            self.will_close = "close" in connection
-        else:  # HTTP/1.0 keeps a connection only when it says so
-            self.will_close = "keep-alive" not in connection
-        if self.length is None and not self.chunked:
-            self.will_close = True  # the body runs to the end of the connection
-
-    def _line(self) -> bytes:
-        line = self.fp.readline(_MAX_LINE + 1)
-        if len(line) > _MAX_LINE:
-            raise http.client.LineTooLong("header line")
-        return line
-
-    def _status_line(self) -> tuple[str, int, str]:
-        line = self._line()
-        if not line:
-            raise http.client.RemoteDisconnected(
-                "the server closed the connection without answering"
-            )
-        version, _, rest = line.decode("iso-8859-1").rstrip("\r\n").partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") and version != "HTTP/0.9":
-            raise http.client.BadStatusLine(version[:40])
-        if len(code) != 3 or not code.isdigit():
-            raise http.client.BadStatusLine(code[:40])
-        return version, int(code), reason.strip()
-
-    def _header_block(self) -> Headers:
-        headers = Headers()
-        last: tuple[str, str] | None = None
-        for _ in range(_MAX_FIELDS + 1):
-            line = self._line()
-            if line in (b"\r\n", b"\n", b""):
-                if last is not None:
-                    headers.add(*last)
-                return headers
-            text = line.decode("iso-8859-1").rstrip("\r\n")
-            if text[:1] in (" ", "\t") and last is not None:  # an obsolete folded line
-                last = (last[0], f"{last[1]} {text.strip()}")
-                continue
-            if last is not None:
-                headers.add(*last)
-            name, colon, value = text.partition(":")
-            last = (name.strip(), value.strip()) if colon else None
-        raise http.client.HTTPException(f"more than {_MAX_FIELDS} header fields")
-
-
-def _content_length(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    values = {part.strip() for part in raw.split(",")}  # repeats of one value are allowed
-    if len(values) != 1:
-        raise http.client.HTTPException("conflicting Content-Length values")
-    value = values.pop()
-    if not value.isdigit():
-        raise http.client.HTTPException("invalid Content-Length")
-    return int(value)
-
-
-class Connection(http.client.HTTPConnection):
+class Connection:
     """One HTTP/1.1 connection to an origin (directly, or through a proxy or its tunnel)."""
-
-    response_class = Response
 
     def __init__(
         self,
@@ -411,14 +242,14 @@ class Connection(http.client.HTTPConnection):
         proxy: Proxy | None,
         ssl_context: ssl.SSLContext | None,
     ) -> None:
-        host, port = proxy.key if proxy else (target.host, target.port)
-        super().__init__(host, port)
         self.target = target
         self.proxy = proxy
         self.ssl_context = ssl_context
         self.deadline = Deadline(time.monotonic())
         self.idle_since = 0.0
         self.reused = False
+        self._sock: socket.socket | None = None
+        self._stream: io.BufferedReader | None = None
 
     @property
     def absolute_form(self) -> bool:
@@ -426,8 +257,9 @@ class Connection(http.client.HTTPConnection):
         return self.proxy is not None and self.target.scheme == "http"
 
     def connect(self) -> None:
+        address = self.proxy.key if self.proxy else (self.target.host, self.target.port)
         try:
-            raw = socket.create_connection((self.host, self.port), self.deadline.left())
+            raw = socket.create_connection(address, self.deadline.left())
         except socket.gaierror:
             raise
         except TimeoutError:
@@ -446,34 +278,68 @@ class Connection(http.client.HTTPConnection):
         except BaseException:
             raw.close()
             raise
-        self.sock = _DeadlineSocket(raw, self.deadline)  # type: ignore[assignment]
+        self._sock = raw
+        self._stream = io.BufferedReader(_DeadlineReader(raw, self.deadline))
 
     def _open_tunnel(self, raw: socket.socket) -> None:
         assert self.proxy is not None
         authority = self.target.authority
-        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        headers = [("Host", authority)]
         if self.proxy.authorization:
-            lines.append(f"Proxy-Authorization: {self.proxy.authorization}")
-        raw.settimeout(self.deadline.left())
-        raw.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        answer = Response(_DeadlineSocket(raw, self.deadline), method="CONNECT")  # type: ignore[arg-type]
+            headers.append(("Proxy-Authorization", self.proxy.authorization))
+        _send_all(raw, request_head("CONNECT", authority, headers), self.deadline)
+        # Unbuffered: a byte read past the proxy's answer would belong to the TLS handshake.
+        stream = io.BufferedReader(_DeadlineReader(raw, self.deadline), buffer_size=1)
         try:
-            answer.begin()
-        except http.client.HTTPException as exc:
-            raise ProxyError(
-                f"the proxy's answer to CONNECT is not HTTP ({type(exc).__name__})"
-            ) from exc
+            answer = Response(stream, "CONNECT")
+        except TransportError as exc:
+            raise ProxyError(f"the proxy's answer to CONNECT is not HTTP/1.1 ({exc})") from None
+        finally:
+            stream.detach().close()
         if answer.status != 200:
             raise ProxyError(f"the proxy refused the tunnel: {answer.status} {answer.reason}")
 
+    def request(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> Response:
+        """Send one request and read its answer's head; the body is read from the Response."""
+        head = request_head(method, target, headers)
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None and self._stream is not None
+        try:
+            _send_all(self._sock, head + body if body else head, self.deadline)
+        except (TimeoutException, TimeoutError):
+            raise
+        except OSError as exc:
+            raise WriteError(exc.strerror or type(exc).__name__) from exc
+        try:
+            return Response(self._stream, method)
+        except (TimeoutException, TimeoutError, TransportError):
+            raise
+        except OSError as exc:
+            raise ReadError(exc.strerror or type(exc).__name__) from exc
+
     def dropped(self) -> bool:
         """Whether the server closed (or wrote unasked on) this idle connection."""
-        sock = self.sock
-        if sock is None:
+        if self._sock is None:
             return True
         poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
+        poller.register(self._sock.fileno(), select.POLLIN)
         return bool(poller.poll(0))
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def _send_all(sock: socket.socket, data: bytes, deadline: Deadline) -> None:
+    sock.settimeout(deadline.left())
+    sock.sendall(data)
 
 
 # -- the pool ----------------------------------------------------------------------------------

@@ -409,3 +409,39 @@ def test_an_answer_that_is_not_http_1_1_is_a_protocol_error(
         server.close()
 
     assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+    ],
+)
+def test_an_answer_cut_short_is_a_protocol_error(client: HttpClient, answer: bytes) -> None:
+    def serve(server: RawServer, conn: socket.socket) -> None:
+        if server.read_request(conn):
+            conn.sendall(answer)
+            conn.shutdown(socket.SHUT_WR)
+
+    server = RawServer(serve)
+    try:
+        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
+    finally:
+        server.close()
+
+    assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
+
+
+def test_a_header_that_could_split_the_request_is_refused(client: HttpClient) -> None:
+    server = RawServer(keep_alive)
+    request = RenderedRequest("POST", f"http://127.0.0.1:{server.port}/", {"X-A": "1\r\nX-B: 2"})
+    try:
+        result = send(client, request, 5.0)
+    finally:
+        server.close()
+
+    assert (result.kind, result.error_type) == ("permanent", "LocalProtocolError")
+    assert server.received == []
