@@ -2,13 +2,34 @@
 
 The engine asks `Credentials.headers_for(auth, url, environ)` once per HTTP attempt; every
 strategy refuses to send credentials anywhere but https or loopback (`check_transport`).
+
+Names are imported on first use: every HTTP attempt checks its transport, but only a hook that
+uses auth or signing pays for the strategies, their token cache and `hashlib`.
 """
 
-from .credentials import Credentials
-from .errors import AuthError
-from .guard import check_transport, is_loopback_host
-from .signing import message_id, sign, sign_request
-from .static import auth_header_names
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .credentials import Credentials
+    from .errors import AuthError
+    from .guard import check_transport, is_loopback_host
+    from .signing import message_id, sign, sign_request
+    from .static import auth_header_names
+
+# name -> submodule that defines it
+_EXPORTS: dict[str, str] = {
+    "AuthError": "errors",
+    "Credentials": "credentials",
+    "auth_header_names": "static",
+    "check_transport": "guard",
+    "is_loopback_host": "guard",
+    "message_id": "signing",
+    "sign": "signing",
+    "sign_request": "signing",
+}
 
 __all__ = [
     "AuthError",
@@ -20,3 +41,10 @@ __all__ = [
     "sign",
     "sign_request",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module_name}", __name__), name)

@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from .condition import Condition
+if TYPE_CHECKING:
+    # Only for annotations: templates without a `condition:` never import the parser.
+    from .condition import Condition
 
 ActionType = Literal["http", "webhook", "script", "python", "jsonrpc"]
 ErrorPolicy = Literal["log", "fail", "retry"]

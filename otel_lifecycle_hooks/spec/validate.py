@@ -10,19 +10,16 @@ Messages never repeat a value that may be a secret (URLs, header values, token n
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import re
-import shlex
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..events import ALL_EVENTS, DEBOUNCEABLE_EVENTS, RUNTIME_EVENTS, TEMPLATE_EVENTS
-from .condition import Condition, ConditionSyntaxError, parse_condition
 from .durations import DurationError, parse_duration
 from .model import (
     ACTION_TYPES,
@@ -38,6 +35,9 @@ from .model import (
     RateLimit,
     Template,
 )
+
+if TYPE_CHECKING:
+    from .condition import Condition
 
 HOOK_KEYS: tuple[str, ...] = (
     "name",
@@ -96,7 +96,6 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _ARTICLE: dict[str, str] = {"http": "an http", "webhook": "a webhook", "script": "a script"}
 
 
-@dataclass(eq=False)
 class Located:
     """A parsed value and where it was written.
 
@@ -105,13 +104,26 @@ class Located:
     (None when plain). Mappings keep their keys' positions and any key written twice.
     """
 
-    value: Any
-    position: Position
-    source: str | None = None
-    style: str | None = None
-    key_positions: dict[str, Position] = field(default_factory=dict)
-    # (key, where the repeat stands, message) for each key written more than once
-    duplicate_keys: list[tuple[str, Position, str]] = field(default_factory=list)
+    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
+    __slots__ = ("duplicate_keys", "key_positions", "position", "source", "style", "value")
+
+    def __init__(
+        self,
+        value: Any,
+        position: Position,
+        source: str | None = None,
+        style: str | None = None,
+    ) -> None:
+        self.value = value
+        self.position = position
+        self.source = source
+        self.style = style
+        self.key_positions: dict[str, Position] = {}
+        # (key, where the repeat stands, message) for each key written more than once
+        self.duplicate_keys: list[tuple[str, Position, str]] = []
+
+    def __repr__(self) -> str:
+        return f"Located({self.value!r}, {self.position})"
 
     @property
     def is_mapping(self) -> bool:
@@ -207,6 +219,8 @@ def quote(text: str, limit: int = 60) -> str:
 
 def did_you_mean(word: str, options: Sequence[str]) -> str:
     """` (did you mean "x"?)` when an option is close to `word`, else ""."""
+    import difflib  # only a template with a mistake pays for it
+
     lowered = {option.lower(): option for option in options}
     matches = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
     return f" (did you mean {quote(lowered[matches[0]])}?)" if matches else ""
@@ -503,6 +517,9 @@ def _read_condition(r: _Reporter, located: Located | None) -> Condition | None:
             f'got {describe(located)}; write an expression such as "ACTIVITY == completed"',
         )
         return None
+    # Imported here: the parser and its classes cost start-up only to templates that use it.
+    from .condition import ConditionSyntaxError, parse_condition
+
     try:
         return parse_condition(located.value)
     except ConditionSyntaxError as exc:
@@ -677,6 +694,8 @@ def _read_command(r: _Reporter, located: Located | None, action: Located) -> tup
 
 
 def _argv_hint(command: str) -> str:
+    import shlex
+
     try:
         words = shlex.split(command)
     except ValueError:

@@ -55,9 +55,12 @@ def run_legacy_hooks(
     user: str | None = None,
 ) -> None:
     """Run every legacy script for `event`, one after another, never raising."""
+    scripts = discover(event, environ)
+    if not scripts:
+        return  # the usual case: no legacy directory, and no script runner to import
     from ..actions.script import run_script
 
-    for script in discover(event, environ):
+    for script in scripts:
         timeout = DEFAULT_SCRIPT_TIMEOUT
         if deadline is not None:
             timeout = min(timeout, deadline - time.monotonic())

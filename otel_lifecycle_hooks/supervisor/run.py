@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +59,29 @@ METADATA_ENV = {
 }
 
 
-@dataclass
 class SupervisorOptions:
-    command: Sequence[str]
-    template: Template
-    grace_period: float = DEFAULT_GRACE_PERIOD
-    metadata: Mapping[str, str] = field(default_factory=dict)  # from flags; wins over the rest
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    journal: Any = None  # a Journal, a path, None for the default, False for none
-    hook_log: Any = None
-    user: str | None = None
+    """What one `run` supervises, and how."""
+
+    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
+    def __init__(
+        self,
+        command: Sequence[str],
+        template: Template,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        metadata: Mapping[str, str] | None = None,  # from flags; wins over the rest
+        environ: Mapping[str, str] | None = None,  # default: a copy of os.environ
+        journal: Any = None,  # a Journal, a path, None for the default, False for none
+        hook_log: Any = None,
+        user: str | None = None,
+    ) -> None:
+        self.command = command
+        self.template = template
+        self.grace_period = grace_period
+        self.metadata: Mapping[str, str] = {} if metadata is None else metadata
+        self.environ: Mapping[str, str] = dict(os.environ) if environ is None else environ
+        self.journal = journal
+        self.hook_log = hook_log
+        self.user = user
 
 
 def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
@@ -82,9 +94,7 @@ def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
     metadata.setdefault("AGENT_NAME", Path(options.command[0]).name if options.command else "agent")
     metadata.setdefault("AGENT_SLUG", _slug(metadata["AGENT_NAME"]))
     # Stable across runs of the same agent, so that crash recovery can find the earlier run.
-    metadata.setdefault(
-        "AGENT_ID", str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + metadata["AGENT_SLUG"]))
-    )
+    metadata.setdefault("AGENT_ID", _stable_agent_id(metadata["AGENT_SLUG"]))
     if not metadata.get("CONTAINER_ID") and options.environ.get("HOSTNAME"):
         metadata["CONTAINER_ID"] = options.environ["HOSTNAME"]
     return metadata
@@ -125,7 +135,6 @@ class Supervisor:
                 signal.signal(signum, handler)
 
     def _run(self) -> int:
-        from ..harness.activity import ActivityTracker
         from ..telemetry.setup import configure_telemetry
 
         options = self.options
@@ -150,7 +159,6 @@ class Supervisor:
             script_user=options.user,
         )
         self._journal = self.engine.recorders.journal
-        self._tracker = ActivityTracker()
         self.session = AgentSession(
             self.engine,
             agent_name=self.metadata["AGENT_NAME"],
@@ -368,6 +376,12 @@ class Supervisor:
     def _handle_message(self, message: dict[str, Any]) -> None:
         from ..harness.normalized import NormalizedEvent
 
+        if self._tracker is None:
+            # Made with the first message: an agent that never reports its activity (no
+            # harness hooks) does not pay for the tracker's rules at start-up.
+            from ..harness.activity import ActivityTracker
+
+            self._tracker = ActivityTracker()
         kind = message.get("kind")
         if kind == "status":
             derived = self._tracker.signal(
@@ -511,6 +525,17 @@ def _socket_owner(user: str | None) -> tuple[int, int] | None:
     except KeyError:
         return None  # the spawn reports the unknown user
     return entry.pw_uid, entry.pw_gid
+
+
+def _stable_agent_id(slug: str) -> str:
+    """`uuid5(NAMESPACE_URL, "agent:" + slug)`, hashed with the `_sha1` module: `uuid.uuid5`
+    imports `hashlib`, whose OpenSSL bindings would cost every start-up about 4 ms."""
+    try:
+        from _sha1 import sha1
+    except ImportError:  # an interpreter built without it
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + slug))
+    digest = sha1(uuid.NAMESPACE_URL.bytes + ("agent:" + slug).encode()).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def _slug(name: str) -> str:

@@ -25,6 +25,9 @@ differs from it:
   `SessionRecordingSampler`, so agent sessions sampled out still reach the hook processor
   (hooks are business logic, not telemetry) while only sampled spans are exported.
 - `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_METRIC_EXPORT_TIMEOUT` (milliseconds).
+
+With no metrics exporter the meter provider is the API's no-op one: the metrics SDK (a fifth
+of `run`'s start-up) is imported only when some reader will collect what it aggregates.
 """
 
 from __future__ import annotations
@@ -32,17 +35,15 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from opentelemetry import metrics, trace
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace import sampling
@@ -51,6 +52,9 @@ from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
 from .tracefile import TraceFileExporter, default_trace_path
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
 
 logger = logging.getLogger(__name__)
 
@@ -113,20 +117,55 @@ def parse_key_values(raw: str | None) -> dict[str, str]:
     return pairs
 
 
-@dataclass(frozen=True)
 class OtlpSettings:
     """Everything an OTLP exporter of one signal needs, resolved from the environment."""
 
-    signal: str
-    protocol: str
-    endpoint: str
-    headers: dict[str, str]
-    timeout_s: float
-    compression: str
-    insecure: bool
-    certificate_file: str | None = None
-    client_key_file: str | None = None
-    client_certificate_file: str | None = None
+    # Plain classes here: a dataclass costs about half a millisecond at import, and this
+    # module is imported by every `run`.
+    __slots__ = (
+        "certificate_file",
+        "client_certificate_file",
+        "client_key_file",
+        "compression",
+        "endpoint",
+        "headers",
+        "insecure",
+        "protocol",
+        "signal",
+        "timeout_s",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        signal: str,
+        protocol: str,
+        endpoint: str,
+        headers: dict[str, str],
+        timeout_s: float,
+        compression: str,
+        insecure: bool,
+        certificate_file: str | None = None,
+        client_key_file: str | None = None,
+        client_certificate_file: str | None = None,
+    ) -> None:
+        self.signal = signal
+        self.protocol = protocol
+        self.endpoint = endpoint
+        self.headers = headers
+        self.timeout_s = timeout_s
+        self.compression = compression
+        self.insecure = insecure
+        self.certificate_file = certificate_file
+        self.client_key_file = client_key_file
+        self.client_certificate_file = client_certificate_file
+
+    def __repr__(self) -> str:
+        # Header values may be credentials: only their names are shown.
+        return (
+            f"OtlpSettings({self.signal} over {self.protocol} to {self.endpoint}, "
+            f"headers={sorted(self.headers)}, timeout_s={self.timeout_s})"
+        )
 
 
 def otlp_settings(signal: str, env: Mapping[str, str]) -> OtlpSettings:
@@ -250,19 +289,35 @@ def build_resource(
 # --- the providers ---------------------------------------------------------------------
 
 
-@dataclass
 class Telemetry:
     """The providers in use, whether this package created them, and how to close them."""
 
-    tracer_provider: TracerProvider
-    meter_provider: MeterProvider
-    owned: bool
-    trace_file: Path | None = None
-    otel_env: dict[str, str] = field(default_factory=dict)
-    disabled: bool = False
-    _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
-    _closed: bool = field(default=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        meter_provider: MeterProvider,
+        owned: bool,
+        trace_file: Path | None = None,
+        otel_env: dict[str, str] | None = None,
+        disabled: bool = False,
+        _closers: list[Callable[[], None]] | None = None,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.owned = owned
+        self.trace_file = trace_file
+        self.otel_env: dict[str, str] = {} if otel_env is None else otel_env
+        self.disabled = disabled
+        self._closers: list[Callable[[], None]] = [] if _closers is None else _closers
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"Telemetry(owned={self.owned}, disabled={self.disabled}, "
+            f"trace_file={self.trace_file!r}, tracer_provider={self.tracer_provider!r}, "
+            f"meter_provider={self.meter_provider!r})"
+        )
 
     def force_flush(self, timeout: float = 5.0) -> bool:
         """Push out buffered spans and metrics; False when something did not finish in time."""
@@ -291,11 +346,10 @@ class Telemetry:
             self.force_flush(timeout)
             return
         millis = int(timeout * 1000)
-        for close in (
-            lambda: self.tracer_provider.shutdown(),  # type: ignore[attr-defined]
-            lambda: self.meter_provider.shutdown(timeout_millis=millis),  # type: ignore[attr-defined]
-            *self._closers,
-        ):
+        closers: list[Callable[[], None]] = [self.tracer_provider.shutdown]  # type: ignore[attr-defined]
+        if _is_sdk_meter_provider(self.meter_provider):  # the no-op one has nothing to close
+            closers.append(lambda: self.meter_provider.shutdown(timeout_millis=millis))  # type: ignore[attr-defined]
+        for close in (*closers, *self._closers):
             try:
                 close()
             except Exception:
@@ -334,9 +388,7 @@ def configure_telemetry(
         for exporter in span_exporters:
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
         readers, closers = _metric_readers(env)
-    meter_provider = SdkMeterProvider(
-        metric_readers=readers, resource=resource, shutdown_on_exit=False
-    )
+    meter_provider = _meter_provider(readers, resource)
     telemetry = Telemetry(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
@@ -372,9 +424,30 @@ def attach_or_configure(
     telemetry = configure_telemetry(template_env, environ, **options)
     if set_global:
         trace.set_tracer_provider(telemetry.tracer_provider)
-        if not isinstance(metrics.get_meter_provider(), SdkMeterProvider):
+        # A no-op provider is not made global: the API's proxy stays in place, so that an SDK
+        # provider the application sets later still takes effect.
+        if _is_sdk_meter_provider(telemetry.meter_provider) and not _is_sdk_meter_provider(
+            metrics.get_meter_provider()
+        ):
             metrics.set_meter_provider(telemetry.meter_provider)
     return telemetry
+
+
+def _meter_provider(readers: list[MetricReader], resource: Resource) -> MeterProvider:
+    """An SDK meter provider over `readers`, or the API's no-op one when there is none: with
+    nothing to read them, the SDK's aggregations would only cost start-up time and memory."""
+    if not readers:
+        return NoOpMeterProvider()
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+
+    return SdkMeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+
+
+def _is_sdk_meter_provider(provider: object) -> bool:
+    """Whether `provider` is the SDK's, without importing the SDK to ask: when the SDK is not
+    imported yet, nothing can be one of its providers."""
+    sdk = sys.modules.get("opentelemetry.sdk.metrics")
+    return sdk is not None and isinstance(provider, sdk.MeterProvider)
 
 
 def _span_exporters(
@@ -424,6 +497,8 @@ def _metric_readers(env: Mapping[str, str]) -> tuple[list[MetricReader], list[Ca
             continue
         exporter = _guarded(name, lambda n=name: _metric_exporter(n, env))  # type: ignore[misc]
         if exporter is not None:
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
             readers.append(
                 PeriodicExportingMetricReader(
                     exporter,

@@ -177,7 +177,9 @@ def test_resource_service_name_precedence_and_agent_metadata() -> None:
         ("bogus", sampling.ParentBased),
     ],
 )
-def test_every_sampler_is_wrapped_to_keep_sessions_recording(name: str | None, root_type: type) -> None:
+def test_every_sampler_is_wrapped_to_keep_sessions_recording(
+    name: str | None, root_type: type
+) -> None:
     env = {"OTEL_TRACES_SAMPLER_ARG": "0.25"}
     if name:
         env["OTEL_TRACES_SAMPLER"] = name
@@ -395,3 +397,106 @@ def test_without_a_provider_attach_builds_ours_and_sets_it_global_only_when_aske
         timeout=60,
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+# --- metrics: the SDK only when something reads it ----------------------------------------
+
+
+def test_without_a_metrics_exporter_the_meter_provider_is_the_apis_no_op(tmp_path: Path) -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    from otel_lifecycle_hooks.telemetry.metrics import HookMetrics
+
+    telemetry = configure_telemetry({}, {"HOME": str(tmp_path)})
+    assert isinstance(telemetry.meter_provider, NoOpMeterProvider)
+    metrics = HookMetrics(telemetry.meter_provider)
+    metrics.record_execution("register", "post-start", "http", "success", 0.2)  # recorded nowhere
+    assert telemetry.force_flush(timeout=1)
+    telemetry.shutdown()
+    telemetry.shutdown()  # a second call is harmless
+
+
+def test_a_run_without_a_metrics_exporter_never_imports_the_metrics_sdk(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from otel_lifecycle_hooks.engine.engine import HookEngine
+        from otel_lifecycle_hooks.spec.model import Template
+        from otel_lifecycle_hooks.telemetry.setup import configure_telemetry
+        telemetry = configure_telemetry({{}}, {{"HOME": {str(tmp_path)!r}}})
+        engine = HookEngine(
+            Template(), meter_provider=telemetry.meter_provider, journal=False, hook_log=False
+        )
+        engine.shutdown(1.0)
+        telemetry.shutdown()
+        print(sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk.metrics")))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_metrics_exporter_gets_an_sdk_meter_provider_that_exports_on_shutdown(
+    tmp_path: Path,
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        from opentelemetry.sdk.metrics import MeterProvider
+        from otel_lifecycle_hooks.telemetry.metrics import HookMetrics
+        from otel_lifecycle_hooks.telemetry.setup import configure_telemetry
+        environ = {{"HOME": {str(tmp_path)!r}, "OTEL_METRICS_EXPORTER": "console"}}
+        telemetry = configure_telemetry({{}}, environ)
+        assert isinstance(telemetry.meter_provider, MeterProvider)
+        HookMetrics(telemetry.meter_provider).record_execution(
+            "register", "post-start", "http", "success", 0.2
+        )
+        telemetry.shutdown(timeout=5)  # the periodic reader exports what it holds on shutdown
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"agent.lifecycle_hook.executions"' in result.stdout
+
+
+def test_attaching_with_no_metrics_exporter_leaves_the_global_meter_provider_settable(
+    tmp_path: Path,
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from otel_lifecycle_hooks.telemetry.setup import attach_or_configure
+        telemetry = attach_or_configure(environ={{"HOME": {str(tmp_path)!r}}}, set_global=True)
+        application_provider = MeterProvider()
+        metrics.set_meter_provider(application_provider)  # the application's own, set later
+        print(metrics.get_meter_provider() is application_provider)
+        telemetry.shutdown()
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.strip() == "True", result.stderr

@@ -1,0 +1,95 @@
+"""What `run` costs at start-up: a supervised agent with a blocking HTTP hook and no exporter
+configured imports only what it uses, and its stable agent id is still uuid5's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+from otel_lifecycle_hooks.spec.model import Template
+from otel_lifecycle_hooks.supervisor.run import SupervisorOptions, agent_metadata
+from tests.support.target_server import TargetServer
+
+# Imported by `run` only when a template, an exporter or a harness needs them.
+NOT_FOR_A_PLAIN_RUN = (
+    "opentelemetry.sdk.metrics",  # no metrics exporter: the API's no-op meter provider
+    "hashlib",  # no auth, no signing: the agent id is hashed without OpenSSL's bindings
+    "otel_lifecycle_hooks.auth.credentials",  # no `auth:` on the hook
+    "otel_lifecycle_hooks.auth.signing",
+    "otel_lifecycle_hooks.spec.condition",  # no `condition:`
+    "otel_lifecycle_hooks.harness.activity",  # the agent reported no activity
+    "otel_lifecycle_hooks.actions.script",  # no script hook, no legacy hook directory
+    "difflib",  # the template has no mistake to suggest a fix for
+)
+
+# Runs `run` in-process and writes the modules it imported, once it has finished.
+RUNNER = textwrap.dedent(
+    """
+    import json, sys
+    from otel_lifecycle_hooks.cli.main import main
+    code = main(sys.argv[2:])
+    with open(sys.argv[1], "w") as handle:
+        json.dump(sorted(sys.modules), handle)
+    sys.exit(code)
+    """
+)
+
+
+def test_a_plain_run_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    with TargetServer() as server:
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(
+            "lifecycle_hooks:\n"
+            "  - name: register\n"
+            "    on: [post-start]\n"
+            "    blocking: true\n"
+            "    action:\n"
+            "      type: http\n"
+            "      method: POST\n"
+            f'      url: "{server.url("/register")}"\n'
+            '      body: \'{"agent": "${AGENT_NAME}"}\'\n'
+        )
+        modules_file = tmp_path / "modules.json"
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))},
+            "HOME": str(tmp_path),
+            "SCION_HOOKS_DIR": str(tmp_path / "no-legacy-hooks"),
+        }
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                RUNNER,
+                str(modules_file),
+                "run",
+                "-t",
+                str(template),
+                "--",
+                "true",
+            ],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert [request.path for request in server.requests] == ["/register"]
+    imported = set(json.loads(modules_file.read_text()))
+    assert "otel_lifecycle_hooks.supervisor.run" in imported  # the list is the run's own
+    assert sorted(name for name in NOT_FOR_A_PLAIN_RUN if name in imported) == []
+
+
+def test_the_agent_id_is_uuid5_of_the_slug_without_hashlib() -> None:
+    for name in ("reviewer", "Code Reviewer #2", "agent-ü"):
+        options = SupervisorOptions(
+            command=["true"], template=Template(), environ={}, metadata={"AGENT_NAME": name}
+        )
+        metadata = agent_metadata(options)
+        expected = uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + metadata["AGENT_SLUG"])
+        assert metadata["AGENT_ID"] == str(expected)
