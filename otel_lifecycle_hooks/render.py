@@ -36,7 +36,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 from urllib.parse import quote, quote_plus, urlsplit
 
 from .spec.model import HookAction
@@ -51,10 +52,10 @@ _JSON_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?
 _HOST_TEXT = re.compile(r"[A-Za-z0-9.\-:\[\]]*")
 _HEADER_BREAKERS = ("\r", "\n", "\0")
 _URL_BREAKERS = re.compile(r"[\x00-\x20\x7f]")
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class RenderedRequest:
+class RenderedRequest(NamedTuple):
     """An HTTP request exactly as it will be sent (before auth headers are added)."""
 
     method: str
@@ -63,12 +64,11 @@ class RenderedRequest:
     body: bytes | None = None
 
 
-@dataclass(frozen=True)
-class RenderedCommand:
+class RenderedCommand(NamedTuple):
     """A script invocation: argv (no shell), the environment overlay, and stdin bytes."""
 
     argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = _NO_ENV
     stdin: bytes = b""
 
 

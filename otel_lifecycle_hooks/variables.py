@@ -28,10 +28,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .redact import looks_like_secret_name
 
@@ -80,8 +79,7 @@ _REFERENCE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     """One `${NAME.path}` in a template string."""
 
     name: str
@@ -98,8 +96,7 @@ class Reference:
 Piece = str | Reference
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     """A variable's value and where it came from."""
 
     value: str

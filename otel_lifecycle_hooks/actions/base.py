@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 # How an attempt ended, before any policy is applied.
 #   ok         2xx, or exit code 0
@@ -13,8 +12,7 @@ from typing import Literal
 AttemptKind = Literal["ok", "permanent", "transient", "timeout"]
 
 
-@dataclass(frozen=True)
-class AttemptResult:
+class AttemptResult(NamedTuple):
     kind: AttemptKind
     duration: float  # seconds
     status_code: int | None = None  # HTTP status

@@ -12,7 +12,7 @@ error_type values on top of `send`'s: `jsonrpc.error` (the executor answered an 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .base import AttemptResult
@@ -54,8 +54,7 @@ def read_answer(http_result: AttemptResult, request_id: int | str) -> RpcAnswer:
         detail = ""
         if isinstance(error, dict):
             detail = f" {error.get('code', '')}: {str(error.get('message', ''))[:200]}".rstrip(": ")
-        failed = replace(
-            http_result,
+        failed = http_result._replace(
             kind="permanent",
             error_type="jsonrpc.error",
             message=f"executor error{detail}",
@@ -67,4 +66,4 @@ def read_answer(http_result: AttemptResult, request_id: int | str) -> RpcAnswer:
 
 
 def _invalid(http_result: AttemptResult, message: str) -> AttemptResult:
-    return replace(http_result, kind="permanent", error_type="jsonrpc.invalid", message=message)
+    return http_result._replace(kind="permanent", error_type="jsonrpc.invalid", message=message)

@@ -16,13 +16,15 @@ _REASON_LIMIT = 400
 _REDACTED = "[REDACTED]"
 # Shapes of credentials that may appear in a library's error text even when we never saw them:
 # JWTs (assertions, ID tokens), Google access tokens, PEM private keys, bearer values.
-_CREDENTIAL_SHAPES: tuple[re.Pattern[str], ...] = (
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
-    re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"),
-    re.compile(r"ya29\.[A-Za-z0-9_.-]+"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(
-        r"(?i)(\"?(?:access_token|refresh_token|id_token|assertion|private_key|client_secret)\"?\s*[:=]\s*)(\"[^\"]*\"|'[^']*'|[^\s,}&]+)"
+# Compiled on the first failure to explain, not by every start-up that imports this module.
+_CREDENTIAL_SHAPES = (
+    (r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
+    (r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*", 0),
+    (r"ya29\.[A-Za-z0-9_.-]+", 0),
+    (r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+", 0),
+    (
+        r"(?i)(\"?(?:access_token|refresh_token|id_token|assertion|private_key|client_secret)\"?\s*[:=]\s*)(\"[^\"]*\"|'[^']*'|[^\s,}&]+)",
+        0,
     ),
 )
 
@@ -50,8 +52,10 @@ def safe_reason(exc: BaseException | str, secrets: Iterable[str] = ()) -> str:
     # Longest first, so a secret that contains another is removed whole.
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, _REDACTED)
-    for shape in _CREDENTIAL_SHAPES:
-        text = shape.sub(lambda m: (m.group(1) if m.re.groups else "") + _REDACTED, text)
+    for pattern, flags in _CREDENTIAL_SHAPES:
+        text = re.sub(
+            pattern, lambda m: (m.group(1) if m.re.groups else "") + _REDACTED, text, flags=flags
+        )
     text = " ".join(text.split())
     if len(text) > _REASON_LIMIT:
         text = text[: _REASON_LIMIT - 3] + "..."

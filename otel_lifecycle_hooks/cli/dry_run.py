@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -484,7 +484,7 @@ def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
         from ..engine.model import Execution
 
         # The engine reads `env:` from the template: give it the one with the --set values.
-        engine = HookEngine(replace(template, env=context.template_env), environ=context.environ)
+        engine = HookEngine(template._replace(env=context.template_env), environ=context.environ)
     except ImportError as exc:
         err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
         return EXIT_USAGE
@@ -501,12 +501,19 @@ def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
         engine.shutdown()
     for execution in executions:
         detail = execution.error_type or (
-            f"http {execution.status_code}" if execution.status_code is not None else
-            f"exit {execution.exit_code}" if execution.exit_code is not None else ""
+            f"http {execution.status_code}"
+            if execution.status_code is not None
+            else f"exit {execution.exit_code}"
+            if execution.exit_code is not None
+            else ""
         )
         err.write(
             f"executed {execution.hook.name}: {execution.outcome} after {execution.attempts} "
             f"attempt(s) in {execution.duration * 1000:.0f}ms {detail} {execution.message}".rstrip()
             + "\n"
         )
-    return EXIT_OK if all(e.outcome in ("success", "skipped") for e in executions) else EXIT_HOOK_FAILED
+    return (
+        EXIT_OK
+        if all(e.outcome in ("success", "skipped") for e in executions)
+        else EXIT_HOOK_FAILED
+    )

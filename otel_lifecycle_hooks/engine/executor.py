@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
@@ -392,7 +392,7 @@ class HookExecutor:
             return outcome.result
         host_protocol.remember_result(session, stage, event.event_id, reader.result)
         body = host_protocol.result_text(reader.result).encode("utf-8")
-        return replace(outcome.result, response_body=body)
+        return outcome.result._replace(response_body=body)
 
     def _python_attempt(
         self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, timeout: float

@@ -15,7 +15,6 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from opentelemetry.context import Context
@@ -173,7 +172,11 @@ class LifecycleHookProcessor(SpanProcessor):
         self._api_ids.add(event_id)
 
     def _observe(
-        self, session: SessionInfo, name: str, attributes: Mapping[str, Any] | None, timestamp: int | None
+        self,
+        session: SessionInfo,
+        name: str,
+        attributes: Mapping[str, Any] | None,
+        timestamp: int | None,
     ) -> None:
         event_name = ev.event_from_span_event_name(name)
         if event_name is None:
@@ -185,9 +188,8 @@ class LifecycleHookProcessor(SpanProcessor):
             name=event_name,
             fields=fields_from_attributes(attributes),
             timestamp=(timestamp / 1e9) if timestamp else self.engine.clock.wall(),
+            event_id=event_id if isinstance(event_id, str) else None,
         )
-        if isinstance(event_id, str):
-            event = replace(event, event_id=event_id)
         try:
             result = self.engine.fire(event, session)
         except Exception:  # never raise into the code that added the event

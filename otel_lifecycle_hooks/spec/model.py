@@ -6,9 +6,8 @@ Field names follow seed 000's `LifecycleHookSpec` and `HookAction`; durations ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     # Only for annotations: templates without a `condition:` never import the parser.
@@ -39,10 +38,10 @@ MAX_TIMEOUT = 120.0
 DEFAULT_API_KEY_HEADER = "X-API-Key"
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_POINTS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(NamedTuple):
     """Where a value stands in a template file (1-based line and column)."""
 
     file: str
@@ -60,14 +59,28 @@ RATE_PERIODS: Mapping[str, float] = MappingProxyType(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
 class RateLimit:
     """`count` executions per `period` seconds (`10/min`): a burst of up to `count`, then one
     every `period / count` seconds (a token bucket)."""
 
-    count: int
-    period: float
-    text: str = ""
+    # A plain class: a NamedTuple's `count` would shadow tuple.count.
+    __slots__ = ("count", "period", "text")
+
+    def __init__(self, count: int, period: float, text: str = "") -> None:
+        self.count = count
+        self.period = period
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RateLimit):
+            return NotImplemented
+        return (self.count, self.period, self.text) == (other.count, other.period, other.text)
+
+    def __hash__(self) -> int:
+        return hash((self.count, self.period, self.text))
+
+    def __repr__(self) -> str:
+        return f"RateLimit(count={self.count}, period={self.period}, text={self.text!r})"
 
     @classmethod
     def parse(cls, text: str) -> RateLimit:
@@ -84,8 +97,7 @@ class RateLimit:
         return cls(count, period, text.strip())
 
 
-@dataclass(frozen=True)
-class AuthSpec:
+class AuthSpec(NamedTuple):
     """How an action authenticates.
 
     `auth: bearer-token` (a string) is the short form; the mapping form names where the
@@ -99,18 +111,17 @@ class AuthSpec:
     scopes: tuple[str, ...] = ("https://www.googleapis.com/auth/cloud-platform",)
 
 
-@dataclass(frozen=True)
-class HookAction:
+class HookAction(NamedTuple):
     """What a hook does (seed 000's `HookAction`)."""
 
     type: ActionType
     method: str = "POST"  # http; webhook is always POST
     url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    headers: Mapping[str, str] = _EMPTY
     body: str | None = None
-    auth: AuthSpec = field(default_factory=AuthSpec)
+    auth: AuthSpec = AuthSpec()
     command: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    env: Mapping[str, str] = _EMPTY
     # Standard Webhooks signing (opt-in): the NAME of the variable holding `whsec_...`.
     signing_secret_env: str | None = None
     # script: the wire protocol its stdin/argv/stdout follow (SCRIPT_PROTOCOLS); None is ours.
@@ -120,18 +131,17 @@ class HookAction:
     module: str | None = None
     path: str | None = None
     executor: str | None = None
-    with_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    with_args: Mapping[str, Any] = _EMPTY
     # python, jsonrpc: for each of our events, the names the hook system calls it (the methods
     # called, or the JSON-RPC methods sent), in order.
-    points: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    points: Mapping[str, tuple[str, ...]] = _EMPTY_POINTS
 
     @property
     def is_http(self) -> bool:
         return self.type in ("http", "webhook")
 
 
-@dataclass(frozen=True)
-class HookSpec:
+class HookSpec(NamedTuple):
     """One entry of `lifecycle_hooks:` (seed 000's `LifecycleHookSpec`), validated."""
 
     name: str
@@ -151,19 +161,18 @@ class HookSpec:
     rate_limit: RateLimit | None = None
 
 
-@dataclass(frozen=True)
-class Template:
+class Template(NamedTuple):
     """The merged result of one or more template files."""
 
     hooks: tuple[HookSpec, ...] = ()
-    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    env: Mapping[str, str] = _EMPTY
     # Names of variables declared under `secrets:`; their values are redacted everywhere.
     secrets: frozenset[str] = frozenset()
     # Agent metadata the template states (harness, image, template name ...), keyed by variable.
-    metadata: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    metadata: Mapping[str, str] = _EMPTY
     files: tuple[str, ...] = ()
     # `limits:` of scion-agent.yaml (max_turns, max_model_calls, max_duration), as written.
-    limits: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    limits: Mapping[str, str] = _EMPTY
     # `user:` of scion-agent.yaml: the agent's (and its script hooks') user, when set.
     user: str | None = None
     # `hook_rate_limit:` of scion-agent.yaml: one limit shared by all HTTP hooks of the agent.

@@ -24,6 +24,7 @@ from .durations import DurationError, parse_duration
 from .model import (
     ACTION_TYPES,
     AUTH_TYPES,
+    DEFAULT_API_KEY_HEADER,
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_SCRIPT_TIMEOUT,
     ERROR_POLICIES,
@@ -828,7 +829,7 @@ def _read_auth_mapping(r: _Reporter, located: Located) -> AuthSpec | None:
                 f"does not apply to {auth_type}; it is for {' and '.join(applies_to)}",
             )
     token_env = _read_variable_name(r, fields.get("token_env"), "action.auth.token_env", "token")
-    header = AuthSpec.header
+    header = DEFAULT_API_KEY_HEADER
     if "header" in fields:
         header_located = fields["header"]
         if isinstance(header_located.value, str) and HEADER_NAME_PATTERN.fullmatch(
@@ -852,7 +853,7 @@ def _read_auth_mapping(r: _Reporter, located: Located) -> AuthSpec | None:
                 "action.auth.credentials_file",
                 f"got {describe(file_located)}; write the path of a service account key file",
             )
-    scopes = AuthSpec.scopes
+    scopes = AuthSpec().scopes
     if "scopes" in fields:
         scopes_located = fields["scopes"]
         if (

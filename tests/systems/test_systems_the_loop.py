@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -282,7 +281,7 @@ def test_a_local_executor_that_raises_hangs_or_answers_garbage_stops_nothing_unl
     )
     # A local executor is unbounded in the-loop; here it gets the hook timeout (shortened).
     [hook] = load_templates([config]).hooks
-    run = Run(Template(hooks=(dataclasses.replace(hook, timeout=0.5),)))
+    run = Run(Template(hooks=(hook._replace(timeout=0.5),)))
     started = time.monotonic()
 
     result = run.record("pre-start")
