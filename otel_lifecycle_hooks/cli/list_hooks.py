@@ -117,7 +117,9 @@ def _target(hook: HookSpec) -> str:
     if action.type == "script":
         return shlex.join(action.command)
     if action.type == "python":
-        return f"python {action.module or action.path}" + (f":{action.executor}" if action.executor else "")
+        return f"python {action.module or action.path}" + (
+            f":{action.executor}" if action.executor else ""
+        )
     if action.type == "jsonrpc":
         return f"JSON-RPC {safe_url(action.url or '')}"
     return f"{action.method} {safe_url(action.url or '', hides_path=action.type == 'webhook')}"

@@ -186,7 +186,11 @@ def _event_detail(attributes: dict[str, Any]) -> str:
     for kind, key in (("phase", "agent.phase"), ("activity", "agent.activity")):
         if event == f"{kind}-change" and attributes.get(key):
             previous = attributes.get(f"{key}.previous")
-            parts.append(f"{kind} {previous} → {attributes[key]}" if previous else f"{kind} → {attributes[key]}")
+            parts.append(
+                f"{kind} {previous} → {attributes[key]}"
+                if previous
+                else f"{kind} → {attributes[key]}"
+            )
     for key, label in (
         ("gen_ai.tool.name", "tool"),
         ("process.exit.code", "exit"),

@@ -59,7 +59,11 @@ class HookEngine:
             script_user=script_user,
         )
         self.recorders: Recorders = build_recorders(
-            self.executor, meter_provider=meter_provider, journal=journal, hook_log=hook_log, environ=env
+            self.executor,
+            meter_provider=meter_provider,
+            journal=journal,
+            hook_log=hook_log,
+            environ=env,
         )
         self.dispatcher = Dispatcher(template, self.executor, self.recorders.listener, queue_limit)
         self._shut = False

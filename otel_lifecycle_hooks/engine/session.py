@@ -61,7 +61,10 @@ class AgentSession:
                 attributes[attr] = merged[name]
         context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
         self.span: Span = provider.get_tracer("otel_lifecycle_hooks").start_span(
-            f"invoke_agent {agent_name}", context=context, kind=SpanKind.INTERNAL, attributes=attributes
+            f"invoke_agent {agent_name}",
+            context=context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
         )
         known = self._processor.session_for(self.span) if self._processor else None
         self.info = known or SessionInfo(
@@ -91,11 +94,16 @@ class AgentSession:
         lifecycle_event = LifecycleEvent(
             name=event, fields=values, timestamp=self.engine.clock.wall(), recovered=recovered
         )
-        attributes: dict[str, Any] = {ev.ATTR_EVENT: event, ev.ATTR_EVENT_ID: lifecycle_event.event_id}
+        attributes: dict[str, Any] = {
+            ev.ATTR_EVENT: event,
+            ev.ATTR_EVENT_ID: lifecycle_event.event_id,
+        }
         for name, value in values.items():
             attr = ev.EVENT_ATTRIBUTES.get(name)
             if attr is not None:
-                attributes[attr] = int(value) if attr == "process.exit.code" and _is_int(value) else value
+                attributes[attr] = (
+                    int(value) if attr == "process.exit.code" and _is_int(value) else value
+                )
         if self._processor is not None:
             self._processor.expect_event_id(lifecycle_event.event_id)
         self.span.add_event(ev.span_event_name(event), attributes)

@@ -29,7 +29,9 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], state: dict[str,
     session_id = state.get("session_id") or None
     session = AgentSession(
         engine,
-        agent_name=os.environ.get("SCION_AGENT_NAME") or template.metadata.get("AGENT_NAME") or "agent",
+        agent_name=os.environ.get("SCION_AGENT_NAME")
+        or template.metadata.get("AGENT_NAME")
+        or "agent",
         session_id=session_id,
         tracer_provider=telemetry.tracer_provider,
     )

@@ -39,7 +39,6 @@ _GEMINI_ONLY = frozenset(
 )
 
 
-
 class UnknownDialectError(LookupError):
     """No built-in dialect and no dialect file has this name."""
 
