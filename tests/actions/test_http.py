@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import os
 import resource
 import socket
 import time
@@ -312,3 +313,50 @@ def test_each_attempt_is_measured_and_a_failed_one_is_an_error_span(target_serve
     assert sorted(points) == [204, 503]
     assert points[503].attributes["error.type"] == "503"
     assert points[204].count == 1 and "error.type" not in points[204].attributes
+
+
+def test_baggage_in_the_context_travels_with_the_global_propagator(target_server: TargetServer):
+    from opentelemetry import baggage, context
+
+    client = make_client(tracer_provider=TracerProvider())
+    target_server.on("/hook", Reply(204))
+    token = context.attach(baggage.set_baggage("tenant", "blue"))
+    try:
+        result = send(client, post(target_server.url("/hook")), 5.0)
+    finally:
+        context.detach(token)
+        client.close()
+
+    assert result.ok
+    (request,) = target_server.requests
+    assert request.headers["baggage"] == "tenant=blue"
+
+
+def test_a_fresh_process_sends_trace_context_without_loading_the_global_propagators(
+    target_server: TargetServer,
+):
+    import subprocess
+    import sys
+
+    target_server.on("/hook", Reply(204))
+    code = (
+        "import sys\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from otel_lifecycle_hooks.actions.http import make_client, send\n"
+        "from otel_lifecycle_hooks.render import RenderedRequest\n"
+        "provider = TracerProvider()\n"
+        "client = make_client(tracer_provider=provider)\n"
+        "with provider.get_tracer('t').start_as_current_span('hook'):\n"
+        f"    result = send(client, RenderedRequest('POST', {target_server.url('/hook')!r}, {{}}), 5.0)\n"
+        "assert result.ok, result\n"
+        "print(sorted(m for m in sys.modules if m in ('opentelemetry.propagate', 'opentelemetry.baggage')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_PROPAGATORS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    (request,) = target_server.requests
+    assert len(request.headers["traceparent"].split("-")) == 4
