@@ -30,6 +30,8 @@ LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
 # C0 controls and DEL, except tab, become visible escapes.
 _ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
 _ESCAPES.update({0x0A: "\\n", 0x0D: "\\r"})
+# Most lines hold none of them: one search is cheaper than translating every character.
+_NEEDS_ESCAPES = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 # A value holding any of these is written JSON-quoted.
 _NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
 
@@ -78,18 +80,19 @@ def format_execution(
     message: str = "",
 ) -> str:
     """The `key=value` body of an execution line (no timestamp). `duration` in seconds."""
-    fields: list[tuple[str, Any]] = [
-        ("hook", hook),
-        ("event", event),
-        ("outcome", outcome),
-        ("attempts", attempts),
-        ("duration", f"{round(duration * 1000)}ms"),
-        ("status", status_code),
-        ("exit_code", exit_code),
-        ("error", error_type),
-        ("message", message or None),
-    ]
-    return " ".join(f"{key}={_value(value)}" for key, value in fields if value is not None)
+    body = (
+        f"hook={_value(hook)} event={_value(event)} outcome={_value(outcome)}"
+        f" attempts={_value(attempts)} duration={round(duration * 1000)}ms"
+    )
+    if status_code is not None:
+        body += f" status={_value(status_code)}"
+    if exit_code is not None:
+        body += f" exit_code={_value(exit_code)}"
+    if error_type is not None:
+        body += f" error={_value(error_type)}"
+    if message:
+        body += f" message={_value(message)}"
+    return body
 
 
 def _value(value: Any) -> str:
@@ -161,7 +164,9 @@ class HookLog:
                 # Only the exception's type: its message may quote the secret.
                 self._report("redact a line", type(exc).__name__)
                 return
-        self._append((line.translate(_ESCAPES) + "\n").encode("utf-8", "replace"))
+        if _NEEDS_ESCAPES.search(line) is not None:
+            line = line.translate(_ESCAPES)
+        self._append((line + "\n").encode("utf-8", "replace"))
 
     def close(self) -> None:
         """Close the file; a later write opens it again."""

@@ -19,6 +19,12 @@ can thus lose the journal rows of that last window (never a delivery: the rows d
 that already ran); session rows, which crash recovery relies on, and the rows of failed or
 timed-out deliveries, which `replay` re-sends from, are committed at once.
 
+The engine's own rows (`record`, its sink) go one step further: a successful execution's row
+that joins a batch is not even inserted by the caller, whose hook may be blocking the agent;
+it waits in memory and the journal's commit thread inserts it with its batch. It is the same
+window as above (reads and other writes insert and commit it first), without the INSERT on the
+hook's path.
+
 Rows hold what callers pass, already redacted: the journal does not redact.
 """
 
@@ -181,6 +187,7 @@ class Journal:
         self._busy_reported = False
         # The open batch of execution rows: how many, and when the first was written.
         self._uncommitted = 0
+        self._queued: list[ExecutionRow] = []  # rows of the batch not inserted yet
         self._batch_started = 0.0
         self._last_commit = float("-inf")
         self._batch_open = threading.Condition(self._lock)
@@ -210,12 +217,14 @@ class Journal:
         )
 
     def record(self, execution: _ExecutionLike) -> int | None:
-        """Append the engine's execution record (a sink for the executor)."""
+        """Append the engine's execution record (a sink for the executor): its new id, or
+        None if the journal is not recording or the row joined a batch (a successful row that
+        follows closely on others, inserted and committed by the journal's own thread)."""
         hook = getattr(execution, "hook", None)
         event = getattr(execution, "event", None)
         row = ExecutionRow(
-            hook=getattr(hook, "name", str(hook)),
-            event=getattr(event, "name", str(event)),
+            hook=_name_of(hook),
+            event=_name_of(event),
             outcome=execution.outcome,
             started_at=execution.started_at,
             attempts=execution.attempts,
@@ -233,7 +242,9 @@ class Journal:
             recovered=bool(getattr(event, "recovered", False)),
             replayed_from=getattr(execution, "replayed_from", None),
         )
-        return self.record_execution(row)
+        if row.outcome in FAILED_OUTCOMES:
+            return self.record_execution(row)
+        return self._run("record an execution", lambda db: self._queue(db, row), None, batched=True)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         """The execution with this id, if any."""
@@ -395,6 +406,7 @@ class Journal:
         self, db: sqlite3.Connection, values: tuple[Any, ...], at_once: bool
     ) -> int | None:
         now = time.monotonic()
+        self._insert_queued(db)  # rows recorded before this one keep the lower ids
         if not db.in_transaction:
             if at_once or now - self._last_commit >= COMMIT_AFTER_SECONDS:  # nothing to join
                 row_id = db.execute(_INSERT_EXECUTION, values).lastrowid
@@ -414,7 +426,33 @@ class Journal:
             self._wake_committer()
         return row_id
 
+    def _queue(self, db: sqlite3.Connection, row: ExecutionRow) -> int | None:
+        now = time.monotonic()
+        batch_open = bool(self._queued) or db.in_transaction
+        if not batch_open and now - self._last_commit >= COMMIT_AFTER_SECONDS:
+            row_id = db.execute(_INSERT_EXECUTION, _execution_values(row)).lastrowid
+            self._last_commit = now  # after a quiet spell: nothing to join, committed at once
+            return row_id
+        if not batch_open:
+            self._batch_started = now
+        self._queued.append(row)
+        waiting = len(self._queued) + self._uncommitted
+        if waiting == 1 or waiting >= COMMIT_AFTER_ROWS:
+            self._wake_committer()
+        return None
+
+    def _insert_queued(self, db: sqlite3.Connection) -> None:
+        if not self._queued:
+            return
+        # Taken first: rows that fail to insert (a busy database) are dropped, not retried.
+        queued, self._queued = self._queued, []
+        if not db.in_transaction:
+            db.execute("BEGIN")
+        db.executemany(_INSERT_EXECUTION, map(_execution_values, queued))
+        self._uncommitted += len(queued)
+
     def _commit_batch(self, db: sqlite3.Connection) -> None:
+        self._insert_queued(db)
         if db.in_transaction:
             db.execute("COMMIT")
             self._last_commit = time.monotonic()
@@ -432,11 +470,12 @@ class Journal:
     def _commit_when_due(self) -> None:
         with self._lock:
             while self._db is not None:
-                if not self._uncommitted:
+                waiting = self._uncommitted + len(self._queued)
+                if not waiting:
                     self._batch_open.wait()
                     continue
                 left = self._batch_started + COMMIT_AFTER_SECONDS - time.monotonic()
-                if left > 0:
+                if left > 0 and waiting < COMMIT_AFTER_ROWS:
                     self._batch_open.wait(left)
                     continue
                 try:
@@ -444,6 +483,8 @@ class Journal:
                 except sqlite3.Error as exc:
                     if _is_busy(exc):
                         self._report_busy("commit", exc)
+                        if self._db.in_transaction and not self._uncommitted:
+                            self._db.execute("ROLLBACK")  # the batch that could not start
                     else:
                         self._disable("commit", exc)
 
@@ -499,6 +540,12 @@ _INSERT_EXECUTION = (
 
 def _is_busy(exc: BaseException) -> bool:
     return getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED")
+
+
+def _name_of(spec: Any) -> str:
+    # Not getattr's default: str() of a spec is its whole dataclass repr, built for nothing.
+    name = getattr(spec, "name", None)
+    return name if isinstance(name, str) else str(spec)
 
 
 def _now(at: float | None) -> float:

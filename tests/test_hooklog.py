@@ -87,6 +87,29 @@ def test_no_value_can_forge_a_line_or_reach_the_terminal(tmp_path: Path):
     assert "\\n2026-01-01" in line and "\\x1b[2J" in line
 
 
+def test_every_control_character_alone_in_a_line_is_escaped(tmp_path: Path):
+    controls = [chr(code) for code in (*range(0x20), 0x7F) if code != 0x09]
+    hook_log = HookLog(tmp_path / "agent.log")
+
+    for char in controls:
+        hook_log.script_output("h", "stdout", f"a{char}b", at=AT)
+
+    lines = lines_of(tmp_path / "agent.log")
+    assert len(lines) == len(controls)
+    for char, line in zip(controls, lines, strict=True):
+        assert char not in line and line.endswith("b") and "\\" in line, repr(char)
+
+
+def test_tabs_and_other_languages_are_written_as_they_are(tmp_path: Path):
+    hook_log = HookLog(tmp_path / "agent.log")
+
+    hook_log.script_output("h", "stdout", "état\tüber 完了", at=AT)
+
+    assert lines_of(tmp_path / "agent.log") == [
+        "2026-11-30T10:00:00.123Z [h stdout] état\tüber 完了"
+    ]
+
+
 def test_the_redactor_sees_every_line_before_it_is_written(tmp_path: Path):
     hook_log = HookLog(
         tmp_path / "agent.log", redact=lambda line: line.replace("s3cret", "[REDACTED]")

@@ -148,6 +148,40 @@ def test_record_reads_the_engines_execution_record(journal: Journal):
     )
 
 
+class _NamedSpec:
+    """A hook or event spec whose repr must never be built: the journal only needs its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        raise AssertionError("the journal built a spec's repr")
+
+
+def test_record_takes_only_the_names_of_the_hook_and_event(journal: Journal):
+    execution = SimpleNamespace(
+        hook=_NamedSpec("notify"),
+        event=_NamedSpec("task-completed"),
+        session_id="s-1",
+        outcome="failed",
+        attempts=1,
+        duration=0.1,
+        started_at=42.0,
+        idempotency_key="k",
+        status_code=None,
+        exit_code=1,
+        error_type="exit.1",
+        message="exited with code 1",
+        request=None,
+        trace_id=None,
+        span_id=None,
+    )
+
+    stored = journal.get(journal.record(execution))
+
+    assert stored is not None and (stored.hook, stored.event) == ("notify", "task-completed")
+
+
 def test_a_session_that_reached_post_start_and_never_ended_is_unfinished(journal: Journal):
     journal.open_session(
         "crashed",

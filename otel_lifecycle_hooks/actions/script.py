@@ -1,13 +1,17 @@
 """One attempt of a `script` action: argv (never a shell), stdin bytes, bounded output capture,
 and process-group timeouts.
 
-The script leads its own process group (`start_new_session=True`), so that everything it
-starts can be ended with it:
+The script leads a new session, so its own process group, so that everything it starts can
+be ended with it:
 - on timeout the group gets SIGTERM, then SIGKILL after `kill_grace` seconds;
 - after the script exits, whatever it left running in its group is killed (SIGKILL): a hook's
   work ends with its script, and orphans would otherwise hold its output pipes open.
   A process that left the group on purpose (`setsid`) is out of reach; we stop waiting for
   the pipes it holds after a short drain.
+
+It is started with `os.posix_spawn` (no descriptor but its three pipes, SIGPIPE and SIGXFSZ at
+their defaults, its program looked up on its own PATH: what `subprocess` gives), or with
+`subprocess` when it runs as another user.
 
 Output: the first `output_limit` bytes of stdout and of stderr are kept (and passed line by
 line to `on_output` as they arrive); anything beyond is read and discarded, so a script that
@@ -15,23 +19,26 @@ writes without end neither blocks on a full pipe nor grows our memory.
 
 error_type values: `exit.<code>`, `signal.<NAME>` (the script died of a signal it was not sent
 by us), `timeout`, `FileNotFoundError` / `PermissionError` / `OSError` (could not start),
-`UnknownUser`, `ValueError` (empty argv), `UnsafeScript` (see `unsafe_as_root`). Messages never include output or argv beyond argv[0].
+`UnknownUser`, `ValueError` (empty argv, or a NUL byte in an argument or variable),
+`UnsafeScript` (see `unsafe_as_root`). Messages never include output or argv beyond argv[0].
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
 import os
 import pwd
-import selectors
+import select
 import shutil
 import signal
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any, Protocol
 
 from ..render import RenderedCommand
 from .base import AttemptKind, AttemptResult
@@ -88,7 +95,7 @@ def run_script(
 
     if not command.argv:
         return failed("permanent", "ValueError", "the script's command is empty")
-    env = dict(os.environ if base_env is None else base_env)
+    env = process_environ() if base_env is None else dict(base_env)
     try:
         identity = _identity(user, env)
     except _IdentityError as exc:
@@ -99,25 +106,19 @@ def run_script(
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
     try:
-        process = subprocess.Popen(
-            list(command.argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            shell=False,
-            start_new_session=True,
-            close_fds=True,
-            **identity,
-        )
+        process, pipes = _start(command.argv, env, identity)
     except FileNotFoundError:
         return failed("permanent", "FileNotFoundError", f"{program!r}: no such file")
     except PermissionError:
         return failed("permanent", "PermissionError", f"{program!r}: permission denied")
     except OSError as exc:
         return failed("permanent", type(exc).__name__, f"{program!r}: {exc.strerror or exc}")
+    except ValueError:
+        # The message never quotes the culprit: a variable's value may be a secret.
+        message = f"{program!r}: an argument or variable holds a NUL byte, or a name holds '='"
+        return failed("permanent", "ValueError", message)
 
-    pump = _PipePump(process, command.stdin, output_limit, on_output)
+    pump = _PipePump(process, pipes, command.stdin, output_limit, on_output)
     timed_out = escalated = False
     unexpected: Exception | None = None
     try:
@@ -150,7 +151,7 @@ def run_script(
     elif timed_out:
         result = _timeout_result(duration, timeout, escalated=escalated)
     else:
-        result = _exit_result(process.returncode, duration)
+        result = _exit_result(process.wait(), duration)  # reaped already: returns at once
     return ScriptOutcome(
         result, pump.text("stdout"), pump.text("stderr"), pump.truncated, process.pid
     )
@@ -276,6 +277,208 @@ def _identity(user: str | None, env: dict[str, str]) -> dict[str, Any]:
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
+# -- starting the process ----------------------------------------------------------------------
+
+# Python starts with these ignored; a script gets them at their defaults, as subprocess's
+# `restore_signals` gives them (a shell pipeline's `head` must end its writer with SIGPIPE).
+_SIGNALS_RESET = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
+)
+_CAN_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2")
+
+# os.environ decodes every variable each time it is copied whole (about 30 us for a usual
+# environment, on every script run); its bytes store is compared instead (about 1 us) and the
+# decoded copy reused while it is unchanged. Read and replaced as one tuple, for threads.
+_environ_snapshot: tuple[dict[bytes, bytes], dict[str, str]] | None = None
+
+
+def process_environ() -> dict[str, str]:
+    """A fresh copy of `os.environ` as a plain dict (the base of a script's environment)."""
+    global _environ_snapshot
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):  # not CPython's os module: copy it the slow way
+        return dict(os.environ)
+    snapshot = _environ_snapshot
+    if snapshot is None or snapshot[0] != raw:
+        # The bytes first: a change made in between makes the next call copy again.
+        snapshot = (dict(raw), dict(os.environ))
+        _environ_snapshot = snapshot
+    return dict(snapshot[1])
+
+
+class _Process(Protocol):
+    """What the pump needs of a started script: `subprocess.Popen` or `_SpawnedProcess`."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _start(
+    argv: Sequence[str], env: dict[str, str], identity: dict[str, Any]
+) -> tuple[_Process, tuple[int, int, int]]:
+    """Start `argv` as the leader of a new session (so of its own process group), its stdin,
+    stdout and stderr on new pipes: the process, and our ends of those three pipes. Raises
+    OSError when it cannot start, ValueError for a NUL byte in an argument or variable."""
+    pipes: list[int] = []
+    try:
+        for _ in range(3):
+            pipes.extend(os.pipe())  # close-on-exec, as every descriptor Python opens
+        stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write = pipes
+        child_ends = (stdin_read, stdout_write, stderr_write)
+        process: _Process
+        # posix_spawn encodes the environment in C and keeps no Popen bookkeeping: the
+        # cheaper start. subprocess remains for switching users, and for the rare process
+        # whose stdin/out/err were closed (a pipe may then sit on 0-2, for dup2 to clobber).
+        if identity or not _CAN_SPAWN or min(pipes) <= 2:
+            process = subprocess.Popen(
+                list(argv),
+                stdin=stdin_read,
+                stdout=stdout_write,
+                stderr=stderr_write,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                **identity,
+            )
+        else:
+            process = _SpawnedProcess.start(argv, env, child_ends, pipes)
+    except BaseException:
+        for fd in pipes:
+            os.close(fd)
+        raise
+    for fd in child_ends:
+        os.close(fd)
+    return process, (stdin_write, stdout_read, stderr_read)
+
+
+class _SpawnedProcess:
+    """A child started with `os.posix_spawn`, reaped with `waitpid` (the part of
+    `subprocess.Popen` the pump uses)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        env: dict[str, str],
+        child_ends: Sequence[int],
+        ours: Sequence[int],
+    ) -> _SpawnedProcess:
+        """Spawn `argv` in a new session with `child_ends` as its fds 0, 1 and 2. Every other
+        descriptor is closed in the child, as subprocess's `close_fds` does: ours are
+        close-on-exec already; inheritable ones (from our parent) are closed explicitly."""
+        actions: list[tuple[int, ...]] = [
+            (os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds() if fd not in ours
+        ]
+        actions += [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(child_ends)]
+        pid = os.posix_spawn(
+            _executable(argv[0], env),
+            list(argv),
+            env,
+            file_actions=actions,
+            setsid=True,
+            setsigdef=_SIGNALS_RESET,
+        )
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        """The exit code (negative: the signal), or None while it runs."""
+        if self.returncode is None:
+            self._reap(os.WNOHANG)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit; `subprocess.TimeoutExpired` after `timeout` seconds."""
+        if timeout is None:
+            while self.returncode is None:
+                self._reap(0)
+            return self.returncode
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while self.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, _POLL_INTERVAL)
+        assert self.returncode is not None
+        return self.returncode
+
+    def _reap(self, options: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, options)
+        except ChildProcessError:
+            # Reaped elsewhere (SIGCHLD ignored): its code is lost. subprocess says 0 too.
+            self.returncode = 0
+            return
+        if pid == self.pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+
+def _executable(program: str, env: Mapping[str, str]) -> str:
+    """`program` resolved on the PATH of `env` (the script's, as subprocess resolves it; a
+    name holding "/" is a path). Raises FileNotFoundError or PermissionError as exec would."""
+    if "/" in program:
+        return program
+    denied = False
+    for directory in os.get_exec_path(env):
+        candidate = os.path.join(directory, program)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            denied = True  # exec goes on looking, and reports EACCES if nothing else runs
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+# Descriptors this process was started with that a child would inherit (a shell's or a
+# harness's), listed by the first spawn: listing /proc/self/fd costs about 20 us, too much
+# to pay per script. Python opens every descriptor of its own close-on-exec.
+_inherited_fds: list[int] | None = None
+
+
+def _inheritable_fds() -> list[int]:
+    """Descriptors above 2 to close in a spawned child: those inherited from our parent and
+    still open and inheritable. One the host application makes inheritable later, on
+    purpose (`os.set_inheritable`), is passed on, as to any child spawned without closing
+    descriptors."""
+    global _inherited_fds
+    if _inherited_fds is None:
+        _inherited_fds = _list_inheritable_fds()
+    still_inheritable = []
+    for fd in _inherited_fds:
+        try:
+            if os.get_inheritable(fd):
+                still_inheritable.append(fd)
+        except OSError:
+            pass  # closed since
+    return still_inheritable
+
+
+def _list_inheritable_fds() -> list[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []  # no /proc: close-on-exec still covers everything Python opened
+    inheritable = []
+    for name in names:
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                inheritable.append(fd)
+        except OSError:
+            pass  # closed since (the listing's own descriptor among them)
+    return inheritable
+
+
 class _Stream:
     """One output pipe: a bounded capture plus the partial line not yet passed on."""
 
@@ -317,38 +520,40 @@ class _Stream:
 
 
 class _PipePump:
-    """Moves bytes between us and the script's three pipes, on one thread, with a selector."""
+    """Moves bytes between us and the script's three pipes, on one thread, with poll(2).
+    Owns the pipes' descriptors (our ends: stdin, stdout, stderr) and closes them."""
 
     def __init__(
         self,
-        process: subprocess.Popen[bytes],
+        process: _Process,
+        pipes: tuple[int, int, int],
         stdin: bytes,
         limit: int,
         on_output: OutputCallback | None,
     ) -> None:
         self._process = process
-        # poll(2) rather than epoll: for four descriptors it needs no descriptor of its own
-        # nor a system call per registration.
-        self._selector = selectors.PollSelector()
-        self._streams: dict[str, _Stream] = {}
+        # poll(2) itself, not a selectors.Selector: for four descriptors it needs no
+        # descriptor of its own, and none of the selector's bookkeeping per call.
+        self._poller = select.poll()
+        self._watched: dict[int, str] = {}  # descriptor -> "stdin" | "stdout" | "stderr" | "exit"
+        self._streams = {name: _Stream(name, limit, on_output) for name in ("stdout", "stderr")}
         self._stdin = memoryview(stdin)
-        assert process.stdin and process.stdout and process.stderr
-        for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
-            self._streams[name] = _Stream(name, limit, on_output)
-            self._selector.register(pipe, selectors.EVENT_READ, name)
+        stdin_fd, stdout_fd, stderr_fd = pipes
+        self._watch(stdout_fd, "stdout", select.POLLIN)
+        self._watch(stderr_fd, "stderr", select.POLLIN)
         if self._stdin:
-            os.set_blocking(process.stdin.fileno(), False)
-            self._selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
+            os.set_blocking(stdin_fd, False)
+            self._watch(stdin_fd, "stdin", select.POLLOUT)
             # An empty pipe takes a typical event whole: written now, it costs no wake-up.
-            self._write_stdin(process.stdin)
+            self._write_stdin(stdin_fd)
         else:
-            process.stdin.close()
-        # A pidfd becomes readable when the process exits: the selector then wakes at once,
-        # where Popen.wait(timeout) would poll with growing sleeps.
+            os.close(stdin_fd)
+        # A pidfd becomes readable when the process exits: poll then wakes at once, where
+        # Popen.wait(timeout) would poll with growing sleeps.
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(process.pid)
-            self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
+            self._watch(self._pidfd, "exit", select.POLLIN)
         except (AttributeError, OSError):
             self._pidfd = None
 
@@ -369,57 +574,62 @@ class _PipePump:
             exited = self._process.poll() is not None
             if exited:
                 self._forget_pidfd()
-            if exited and (stop_on_exit or not self._selector.get_map()):
+            if exited and (stop_on_exit or not self._watched):
                 return True
             remaining = until - time.monotonic()
             if remaining <= 0:
                 return exited
-            if not self._selector.get_map():
+            if not self._watched:
                 try:
                     self._process.wait(remaining)
                 except subprocess.TimeoutExpired:
                     pass
                 continue
-            for key, _ in self._selector.select(min(remaining, _POLL_INTERVAL)):
-                if key.data == "exit":
-                    continue  # the poll() above reaps it
-                if key.data == "stdin":
-                    self._write_stdin(key.fileobj)  # type: ignore[arg-type]
-                else:
-                    self._read(key.data, key.fileobj)  # type: ignore[arg-type]
+            wait_ms = math.ceil(min(remaining, _POLL_INTERVAL) * 1000)
+            for fd, _ in self._poller.poll(wait_ms):
+                name = self._watched.get(fd)
+                if name == "stdin":
+                    self._write_stdin(fd)
+                elif name in self._streams:
+                    self._read(name, fd)
+                # "exit": the poll() above reaps it
 
-    def _read(self, name: str, pipe: IO[bytes]) -> None:
-        chunk = os.read(pipe.fileno(), _READ_SIZE)
+    def _watch(self, fd: int, name: str, events: int) -> None:
+        self._poller.register(fd, events)
+        self._watched[fd] = name
+
+    def _unwatch(self, fd: int) -> None:
+        self._poller.unregister(fd)
+        del self._watched[fd]
+        os.close(fd)
+
+    def _read(self, name: str, fd: int) -> None:
+        chunk = os.read(fd, _READ_SIZE)
         if chunk:
             self._streams[name].feed(chunk)
             return
         self._streams[name].finish()
-        self._selector.unregister(pipe)
-        pipe.close()
+        self._unwatch(fd)
 
-    def _write_stdin(self, pipe: IO[bytes]) -> None:
+    def _write_stdin(self, fd: int) -> None:
         try:
-            written = os.write(pipe.fileno(), self._stdin[:_READ_SIZE])
+            written = os.write(fd, self._stdin[:_READ_SIZE])
         except BlockingIOError:
             return
         except (BrokenPipeError, ConnectionResetError):
             written = len(self._stdin)  # the script stopped reading: that is its right
         self._stdin = self._stdin[written:]
         if not self._stdin:
-            self._selector.unregister(pipe)
-            pipe.close()
+            self._unwatch(fd)
 
     def _forget_pidfd(self) -> None:
         if self._pidfd is not None:
-            self._selector.unregister(self._pidfd)
-            os.close(self._pidfd)
+            self._unwatch(self._pidfd)
             self._pidfd = None
 
     def close(self) -> None:
         self._forget_pidfd()
-        for key in list(self._selector.get_map().values()):
-            if key.data != "stdin":
-                self._streams[key.data].finish()
-            self._selector.unregister(key.fileobj)
-            key.fileobj.close()  # type: ignore[union-attr]
-        self._selector.close()
+        for fd, name in list(self._watched.items()):
+            if name in self._streams:
+                self._streams[name].finish()
+            self._unwatch(fd)

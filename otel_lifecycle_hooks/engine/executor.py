@@ -12,14 +12,14 @@ import logging
 import os
 import threading
 import time
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
 
 from .. import events as ev
 from ..actions.base import AttemptResult
@@ -35,8 +35,7 @@ log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 # Bound on a captured response body, for ${HOOK_<NAME>_RESPONSE}.
 CAPTURE_LIMIT = 64 * 1024
-# Stateless, so built once: one serves every script's TRACEPARENT, one encodes every stdin.
-_PROPAGATOR = TraceContextTextMapPropagator()
+# Stateless, so built once: encodes every script's stdin.
 _STDIN_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 ExecutionSink = Callable[[Execution], None]
@@ -126,7 +125,9 @@ class HookExecutor:
 
     # -- the execution --
 
-    def variables_for(self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> Variables:
+    def variables_for(
+        self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo
+    ) -> Variables:
         context = dict(event.fields)
         context["EVENT"] = event.name
         context.setdefault("TIMESTAMP", _rfc3339(event.timestamp))
@@ -159,7 +160,11 @@ class HookExecutor:
         return redactor
 
     def run(
-        self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, deadline: float | None = None
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        session: SessionInfo,
+        deadline: float | None = None,
     ) -> Execution:
         """Execute `hook` for `event`; `deadline` (monotonic) cuts attempts and retries short."""
         started_wall = self.clock.wall()
@@ -181,9 +186,15 @@ class HookExecutor:
                     outcome, message = "skipped", f"condition false: {hook.condition.source}"
                 else:
                     # An in-process executor has no request to render.
-                    rendered = None if hook.action.type == "python" else render_action(hook.action, variables)
+                    rendered = (
+                        None
+                        if hook.action.type == "python"
+                        else render_action(hook.action, variables)
+                    )
                     request_record = _request_record(hook, rendered, self.redactor(variables))
-                    attempts, last = self._attempts(hook, event, session, rendered, hook_id, span, deadline, variables)
+                    attempts, last = self._attempts(
+                        hook, event, session, rendered, hook_id, span, deadline, variables
+                    )
                     outcome = outcome_of(last)
                     error_type = last.error_type
                     message = last.message
@@ -198,7 +209,9 @@ class HookExecutor:
             outcome, error_type, message = "failed", type(exc).__name__, str(exc)
         unresolved = sorted(getattr(variables, "unresolved", ()) or ())
         if unresolved:
-            log.warning("hook %s: unresolved variables %s rendered empty", hook.name, ", ".join(unresolved))
+            log.warning(
+                "hook %s: unresolved variables %s rendered empty", hook.name, ", ".join(unresolved)
+            )
         redactor = self.redactor(variables)
         message = redactor.redact_text(message)
         duration = self.clock.monotonic() - started
@@ -246,17 +259,23 @@ class HookExecutor:
             attempt += 1
             timeout = attempt_timeout(hook, self.clock.monotonic(), deadline)
             if timeout <= 0:
-                result = AttemptResult("timeout", 0.0, error_type="timeout", message="deadline passed")
+                result = AttemptResult(
+                    "timeout", 0.0, error_type="timeout", message="deadline passed"
+                )
             elif hook.action.type == "python":
                 result = self._python_attempt(hook, event, session, timeout)
             elif hook.action.type == "jsonrpc":
                 assert isinstance(rendered, RenderedRequest)
-                result = self._jsonrpc_attempt(hook, event, session, rendered, hook_id, timeout, variables)
+                result = self._jsonrpc_attempt(
+                    hook, event, session, rendered, hook_id, timeout, variables
+                )
             elif isinstance(rendered, RenderedRequest):
                 result = self._http_attempt(hook, rendered, hook_id, timeout, variables)
             else:
                 assert rendered is not None
-                result = self._script_attempt(hook, event, session, rendered, span, timeout, variables)
+                result = self._script_attempt(
+                    hook, event, session, rendered, span, timeout, variables
+                )
             decision = policy.decide(attempt, result, waited)
             if not decision.retry:
                 return attempt, result
@@ -274,7 +293,12 @@ class HookExecutor:
             waited += delay
 
     def _http_attempt(
-        self, hook: HookSpec, request: RenderedRequest, hook_id: str, timeout: float, variables: Variables
+        self,
+        hook: HookSpec,
+        request: RenderedRequest,
+        hook_id: str,
+        timeout: float,
+        variables: Variables,
     ) -> AttemptResult:
         from ..actions.http import send
         from ..auth import AuthError, check_transport
@@ -302,7 +326,9 @@ class HookExecutor:
         except AuthError as exc:
             raise _Refusal(getattr(exc, "error_type", "AuthError"), str(exc)) from None
         redact_url = self.redactor(variables).redact_url
-        return send(self.http_client(), request, timeout, extra_headers=headers, redact_url=redact_url)
+        return send(
+            self.http_client(), request, timeout, extra_headers=headers, redact_url=redact_url
+        )
 
     def _env_for_auth(self, variables: Variables) -> Mapping[str, str]:
         """Secrets named by `token_env` come from the template's env, then the process's."""
@@ -323,30 +349,25 @@ class HookExecutor:
         from ..actions.script import run_script, unsafe_as_root
 
         env = dict(command.env)
-        # Resolved on the PATH run_script will use: the hook's, else this process's (only PATH
-        # is read, so the whole environment is not merged for it).
+        # Resolved on the PATH run_script will use: the hook's, else this process's (looked
+        # up only when needed, as root, so the whole environment is not merged for it).
         program = command.argv[0] if command.argv else ""
-        search_path = env.get("PATH", os.environ.get("PATH", os.defpath))
-        refusal = unsafe_as_root(program, {"PATH": search_path}, self.script_user)
+        refusal = unsafe_as_root(program, ChainMap(env, os.environ), self.script_user)
         if refusal is not None:  # a script others can rewrite never runs as root
             raise _Refusal("UnsafeScript", refusal)
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-        if not carrier and session.span_context is not None and session.span_context.is_valid:
-            _PROPAGATOR.inject(
-                carrier, context=trace.set_span_in_context(NonRecordingSpan(session.span_context))
-            )
-        if "traceparent" in carrier:
-            env["TRACEPARENT"] = carrier["traceparent"]
+        traceparent = _traceparent(span.get_span_context()) or _traceparent(session.span_context)
+        if traceparent is not None:
+            env["TRACEPARENT"] = traceparent
         # The secrets known now (the script path fetches no token meanwhile) hide in its output.
         redactor = self.redactor(variables)
         if hook.action.protocol == "host-v1":
             return self._host_script_attempt(hook, event, session, command, env, timeout, redactor)
-        payload = script_payload(hook, event, session)
         if hook.action.protocol == "core-agent":
             from ..systems.core_agent import envelope
 
             payload = envelope(event.name, session.session_id, dict(event.fields))
+        else:
+            payload = script_payload(hook, event, session)
         stdin = _STDIN_ENCODER.encode(payload).encode()
         outcome = run_script(
             RenderedCommand(argv=command.argv, env=env, stdin=stdin),
@@ -379,10 +400,14 @@ class HookExecutor:
         def on_output(stream: str, line: str) -> None:
             reader.line(line) if stream == "stdout" else log_line(stream, line)
 
-        request = host_protocol.request(stage, session.session_id, self._system_context(hook, event, session))
+        request = host_protocol.request(
+            stage, session.session_id, self._system_context(hook, event, session)
+        )
         outcome = run_script(
             RenderedCommand(
-                argv=(*command.argv, stage), env=env, stdin=json.dumps(request, ensure_ascii=False).encode()
+                argv=(*command.argv, stage),
+                env=env,
+                stdin=json.dumps(request, ensure_ascii=False).encode(),
             ),
             timeout,
             user=self.script_user,
@@ -400,7 +425,9 @@ class HookExecutor:
         """the-loop's local executor: its methods for this event's points, in-process."""
         from ..systems.the_loop import call_local
 
-        return call_local(hook.action, event.name, self._system_context(hook, event, session), timeout)
+        return call_local(
+            hook.action, event.name, self._system_context(hook, event, session), timeout
+        )
 
     def _jsonrpc_attempt(
         self,
@@ -422,14 +449,21 @@ class HookExecutor:
         for request_id, point in enumerate(hook.action.points.get(event.name, ()), start=1):
             left = timeout - (time.monotonic() - started)
             if left <= 0:
-                return AttemptResult("timeout", time.monotonic() - started, error_type="timeout", message="deadline passed")
+                return AttemptResult(
+                    "timeout",
+                    time.monotonic() - started,
+                    error_type="timeout",
+                    message="deadline passed",
+                )
             call = RenderedRequest(
                 method="POST",
                 url=request.url,
                 headers={**request.headers, "Content-Type": "application/json"},
                 body=request_body(point, {**context, "point": point}, request_id),
             )
-            answer = read_answer(self._http_attempt(hook, call, hook_id, left, variables), request_id)
+            answer = read_answer(
+                self._http_attempt(hook, call, hook_id, left, variables), request_id
+            )
             if not answer.result.ok:
                 return answer.result
             answers.append((point, answer.value))
@@ -437,10 +471,14 @@ class HookExecutor:
             return AttemptResult("ok", 0.0, skipped=True, message=f"no point of {event.name}")
         return decide(answers, time.monotonic() - started)
 
-    def _system_context(self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:
+    def _system_context(
+        self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo
+    ) -> dict[str, Any]:
         from ..systems.wire import hook_context
 
-        context = hook_context(event.name, session.session_id, event.fields, session.metadata, event.timestamp)
+        context = hook_context(
+            event.name, session.session_id, event.fields, session.metadata, event.timestamp
+        )
         context["hook_name"] = hook.name
         return context
 
@@ -509,6 +547,14 @@ class HookExecutor:
             log.debug("could not end hook span", exc_info=True)
 
 
+def _traceparent(context: SpanContext | None) -> str | None:
+    """The W3C `traceparent` of `context`, as the trace-context propagator writes it (without
+    building a Context for it, once per script run); None for no valid context."""
+    if context is None or not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
 def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:
     """The JSON object a script reads on stdin (`hook_event_name` as seeds 001 and 003 have it)."""
     return {
@@ -526,13 +572,18 @@ def _request_record(
     hook: HookSpec, rendered: RenderedRequest | RenderedCommand | None, redactor: Redactor
 ) -> dict[str, Any]:
     if rendered is None:
-        return {"executor": hook.action.module or hook.action.path, "attribute": hook.action.executor}
+        return {
+            "executor": hook.action.module or hook.action.path,
+            "attribute": hook.action.executor,
+        }
     if isinstance(rendered, RenderedRequest):
         return {
             "method": rendered.method,
             "url": redactor.redact_url(rendered.url),
             "headers": redactor.redact_headers(dict(rendered.headers)),
-            "body": redactor.redact_text(rendered.body.decode("utf-8", "replace")) if rendered.body else None,
+            "body": redactor.redact_text(rendered.body.decode("utf-8", "replace"))
+            if rendered.body
+            else None,
             # What a replay must add again at send time (secrets are never stored).
             "auth": hook.action.auth.type,
             "signed": bool(hook.action.signing_secret_env),
@@ -546,7 +597,11 @@ def _request_record(
 def _rfc3339(unix: float) -> str:
     from datetime import datetime
 
-    return datetime.fromtimestamp(unix, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(unix, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def _hex(value: int, width: int) -> str | None:
