@@ -37,9 +37,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
@@ -100,8 +99,7 @@ _EXECUTION_COLUMNS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ExecutionRow:
+class ExecutionRow(NamedTuple):
     """One hook execution as journaled. `request` is the redacted rendered request (or
     command), kept so that `replay` can send it again; `replayed_from` links a replay to the
     row it re-sent; `recovered` marks executions fired by crash recovery."""
@@ -127,8 +125,7 @@ class ExecutionRow:
     id: int | None = None
 
 
-@dataclass(frozen=True)
-class SessionRow:
+class SessionRow(NamedTuple):
     """One supervised agent session, for crash recovery."""
 
     session_id: str

@@ -63,7 +63,7 @@ def test_a_row_round_trips_with_every_field(journal: Journal):
     new_id = journal.record_execution(original)
 
     assert isinstance(new_id, int)
-    assert journal.get(new_id) == ExecutionRow(**{**original.__dict__, "id": new_id})
+    assert journal.get(new_id) == original._replace(id=new_id)
     assert journal.get(new_id + 1000) is None
 
 

@@ -41,6 +41,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import __version__
 from ..render import RenderedRequest
+from ..tracecontext import trace_headers
 from . import wire
 from .base import AttemptResult
 from .transport import Connection, ConnectionPool, Target, basic_credentials
@@ -90,14 +91,15 @@ class HttpClient:
 
 
 def _propagator() -> Any:
-    """The global propagator (OTEL_PROPAGATORS, or what the host application set), or W3C trace
-    context alone when nothing could have asked for more.
+    """The global propagator (OTEL_PROPAGATORS, or what the host application set), or None
+    for W3C trace context written directly (`tracecontext.py`) when nothing could have asked
+    for more.
 
     Loading the global one reads the propagators' entry points (about 4 ms of every start-up).
     Without OTEL_PROPAGATORS, and with neither `opentelemetry.propagate` nor
     `opentelemetry.baggage` imported, the global one is the default (trace context and
     baggage) and there is no baggage in any context to send: trace context is all it would
-    write.
+    write. Chosen when the client is made, at the first HTTP hook.
     """
     if (
         os.environ.get("OTEL_PROPAGATORS")
@@ -107,9 +109,7 @@ def _propagator() -> Any:
         from opentelemetry import propagate
 
         return propagate.get_global_textmap()
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    return TraceContextTextMapPropagator()
+    return None
 
 
 def make_client(tracer_provider: Any = None, meter_provider: Any = None) -> HttpClient:
@@ -149,7 +149,10 @@ def send(
         attributes=_span_attributes(method, request.url, target, redact_url),
     )
     headers = _headers(request, extra_headers, target)
-    client.propagator.inject(headers, context=trace.set_span_in_context(span))
+    if client.propagator is None:
+        headers.update(trace_headers(span.get_span_context()))
+    else:
+        client.propagator.inject(headers, context=trace.set_span_in_context(span))
     exchange = _Exchange(client.pool, target, method, request.body, started + timeout)
     try:
         result = exchange.run(list(headers.items()), max_body, timeout)

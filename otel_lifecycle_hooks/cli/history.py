@@ -9,7 +9,6 @@ type, and for a replay the id of the row it re-sent. Exit 0; 1 when the journal 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         journal.close()
     if args.json:
-        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+        print(json.dumps([row._asdict() for row in rows], indent=2))
     else:
         print(table(rows))
     return 0

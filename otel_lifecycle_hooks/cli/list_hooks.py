@@ -215,6 +215,8 @@ def _recent_text(recent: Mapping[str, list[Any]]) -> str:
 
 
 def _record_dict(record: Any) -> dict[str, Any]:
+    if hasattr(record, "_asdict"):  # the journal's rows
+        return dict(record._asdict())
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         return dataclasses.asdict(record)
     if isinstance(record, Mapping):

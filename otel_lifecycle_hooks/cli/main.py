@@ -35,6 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .hook import main as hook_main
 
         return hook_main(args[1:])
+    if args and args[0] == "run":
+        from .run import quick_parse, run
+
+        parsed = quick_parse(args[1:])
+        if parsed is not None:
+            return run(parsed)
     return _run_parsed(args)
 
 

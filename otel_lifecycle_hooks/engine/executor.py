@@ -19,13 +19,14 @@ from datetime import UTC
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..spec.model import HookSpec, Template
+from ..tracecontext import traceparent as to_traceparent
 from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .model import Execution, LifecycleEvent, SessionInfo
@@ -355,7 +356,9 @@ class HookExecutor:
         refusal = unsafe_as_root(program, ChainMap(env, os.environ), self.script_user)
         if refusal is not None:  # a script others can rewrite never runs as root
             raise _Refusal("UnsafeScript", refusal)
-        traceparent = _traceparent(span.get_span_context()) or _traceparent(session.span_context)
+        traceparent = to_traceparent(span.get_span_context()) or to_traceparent(
+            session.span_context
+        )
         if traceparent is not None:
             env["TRACEPARENT"] = traceparent
         # The secrets known now (the script path fetches no token meanwhile) hide in its output.
@@ -545,14 +548,6 @@ class HookExecutor:
             span.end()
         except Exception:
             log.debug("could not end hook span", exc_info=True)
-
-
-def _traceparent(context: SpanContext | None) -> str | None:
-    """The W3C `traceparent` of `context`, as the trace-context propagator writes it (without
-    building a Context for it, once per script run); None for no valid context."""
-    if context is None or not context.is_valid:
-        return None
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:

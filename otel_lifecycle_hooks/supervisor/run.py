@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ class SupervisorOptions:
         journal: Any = None,  # a Journal, a path, None for the default, False for none
         hook_log: Any = None,
         user: str | None = None,
+        on_running: Callable[[], None] | None = None,  # called once post-start is done
     ) -> None:
         self.command = command
         self.template = template
@@ -82,6 +83,7 @@ class SupervisorOptions:
         self.journal = journal
         self.hook_log = hook_log
         self.user = user
+        self.on_running = on_running
 
 
 def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
@@ -205,6 +207,8 @@ class Supervisor:
         if not result.ok:
             self._stop_child(self._grace_deadline())
             return self._fail_transition("post-start", result)
+        if self.options.on_running is not None:
+            self.options.on_running()
         return self._main_loop()
 
     def _main_loop(self) -> int:
@@ -439,16 +443,11 @@ class Supervisor:
         return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
 
     def _traceparent(self) -> str | None:
-        from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        from ..tracecontext import traceparent
 
         if self.session is None:
             return None
-        carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(
-            carrier, context=trace.set_span_in_context(self.session.span)
-        )
-        return carrier.get("traceparent")
+        return traceparent(self.session.span.get_span_context())
 
     def _wait_child(self) -> None:
         assert self._child is not None
