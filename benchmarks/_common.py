@@ -41,7 +41,10 @@ SEED_REGISTRY_URL = "https://agentregistry.googleapis.com"
 class Figure:
     """One measured figure, its baseline, and the target it is judged against.
 
-    `ratio` is value / baseline. How `target` is checked depends on `checked`: "ratio" (the
+    `ratio` is value / baseline, or `paired_ratio` when the figure has one: the median of
+    the ratios of interleaved runs taken pair by pair, which holds when the machine's speed
+    drifts during the run (the ratio of two medians moves with every burst that hits one
+    side more than the other). How `target` is checked depends on `checked`: "ratio" (the
     ratio at most the target), "value" (the value at most), "min" (the value at least), or
     "growth" (value - baseline at most).
     """
@@ -55,9 +58,12 @@ class Figure:
     target: float | None = None
     checked: str = "ratio"
     detail: str = ""
+    paired_ratio: float | None = None
 
     @property
     def ratio(self) -> float | None:
+        if self.paired_ratio is not None:
+            return self.paired_ratio
         if not self.baseline:
             return None
         return self.value / self.baseline
@@ -161,6 +167,11 @@ class Samples:
 
     def summary(self) -> str:
         return f"median {self.median:.1f} min {self.low:.1f} max {self.high:.1f} ms, n={len(self.values)}"
+
+
+def paired_ratio(subject: Samples, baseline: Samples) -> float:
+    """The median of subject / baseline over the runs of one `interleave` round each."""
+    return statistics.median(a / b for a, b in zip(subject.values, baseline.values, strict=True))
 
 
 def interleave(runs: int, subjects: dict[str, Callable[[], float]]) -> dict[str, Samples]:

@@ -23,6 +23,7 @@ from _common import (
     compile_package,
     console_script,
     interleave,
+    paired_ratio,
     registry_server,
     report,
     running_supervisor,
@@ -107,7 +108,11 @@ def main() -> int:
                 baseline=baseline.median,
                 baseline_name="venv python -c pass, median",
                 target=TARGET_RATIO,
-                detail=f"{measured.summary()}; baseline {baseline.summary()}",
+                paired_ratio=paired_ratio(measured, baseline),
+                detail=(
+                    f"ratio: median of {len(measured.values)} interleaved pairs; "
+                    f"{measured.summary()}; baseline {baseline.summary()}"
+                ),
             )
         )
     base = samples["python3 -c pass"]

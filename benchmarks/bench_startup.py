@@ -20,6 +20,7 @@ from _common import (
     compile_package,
     console_script,
     interleave,
+    paired_ratio,
     registry_server,
     report,
     seed_template,
@@ -36,7 +37,7 @@ DEPENDENCY_FLOOR = "import opentelemetry.sdk.trace, yaml, sqlite3"
 
 def main() -> int:
     args = bench_arguments(__doc__.splitlines()[0])
-    runs = 1 if args.quick else 15
+    runs = 1 if args.quick else 25
     compile_package()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp, registry_server() as registry:
         home = Path(tmp)
@@ -69,7 +70,12 @@ def main() -> int:
             baseline=baseline.median,
             baseline_name='python -c "import opentelemetry.sdk.trace", median',
             target=TARGET_RATIO,
-            detail=f"run {measured.summary()}; import {baseline.summary()}",
+            paired_ratio=paired_ratio(measured, baseline),
+            detail=(
+                f"ratio: median of {len(measured.values)} interleaved pairs (ratio of the "
+                f"medians {measured.median / baseline.median:.2f}x); run {measured.summary()}; "
+                f"import {baseline.summary()}"
+            ),
         ),
         Figure(
             benchmark="start-up",

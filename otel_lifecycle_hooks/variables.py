@@ -25,6 +25,7 @@ network and are not. Rendering uses this to decide how much structure a value ma
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -104,6 +105,8 @@ class Resolved(NamedTuple):
     trusted: bool  # written by the template author or operator, not by the agent or network
 
 
+# A hook renders the same few template strings for every event: each is parsed once.
+@functools.lru_cache(maxsize=1024)
 def parse_template(text: str) -> tuple[Piece, ...]:
     """Split `text` into literal strings and `Reference`s (`$${` becomes a literal `${`)."""
     pieces: list[Piece] = []
