@@ -10,8 +10,8 @@ in-process. Without `--dialect` the dialect is guessed from the payload's shape.
 
 It always exits 0: a hook must never break its harness. Failures go to stderr in one line and
 to the hook log (`$OTEL_LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`); payload content never
-does. `main` runs before argparse is imported and imports no OpenTelemetry, httpx or YAML on the
-way to the socket: a harness pays for this command on every event.
+does. `main` runs before argparse is imported and imports no OpenTelemetry, HTTP client or YAML
+on the way to the socket: a harness pays for this command on every event.
 """
 
 from __future__ import annotations

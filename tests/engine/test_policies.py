@@ -12,7 +12,11 @@ from otel_lifecycle_hooks.spec.model import HookAction, HookSpec
 
 
 def hook(**overrides):
-    values = dict(name="h", on=("post-start",), action=HookAction(type="http", url="http://127.0.0.1/"))
+    values = {
+        "name": "h",
+        "on": ("post-start",),
+        "action": HookAction(type="http", url="http://127.0.0.1/"),
+    }
     values.update(overrides)
     return HookSpec(**values)
 
