@@ -385,12 +385,17 @@ def _classify_error(
         )
     error = _wire_error(exc)
     if error is not None:
+        # ServerDisconnected is the transport's own distinction (worth a retry on a reused
+        # connection); outside, it is one of the ways a server breaks the protocol.
+        name = type(error).__name__
+        if isinstance(error, wire.RemoteProtocolError):
+            name = "RemoteProtocolError"
         return AttemptResult(
             kind="transient",
             duration=duration,
             status_code=status,
-            error_type=type(error).__name__,
-            message=f"{type(error).__name__} talking to {host}: {_os_reason(causes)}",
+            error_type=name,
+            message=f"{name} talking to {host}: {_os_reason(causes)}",
         )
     return AttemptResult(
         kind="permanent",

@@ -445,3 +445,17 @@ def test_a_header_that_could_split_the_request_is_refused(client: HttpClient) ->
 
     assert (result.kind, result.error_type) == ("permanent", "LocalProtocolError")
     assert server.received == []
+
+
+def test_a_server_that_closes_without_answering_is_a_protocol_error(client: HttpClient) -> None:
+    def close_at_once(server: RawServer, conn: socket.socket) -> None:
+        server.read_request(conn)
+
+    server = RawServer(close_at_once)
+    try:
+        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
+    finally:
+        server.close()
+
+    assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
+    assert "without answering" in result.message

@@ -432,15 +432,7 @@ def test_a_run_without_a_metrics_exporter_never_imports_the_metrics_sdk(tmp_path
         print(sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk.metrics")))
         """
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -462,15 +454,7 @@ def test_a_metrics_exporter_gets_an_sdk_meter_provider_that_exports_on_shutdown(
         telemetry.shutdown(timeout=5)  # the periodic reader exports what it holds on shutdown
         """
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     assert '"agent.lifecycle_hook.executions"' in result.stdout
 
@@ -490,8 +474,14 @@ def test_attaching_with_no_metrics_exporter_leaves_the_global_meter_provider_set
         telemetry.shutdown()
         """
     )
+    result = run_python(script)
+    assert result.stdout.strip() == "True", result.stderr
+
+
+def run_python(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh interpreter, without the OTEL_* settings of this one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script],
         check=False,
         env=env,
@@ -499,4 +489,3 @@ def test_attaching_with_no_metrics_exporter_leaves_the_global_meter_provider_set
         text=True,
         timeout=60,
     )
-    assert result.stdout.strip() == "True", result.stderr

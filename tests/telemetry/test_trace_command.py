@@ -131,20 +131,29 @@ def test_render_with_colour_marks_outcomes(trace_file: Path) -> None:
 def test_lifecycle_event_rows_say_where_the_agent_went() -> None:
     from otel_lifecycle_hooks.cli.trace import _event_detail
 
-    assert _event_detail(
-        {
-            "agent.lifecycle.event": "phase-change",
-            "agent.phase": "running",
-            "agent.phase.previous": "starting",
-            "agent.activity": "idle",  # the activity is not news on a phase change
-        }
-    ) == "phase starting → running"
-    assert _event_detail(
-        {
-            "agent.lifecycle.event": "activity-change",
-            "agent.activity": "executing",
-            "agent.activity.previous": "thinking",
-            "gen_ai.tool.name": "Bash",
-        }
-    ) == "activity thinking → executing tool Bash"
-    assert _event_detail({"agent.lifecycle.event": "session-end", "process.exit.code": 143}) == "exit 143"
+    assert (
+        _event_detail(
+            {
+                "agent.lifecycle.event": "phase-change",
+                "agent.phase": "running",
+                "agent.phase.previous": "starting",
+                "agent.activity": "idle",  # the activity is not news on a phase change
+            }
+        )
+        == "phase starting → running"
+    )
+    assert (
+        _event_detail(
+            {
+                "agent.lifecycle.event": "activity-change",
+                "agent.activity": "executing",
+                "agent.activity.previous": "thinking",
+                "gen_ai.tool.name": "Bash",
+            }
+        )
+        == "activity thinking → executing tool Bash"
+    )
+    assert (
+        _event_detail({"agent.lifecycle.event": "session-end", "process.exit.code": 143})
+        == "exit 143"
+    )
