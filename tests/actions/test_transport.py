@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_lifecycle_hooks.actions import transport
+from otel_lifecycle_hooks.actions.base import AttemptResult
 from otel_lifecycle_hooks.actions.http import HttpClient, send
 from otel_lifecycle_hooks.actions.transport import ConnectionPool, Target, proxy_for
 from otel_lifecycle_hooks.render import RenderedRequest
@@ -94,6 +95,17 @@ def post(url: str) -> RenderedRequest:
     return RenderedRequest("POST", url, {"Content-Type": "application/json"}, b"{}")
 
 
+def exchange(
+    client: HttpClient, server: RawServer, count: int = 1
+) -> tuple[list[AttemptResult], RawServer]:
+    """`count` requests from `client` to `server`, which is closed afterwards."""
+    try:
+        url = f"http://127.0.0.1:{server.port}/hook"
+        return [send(client, post(url), 5.0) for _ in range(count)], server
+    finally:
+        server.close()
+
+
 def keep_alive(server: RawServer, conn: socket.socket) -> None:
     while server.read_request(conn):
         conn.sendall(OK)
@@ -141,13 +153,7 @@ def test_a_connection_close_answer_is_not_pooled(client: HttpClient) -> None:
         if server.read_request(conn):
             conn.sendall(OK.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
 
-    server = RawServer(close_each)
-    try:
-        results = [
-            send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0) for _ in range(3)
-        ]
-    finally:
-        server.close()
+    results, server = exchange(client, RawServer(close_each), 3)
 
     assert [r.kind for r in results] == ["ok"] * 3
     assert server.accepted == 3
@@ -163,13 +169,7 @@ def test_a_chunked_answer_is_read_and_the_connection_reused(client: HttpClient) 
         while server.read_request(conn):
             conn.sendall(chunked)
 
-    server = RawServer(serve)
-    try:
-        results = [
-            send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0) for _ in range(2)
-        ]
-    finally:
-        server.close()
+    results, server = exchange(client, RawServer(serve), 2)
 
     assert [r.response_body for r in results] == [b'{"id": "a1"}'] * 2
     assert server.accepted == 1
@@ -362,13 +362,9 @@ def test_interim_answers_folded_and_repeated_fields_are_read(client: HttpClient)
 
 
 def test_an_http_1_0_answer_without_keep_alive_ends_the_connection(client: HttpClient) -> None:
-    server = answering(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
-    try:
-        results = [
-            send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0) for _ in range(2)
-        ]
-    finally:
-        server.close()
+    results, server = exchange(
+        client, answering(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"), 2
+    )
 
     assert [r.kind for r in results] == ["ok", "ok"]
     assert server.accepted == 2
@@ -380,11 +376,7 @@ def test_a_body_without_length_runs_to_the_end_of_the_connection(client: HttpCli
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it")
             conn.shutdown(socket.SHUT_WR)
 
-    server = RawServer(serve)
-    try:
-        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
-    finally:
-        server.close()
+    (result,), _ = exchange(client, RawServer(serve))
 
     assert (result.kind, result.response_body) == ("ok", b"all of it")
 
@@ -402,11 +394,7 @@ def test_a_body_without_length_runs_to_the_end_of_the_connection(client: HttpCli
 def test_an_answer_that_is_not_http_1_1_is_a_protocol_error(
     client: HttpClient, answer: bytes
 ) -> None:
-    server = answering(answer)
-    try:
-        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
-    finally:
-        server.close()
+    (result,), _ = exchange(client, answering(answer))
 
     assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
 
@@ -426,11 +414,7 @@ def test_an_answer_cut_short_is_a_protocol_error(client: HttpClient, answer: byt
             conn.sendall(answer)
             conn.shutdown(socket.SHUT_WR)
 
-    server = RawServer(serve)
-    try:
-        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
-    finally:
-        server.close()
+    (result,), _ = exchange(client, RawServer(serve))
 
     assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
 
@@ -451,11 +435,7 @@ def test_a_server_that_closes_without_answering_is_a_protocol_error(client: Http
     def close_at_once(server: RawServer, conn: socket.socket) -> None:
         server.read_request(conn)
 
-    server = RawServer(close_at_once)
-    try:
-        result = send(client, post(f"http://127.0.0.1:{server.port}/hook"), 5.0)
-    finally:
-        server.close()
+    (result,), _ = exchange(client, RawServer(close_at_once))
 
     assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
     assert "without answering" in result.message
