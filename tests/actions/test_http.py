@@ -360,3 +360,23 @@ def test_a_fresh_process_sends_trace_context_without_loading_the_global_propagat
     assert done.stdout.strip() == "[]"
     (request,) = target_server.requests
     assert len(request.headers["traceparent"].split("-")) == 4
+
+
+def test_https_to_a_server_whose_certificate_is_trusted_through_ssl_cert_file(tmp_path: Path):
+    from otel_lifecycle_hooks.actions.http import HttpClient
+
+    certificate, key = self_signed_certificate(tmp_path)
+    client = HttpClient(
+        tracer_provider=TracerProvider(), environ={"SSL_CERT_FILE": str(certificate)}
+    )
+    with TargetServer(tls=(certificate, key)) as server:
+        server.always("/hook", Reply.json(200, '{"ok": true}'))
+        try:
+            results = [send(client, post(server.url("/hook")), 5.0) for _ in range(2)]
+        finally:
+            client.close()
+
+    assert [(r.kind, r.status_code, r.response_body) for r in results] == [
+        ("ok", 200, b'{"ok": true}')
+    ] * 2
+    assert [r.method for r in server.requests] == ["POST", "POST"]
