@@ -11,7 +11,8 @@ needs around them:
 - **Keep-alive.** Connections are reused per origin (scheme, host, port, proxy) while the
   server allows it. A pooled connection that the server has closed meanwhile is noticed before
   it is used; a request that still meets a connection closed under it, before any byte of
-  the answer came back, is sent once more on a new one.
+  the answer came back, is sent once more on a new one (a hook request carries its
+  idempotency key, `X-Scion-Hook-ID`, so a receiver that did see the first can tell).
 - **Proxies from the environment**, as containers are told them: `https_proxy`,
   `http_proxy`, `all_proxy` and `no_proxy` (either case; the lower-case one wins). HTTPS goes
   through a `CONNECT` tunnel. Loopback addresses never go through a proxy.
