@@ -199,26 +199,34 @@ class _Exchange:
         return _classify_response(response, body, time.monotonic() - started)
 
     def _request(self, headers: list[tuple[str, str]]) -> tuple[Connection, Response]:
+        try:
+            return self._request_on(self.pool.acquire(self.target, self.deadline), headers)
+        except _ClosedUnderUs:
+            # A kept-alive connection the server closed just as it was reused, before any byte
+            # of an answer: sent once more, on a new connection (the request carries its
+            # idempotency key, X-Scion-Hook-ID, should the server have seen it).
+            fresh = self.pool.acquire(self.target, self.deadline, fresh=True)
+            return self._request_on(fresh, headers)
+
+    def _request_on(
+        self, connection: Connection, headers: list[tuple[str, str]]
+    ) -> tuple[Connection, Response]:
         target = self.target
-        while True:
-            connection = self.pool.acquire(target, self.deadline)
-            path = target.path
-            sent = headers
-            if connection.absolute_form:
-                path = f"{target.scheme}://{target.authority}{target.path}"
-                if connection.proxy is not None and connection.proxy.authorization:
-                    sent = [*headers, ("Proxy-Authorization", connection.proxy.authorization)]
-            try:
-                return connection, connection.request(self.method, path, sent, self.body)
-            except (wire.WriteError, wire.ServerDisconnected):
-                connection.close()
-                # A kept-alive connection the server closed just as it was reused: nothing was
-                # answered, so the request goes once more on a new connection.
-                if not connection.reused:
-                    raise
-            except BaseException:
-                connection.close()
-                raise
+        path = target.path
+        if connection.absolute_form:
+            path = f"{target.scheme}://{target.authority}{target.path}"
+            if connection.proxy is not None and connection.proxy.authorization:
+                headers = [*headers, ("Proxy-Authorization", connection.proxy.authorization)]
+        try:
+            return connection, connection.request(self.method, path, headers, self.body)
+        except (wire.WriteError, wire.ServerDisconnected) as exc:
+            connection.close()
+            if connection.reused:
+                raise _ClosedUnderUs from exc
+            raise
+        except BaseException:
+            connection.close()
+            raise
 
     def _read(self, response: Response, max_body: int) -> bytes:
         """Up to max_body bytes of the body; the rest is left unread."""
@@ -233,6 +241,10 @@ class _Exchange:
             chunks.append(chunk)
             size += len(chunk)
         return b"".join(chunks)
+
+
+class _ClosedUnderUs(Exception):
+    """A reused connection failed before any byte of an answer came back."""
 
 
 def _headers(
@@ -310,10 +322,11 @@ def _without_userinfo(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    authority, slash, tail = rest.partition("/")
+    end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+    authority = rest[:end]
     if "@" not in authority:
         return url
-    return f"{scheme}://REDACTED:REDACTED@{authority.rpartition('@')[2]}{slash}{tail}"
+    return f"{scheme}://REDACTED:REDACTED@{authority.rpartition('@')[2]}{rest[end:]}"
 
 
 # -- classification ----------------------------------------------------------------------------

@@ -26,19 +26,19 @@ Nothing here logs, and no message holds a URL's path, query or userinfo, or a he
 from __future__ import annotations
 
 import base64
-import io
 import os
 import select
 import socket
 import threading
 import time
-from collections.abc import Mapping
-from urllib.parse import SplitResult, unquote, urlsplit
+from collections.abc import Callable, Mapping
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 from .wire import (
     ConnectError,
     InvalidURL,
     ProxyError,
+    Reader,
     ReadError,
     Response,
     TimeoutException,
@@ -56,6 +56,8 @@ MAX_IDLE_PER_ORIGIN = 16
 KEEPALIVE_EXPIRY = 30.0  # seconds an idle connection is kept
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "::1", "[::1]"})
+# Every printable ASCII character but space: what a request target may carry as written.
+_PRINTABLE_ASCII = "".join(chr(c) for c in range(0x21, 0x7F))
 
 
 # -- URLs and proxies --------------------------------------------------------------------------
@@ -70,20 +72,23 @@ class Target:
         try:
             parts = urlsplit(url)
             port = parts.port
-        except ValueError as exc:
-            raise InvalidURL(f"invalid URL: {exc}") from None
+        except ValueError:
+            # urlsplit's own message may quote the authority, which may hold a password.
+            raise InvalidURL("invalid URL: its host or port cannot be read") from None
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
             raise UnsupportedProtocol(f"unsupported scheme {scheme or '(none)'!r}")
         host = parts.hostname
         if not host:
             raise InvalidURL("the URL has no host")
+        if port == 0:
+            raise InvalidURL("invalid URL: port 0")
         default_port = 443 if scheme == "https" else 80
         self.scheme = scheme
         self.host = host
-        self.port = port or default_port
+        self.port = default_port if port is None else port
         self.path = _request_target(parts)
-        shown = f"[{host}]" if ":" in host else host
+        shown = f"[{host}]" if ":" in host else _ascii_name(host)
         self.host_header = shown if self.port == default_port else f"{shown}:{self.port}"
         self.userinfo = _userinfo(parts)
 
@@ -96,9 +101,16 @@ class Target:
 
 def _request_target(parts: SplitResult) -> str:
     # The path is sent as written: the renderer has already percent-encoded what it inserted,
-    # and an encoded dot segment (%2E%2E) must reach the server unchanged.
+    # and an encoded dot segment (%2E%2E) must reach the server unchanged. Only characters a
+    # request line cannot carry (non-ASCII, written in the template) are encoded, as UTF-8.
     path = parts.path or "/"
-    return f"{path}?{parts.query}" if parts.query else path
+    target = f"{path}?{parts.query}" if parts.query else path
+    return target if target.isascii() else quote(target, safe=_PRINTABLE_ASCII)
+
+
+def _ascii_name(host: str) -> str:
+    """A host name as the Host header carries it: an internationalised name in IDNA form."""
+    return host if host.isascii() else host.encode("idna").decode("ascii")
 
 
 def _userinfo(parts: SplitResult) -> tuple[str, str] | None:
@@ -124,14 +136,15 @@ class Proxy:
         try:
             parts = urlsplit(url)
             port = parts.port
-        except ValueError as exc:
-            raise ProxyError(f"invalid proxy URL in the environment: {exc}") from None
+        except ValueError:
+            # Never urlsplit's message: it may quote the proxy's password.
+            raise ProxyError("invalid proxy URL in the environment (host or port)") from None
         if parts.scheme.lower() != "http" or not parts.hostname:
             raise ProxyError(
                 "only http:// proxies are supported (the proxy variable names another)"
             )
         self.host = parts.hostname
-        self.port = port or 80
+        self.port = 80 if port is None else port
         credentials = _userinfo(parts)
         self.authorization = basic_credentials(*credentials) if credentials else None
 
@@ -158,7 +171,10 @@ def _variable(environ: Mapping[str, str], name: str) -> str | None:
 
 
 def _is_loopback(host: str) -> bool:
-    return host in _LOOPBACK_NAMES or host.startswith("127.")
+    if host in _LOOPBACK_NAMES:
+        return True
+    octets = host.split(".")  # 127.0.0.0/8 written as an IPv4 address, not a name
+    return len(octets) == 4 and octets[0] == "127" and all(o.isdigit() for o in octets)
 
 
 def _bypassed(host: str, port: int, no_proxy: str) -> bool:
@@ -214,26 +230,6 @@ class Deadline:
         return remaining
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The response stream: each read on the socket waits only for the time left."""
-
-    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
-        self._sock = sock
-        self._raw = sock.makefile("rb", buffering=0)  # keeps the socket open until closed
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        self._sock.settimeout(self._deadline.left())
-        return self._raw.readinto(buffer) or 0
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
 class Connection:
     """One HTTP/1.1 connection to an origin (directly, or through a proxy or its tunnel)."""
 
@@ -250,7 +246,7 @@ class Connection:
         self.idle_since = 0.0
         self.reused = False
         self._sock: socket.socket | None = None
-        self._stream: io.BufferedReader | None = None
+        self._stream: Reader | None = None
 
     @property
     def absolute_form(self) -> bool:
@@ -259,19 +255,8 @@ class Connection:
 
     def connect(self) -> None:
         host, port = self.proxy.key if self.proxy else (self.target.host, self.target.port)
-        # An ASCII name is passed as bytes: a str one makes the resolver load the IDNA codec
-        # (about 1 ms of every start-up) only to encode it unchanged.
-        name: str | bytes = host.encode("ascii") if host.isascii() else host
-        try:
-            raw = socket.create_connection((name, port), self.deadline.left())  # type: ignore[arg-type]
-        except socket.gaierror:
-            raise
-        except TimeoutError:
-            raise TimeoutException("connect timed out") from None
-        except OSError as exc:
-            error = ProxyError if self.proxy else ConnectError
-            raise error(exc.strerror or type(exc).__name__) from exc
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        error = ProxyError if self.proxy else ConnectError
+        raw = _connect(host, port, self.deadline, error)
         try:
             if self.proxy is not None and self.target.scheme == "https":
                 self._open_tunnel(raw)
@@ -283,7 +268,7 @@ class Connection:
             raw.close()
             raise
         self._sock = raw
-        self._stream = io.BufferedReader(_DeadlineReader(raw, self.deadline))
+        self._stream = Reader(_receiver(raw, self.deadline))
 
     def _open_tunnel(self, raw: socket.socket) -> None:
         assert self.proxy is not None
@@ -292,16 +277,15 @@ class Connection:
         if self.proxy.authorization:
             headers.append(("Proxy-Authorization", self.proxy.authorization))
         _send_all(raw, request_head("CONNECT", authority, headers), self.deadline)
-        # Unbuffered: a byte read past the proxy's answer would belong to the TLS handshake.
-        stream = io.BufferedReader(_DeadlineReader(raw, self.deadline), buffer_size=1)
+        stream = Reader(_receiver(raw, self.deadline))
         try:
             answer = Response(stream, "CONNECT")
         except TransportError as exc:
             raise ProxyError(f"the proxy's answer to CONNECT is not HTTP/1.1 ({exc})") from None
-        finally:
-            stream.detach().close()
         if answer.status != 200:
             raise ProxyError(f"the proxy refused the tunnel: {answer.status} {answer.reason}")
+        if stream.buffered:  # the server speaks first after a tunnel opens: never in TLS
+            raise ProxyError("the proxy sent bytes past its answer to CONNECT")
 
     def request(
         self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
@@ -325,20 +309,63 @@ class Connection:
             raise ReadError(exc.strerror or type(exc).__name__) from exc
 
     def dropped(self) -> bool:
-        """Whether the server closed (or wrote unasked on) this idle connection."""
-        if self._sock is None:
+        """Whether this idle connection cannot carry a request: the server closed it or wrote
+        unasked on it, or bytes past the last answer are still unread."""
+        if self._sock is None or self._stream is None or self._stream.buffered:
+            return True
+        pending = getattr(self._sock, "pending", None)  # TLS records already decrypted
+        if pending is not None and pending():
             return True
         poller = select.poll()
         poller.register(self._sock.fileno(), select.POLLIN)
         return bool(poller.poll(0))
 
     def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        self._stream = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _connect(
+    host: str, port: int, deadline: Deadline, error: type[TransportError]
+) -> socket.socket:
+    """A TCP connection to the first of `host`'s addresses that answers, all of them within
+    the attempt's deadline (each address gets only the time left, not a timeout of its own)."""
+    # An ASCII name is passed as bytes: a str one makes the resolver load the IDNA codec
+    # (about 1 ms of every start-up) only to encode it unchanged.
+    name: str | bytes = host.encode("ascii") if host.isascii() else host
+    addresses = socket.getaddrinfo(name, port, 0, socket.SOCK_STREAM)  # gaierror: DNSError
+    failure: OSError | None = None
+    for family, kind, protocol, _, address in addresses:
+        sock = socket.socket(family, kind, protocol)
+        try:
+            sock.settimeout(deadline.left())
+            sock.connect(address)
+        except TimeoutError:
+            sock.close()
+            raise TimeoutException("connect timed out") from None
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    reason = failure.strerror if failure is not None and failure.strerror else "no address"
+    raise error(reason) from failure
+
+
+def _receiver(sock: socket.socket, deadline: Deadline) -> Callable[[int], bytes]:
+    """Reads from `sock` that each wait only for the time left until the deadline."""
+
+    def receive(size: int) -> bytes:
+        sock.settimeout(deadline.left())
+        return sock.recv(size)
+
+    return receive
 
 
 def _send_all(sock: socket.socket, data: bytes, deadline: Deadline) -> None:
@@ -367,15 +394,16 @@ class ConnectionPool:
         self._ssl_context: ssl.SSLContext | None = None
         self._closed = False
 
-    def acquire(self, target: Target, deadline: float) -> Connection:
-        """A live idle connection to the target's origin, or a new (not yet opened) one."""
+    def acquire(self, target: Target, deadline: float, *, fresh: bool = False) -> Connection:
+        """A live idle connection to the target's origin, or (always, when `fresh`) a new
+        one, not yet opened."""
         proxy = proxy_for(target, self._environ)
         key = (target.scheme, target.host, target.port, proxy.key if proxy else None)
         now = time.monotonic()
         stale: list[Connection] = []
         found: Connection | None = None
         with self._lock:
-            idle = self._idle.get(key)
+            idle = None if fresh else self._idle.get(key)
             while idle:
                 candidate = idle.pop()
                 if now - candidate.idle_since < self._expiry:
@@ -418,10 +446,14 @@ class ConnectionPool:
             connection.close()
 
     def _tls_context(self) -> ssl.SSLContext:
-        with self._lock:
-            if self._ssl_context is None:
-                self._ssl_context = make_tls_context(self._environ)
-            return self._ssl_context
+        # Built outside the lock (loading CAs takes milliseconds); two first https requests at
+        # once may each build one, and one of them is kept.
+        if self._ssl_context is None:
+            context = make_tls_context(self._environ)
+            with self._lock:
+                if self._ssl_context is None:
+                    self._ssl_context = context
+        return self._ssl_context
 
 
 def make_tls_context(environ: Mapping[str, str]) -> ssl.SSLContext:

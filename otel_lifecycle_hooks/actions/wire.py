@@ -7,7 +7,7 @@ connection. The standard library's `http.client` does this too, but its header p
 through the e-mail package (a tenth of a hook delivery's CPU) and importing it costs every
 `run` about 10 ms; both are avoided here.
 
-Reading is done on a buffered stream whose reads the caller bounds in time (see
+Reading goes through `Reader`, whose `receive` the caller bounds in time (see
 `transport.py`); every read here may raise `TimeoutError` or the transport's deadline error.
 """
 
@@ -17,14 +17,13 @@ import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import io
-    from typing import Any, TypeAlias
-
-    Stream: TypeAlias = io.BufferedReader[Any]
+    from collections.abc import Callable
 
 MAX_LINE = 65536  # bytes in a status line, a header line or a chunk-size line
 MAX_FIELDS = 100  # header fields in one response
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEX = re.compile(r"[0-9A-Fa-f]+")
+_RECEIVE_SIZE = 64 * 1024
 _FORBIDDEN_IN_VALUE = re.compile(r"[\x00\r\n]")
 
 
@@ -100,6 +99,51 @@ def request_head(method: str, target: str, headers: list[tuple[str, str]]) -> by
         raise LocalProtocolError("a header holds characters HTTP/1.1 cannot carry") from None
 
 
+# -- reading -----------------------------------------------------------------------------------
+
+
+class Reader:
+    """A connection's bytes as they arrive, buffered; `buffered` says what is left unread, so
+    that a connection with bytes past its last answer is never reused."""
+
+    def __init__(self, receive: Callable[[int], bytes]) -> None:
+        self._receive = receive  # at most n bytes; b"" at the end of the connection
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def readline(self, limit: int) -> bytes:
+        """Up to and including the next LF, at most `limit` bytes; what is left at the end."""
+        searched = 0
+        while True:
+            end = self._buffer.find(b"\n", searched)
+            if 0 <= end < limit:
+                return self._take(end + 1)
+            if len(self._buffer) >= limit:
+                return self._take(limit)
+            searched = len(self._buffer)
+            if not self._fill():
+                return self._take(len(self._buffer))
+
+    def read(self, limit: int) -> bytes:
+        """What is buffered, or else what arrives next, up to `limit` bytes; b"" at the end."""
+        if not self._buffer and not self._fill():
+            return b""
+        return self._take(min(limit, len(self._buffer)))
+
+    def _fill(self) -> bool:
+        data = self._receive(_RECEIVE_SIZE)
+        self._buffer += data
+        return bool(data)
+
+    def _take(self, size: int) -> bytes:
+        taken = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return taken
+
+
 # -- responses ---------------------------------------------------------------------------------
 
 
@@ -127,30 +171,37 @@ class Response:
     """A response whose status line and header fields have been read; the body is read on
     demand with `read`, at most as far as its framing says it goes."""
 
-    def __init__(self, stream: Stream, method: str) -> None:
+    def __init__(self, stream: Reader, method: str) -> None:
         self._stream = stream
         self.version, self.status, self.reason = _status_line(stream)
         while 100 <= self.status < 200 and self.status != 101:  # interim answers
             _header_block(stream)
             self.version, self.status, self.reason = _status_line(stream)
         self.headers = _header_block(stream)
-        self.chunked = (self.headers.get("transfer-encoding") or "").strip().lower() == "chunked"
-        self._left: int | None  # bytes left in the body (sized) or in the current chunk
-        if self.status in (204, 304) or 100 <= self.status < 200 or method == "HEAD":
-            self._left = 0
-        elif self.chunked:
-            self._left = None  # before the first chunk
-        else:
-            self._left = _content_length(self.headers.get("content-length"))
         connection = (self.headers.get("connection") or "").lower()
         if self.version == "HTTP/1.1":
             self.will_close = "close" in connection
         else:  # HTTP/1.0 keeps a connection only when it says so
             self.will_close = "keep-alive" not in connection
+        # How the body is framed (RFC 9112 6.3): none after HEAD, 1xx, 204 and 304 whatever
+        # the fields say; chunked when it is the last transfer coding; else Content-Length;
+        # else to the end of the connection.
+        self._left: int | None  # bytes left in the body (sized) or in the current chunk
+        codings = self.headers.get_all("transfer-encoding")
+        self.chunked = False
+        if self.status in (204, 304) or 100 <= self.status < 200 or method == "HEAD":
+            self._left = 0
+        elif codings:
+            self.chunked = ",".join(codings).split(",")[-1].strip().lower() == "chunked"
+            self._left = None
+        else:
+            self._left = _content_length(self.headers.get_all("content-length"))
+        if self.status == 101:  # the connection now speaks another protocol
+            self.will_close = True
         self.to_end_of_connection = not self.chunked and self._left is None
         if self.to_end_of_connection:
             self.will_close = True
-        self.complete = self._left == 0 and not self.chunked
+        self.complete = self._left == 0
 
     def read(self, limit: int) -> bytes:
         """Up to `limit` bytes of the body; b"" once it has all been read."""
@@ -159,7 +210,7 @@ class Response:
         if self.chunked:
             return self._read_chunked(limit)
         if self._left is None:  # to the end of the connection
-            data = self._stream.read1(limit)
+            data = self._stream.read(limit)
             if not data:
                 self.complete = True
             return data
@@ -186,14 +237,14 @@ class Response:
         return data
 
 
-def _line(stream: Stream) -> bytes:
+def _line(stream: Reader) -> bytes:
     line = stream.readline(MAX_LINE + 1)
     if len(line) > MAX_LINE:
         raise RemoteProtocolError("a line of the answer is too long")
     return line
 
 
-def _status_line(stream: Stream) -> tuple[str, int, str]:
+def _status_line(stream: Reader) -> tuple[str, int, str]:
     try:
         line = _line(stream)
     except ConnectionError as exc:
@@ -209,7 +260,7 @@ def _status_line(stream: Stream) -> tuple[str, int, str]:
     return version, int(code), reason.strip()
 
 
-def _header_block(stream: Stream) -> Headers:
+def _header_block(stream: Reader) -> Headers:
     headers = Headers()
     pending: tuple[str, str] | None = None
     for _ in range(MAX_FIELDS + 1):
@@ -232,30 +283,27 @@ def _header_block(stream: Stream) -> Headers:
     raise RemoteProtocolError(f"more than {MAX_FIELDS} header fields")
 
 
-def _content_length(raw: str | None) -> int | None:
-    if raw is None:
+def _content_length(fields: list[str]) -> int | None:
+    if not fields:
         return None
-    values = {part.strip() for part in raw.split(",")}  # repeats of one value are allowed
+    # Repeats of one value are allowed (RFC 9110 8.6); different values are not.
+    values = {part.strip() for field in fields for part in field.split(",")}
     value = values.pop()
-    if values or not value.isdigit():
+    if values or not (value.isascii() and value.isdigit()):
         raise RemoteProtocolError("invalid Content-Length")
     return int(value)
 
 
-def _chunk_size(stream: Stream) -> int:
+def _chunk_size(stream: Reader) -> int:
     line = _line(stream)
     if not line:
         raise RemoteProtocolError("the answer was cut short")
-    size = line.split(b";", 1)[0].strip()
-    try:
-        value = int(size, 16)
-    except ValueError:
-        value = -1
-    if value < 0:
+    size = line.split(b";", 1)[0].strip().decode("iso-8859-1")
+    if not _HEX.fullmatch(size):
         raise RemoteProtocolError("invalid chunk size")
-    return value
+    return int(size, 16)
 
 
-def _expect_line_end(stream: Stream) -> None:
+def _expect_line_end(stream: Reader) -> None:
     if _line(stream) not in (b"\r\n", b"\n"):
         raise RemoteProtocolError("a chunk is longer than its size")
