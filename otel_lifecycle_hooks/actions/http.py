@@ -382,6 +382,14 @@ def _classify_error(
             error_type="TLSError",
             message=f"TLS handshake with {host} failed: {_ssl_reason(tls_error)}",
         )
+    if isinstance(exc, wire.ProxyError):  # its message names the proxy, not the target
+        return AttemptResult(
+            kind="transient",
+            duration=duration,
+            status_code=status,
+            error_type="ProxyError",
+            message=f"ProxyError on the way to {host}: {exc}",
+        )
     if any(isinstance(cause, socket.gaierror) for cause in causes):
         return AttemptResult(
             kind="transient",

@@ -276,12 +276,16 @@ class Connection:
         headers = [("Host", authority)]
         if self.proxy.authorization:
             headers.append(("Proxy-Authorization", self.proxy.authorization))
-        _send_all(raw, request_head("CONNECT", authority, headers), self.deadline)
         stream = Reader(_receiver(raw, self.deadline))
         try:
+            _send_all(raw, request_head("CONNECT", authority, headers), self.deadline)
             answer = Response(stream, "CONNECT")
+        except (TimeoutException, TimeoutError):
+            raise
         except TransportError as exc:
             raise ProxyError(f"the proxy's answer to CONNECT is not HTTP/1.1 ({exc})") from None
+        except OSError as exc:
+            raise ProxyError(f"the proxy dropped the tunnel: {exc.strerror or exc}") from None
         if answer.status != 200:
             raise ProxyError(f"the proxy refused the tunnel: {answer.status} {answer.reason}")
         if stream.buffered:  # the server speaks first after a tunnel opens: never in TLS
@@ -335,7 +339,12 @@ def _connect(
     # An ASCII name is passed as bytes: a str one makes the resolver load the IDNA codec
     # (about 1 ms of every start-up) only to encode it unchanged.
     name: str | bytes = host.encode("ascii") if host.isascii() else host
-    addresses = socket.getaddrinfo(name, port, 0, socket.SOCK_STREAM)  # gaierror: DNSError
+    try:
+        addresses = socket.getaddrinfo(name, port, 0, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        if error is ProxyError:
+            raise ProxyError(f"cannot resolve the proxy's host {host}") from exc
+        raise  # the attempt's DNSError
     failure: OSError | None = None
     for family, kind, protocol, _, address in addresses:
         sock = socket.socket(family, kind, protocol)

@@ -439,3 +439,16 @@ def test_a_server_that_closes_without_answering_is_a_protocol_error(client: Http
 
     assert (result.kind, result.error_type) == ("transient", "RemoteProtocolError")
     assert "without answering" in result.message
+
+
+def test_a_proxy_whose_name_does_not_resolve_is_a_proxy_error() -> None:
+    client = HttpClient(
+        tracer_provider=TracerProvider(), environ={"https_proxy": "http://proxy.invalid:3128"}
+    )
+    try:
+        result = send(client, post("https://registry.example/v1/services"), 5.0)
+    finally:
+        client.close()
+
+    assert (result.kind, result.error_type) == ("transient", "ProxyError")
+    assert "proxy.invalid" in result.message
