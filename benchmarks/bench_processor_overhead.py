@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from _common import Figure, bench_arguments, interleave, report, seed_template
+from _common import Figure, bench_arguments, interleave, paired_ratio, report, seed_template
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -97,7 +97,11 @@ def main() -> int:
                 baseline=without.median,
                 baseline_name=f"{setup} provider without it",
                 target=target,
-                detail=f"{rounds} interleaved blocks of {block} spans",
+                paired_ratio=paired_ratio(with_it, without),
+                detail=(
+                    f"ratio: median of {rounds} interleaved pairs of blocks of {block} spans "
+                    f"(ratio of the medians {with_it.median / without.median:.2f}x)"
+                ),
             )
         )
     bare = samples["bare"].median
