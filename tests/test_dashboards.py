@@ -137,7 +137,7 @@ def _record_everything(metrics: Any) -> None:
     metrics.record_retry("register", "post-start")
     metrics.record_debounced("status", "activity-change", 2)
     metrics.record_dropped("status", "activity-change", "queue_full")
-    metrics.queue_changed("status", 1)
+    metrics.observe_queues(lambda: [("status", 1)])
     metrics.record_event("post-start")
 
 
@@ -200,6 +200,7 @@ RECORDER = textwrap.dedent(
         "OTEL_SERVICE_NAME": "dashboard-check",
     })
     metrics = HookMetrics(telemetry.meter_provider)
+    metrics.observe_queues(lambda: [("status", 0)])
     print("ready", flush=True)
     while True:
         metrics.record_execution("register", "post-start", "http", "success", 0.04)
@@ -208,8 +209,6 @@ RECORDER = textwrap.dedent(
         metrics.record_retry("register", "post-start")
         metrics.record_debounced("status", "activity-change", 2)
         metrics.record_dropped("status", "activity-change", "queue_full")
-        metrics.queue_changed("status", 1)
-        metrics.queue_changed("status", -1)
         metrics.record_event("post-start")
         metrics.record_event("activity-change")
         time.sleep(0.2)

@@ -421,6 +421,10 @@ class Dispatcher:
     def queue_depth(self, hook_name: str) -> int:
         return self._queues[hook_name].depth
 
+    def queue_depths(self) -> list[tuple[str, int]]:
+        """(hook name, events waiting) for every hook."""
+        return [(name, queue.depth) for name, queue in self._queues.items()]
+
     def shutdown(self, timeout: float) -> None:
         """Fire pending debounced events, drain every queue within `timeout` seconds."""
         with self._lock:

@@ -66,6 +66,8 @@ class HookEngine:
             environ=env,
         )
         self.dispatcher = Dispatcher(template, self.executor, self.recorders.listener, queue_limit)
+        if self.recorders.metrics is not None:
+            self.recorders.metrics.observe_queues(self.dispatcher.queue_depths)
         self._shut = False
 
     @classmethod

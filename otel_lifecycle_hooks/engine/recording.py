@@ -30,9 +30,6 @@ class _MetricsListener(EngineListener):
     def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None:
         self._metrics.record_dropped(hook.name, event.name, reason)
 
-    def queue_changed(self, hook: HookSpec, delta: int) -> None:
-        self._metrics.queue_changed(hook.name, delta)
-
 
 class Recorders:
     """The recorders an engine feeds; `_owned` are the ones it opened and must close."""

@@ -19,10 +19,10 @@ with every attribute's dots written as underscores (`agent_lifecycle_hook_name`)
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from opentelemetry import metrics
-from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from .. import events
 
@@ -91,8 +91,14 @@ class HookMetrics:
         self._dropped = meter.create_counter(
             DROPPED, unit="{event}", description="Events a hook never ran for, by reason."
         )
-        self._queue_depth = meter.create_up_down_counter(
-            QUEUE_DEPTH, unit="{event}", description="Events waiting in a hook's queue."
+        # Observed when metrics are collected, from the queues themselves: an up-down counter
+        # moved on every enqueue and dequeue cost every event two metric updates.
+        self._queue_sources: list[Callable[[], Iterable[tuple[str, int]]]] = []
+        meter.create_observable_up_down_counter(
+            QUEUE_DEPTH,
+            callbacks=[self._observe_queue_depths],
+            unit="{event}",
+            description="Events waiting in a hook's queue.",
         )
         self._lifecycle_events = meter.create_counter(
             LIFECYCLE_EVENTS, unit="{event}", description="Lifecycle events recorded, by type."
@@ -139,12 +145,23 @@ class HookMetrics:
         }
         self._add(self._dropped, 1, attributes)
 
-    def queue_changed(self, hook: str, delta: int) -> None:
-        """Move a hook's queue depth by `delta` (+1 on enqueue, -1 when taken)."""
-        attributes = self._queue_attributes.get(hook)
-        if attributes is None:
-            attributes = self._queue_attributes[hook] = {events.HOOK_ATTR_NAME: hook}
-        self._add(self._queue_depth, delta, attributes)
+    def observe_queues(self, depths: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        """Report the queue depths `depths` gives, as (hook name, events waiting), each time
+        metrics are collected."""
+        self._queue_sources.append(depths)
+
+    def _observe_queue_depths(self, options: CallbackOptions) -> Iterator[Observation]:
+        for source in list(self._queue_sources):
+            try:
+                depths = list(source())
+            except Exception:
+                logger.debug("reading hook queue depths failed", exc_info=True)
+                continue
+            for hook, depth in depths:
+                attributes = self._queue_attributes.get(hook)
+                if attributes is None:
+                    attributes = self._queue_attributes[hook] = {events.HOOK_ATTR_NAME: hook}
+                yield Observation(depth, attributes)
 
     def record_event(self, event: str) -> None:
         """Count one lifecycle event recorded on a session."""

@@ -29,8 +29,7 @@ def test_every_method_records_on_its_contract_instrument() -> None:
     metrics.record_retry("register", "post-start")
     metrics.record_debounced("status", "activity-change", n=3)
     metrics.record_dropped("status", "activity-change", "queue_full")
-    metrics.queue_changed("status", 2)
-    metrics.queue_changed("status", -1)
+    metrics.observe_queues(lambda: [("status", 1)])
     metrics.record_event("pre-stop")
 
     collected = _collect(reader)
@@ -90,5 +89,34 @@ def test_recording_never_raises_into_the_hook_path() -> None:
     metrics.record_retry("h", "e")
     metrics.record_debounced("h", "e")
     metrics.record_dropped("h", "e", "shutdown")
-    metrics.queue_changed("h", 1)
+    metrics.observe_queues(lambda: [("h", 1)])
     metrics.record_event("e")
+
+
+def test_an_engine_reports_each_hooks_queue_depth_when_metrics_are_collected() -> None:
+    from otel_lifecycle_hooks.engine import HookEngine
+    from otel_lifecycle_hooks.spec.loader import load_template_text
+
+    template = load_template_text(
+        "lifecycle_hooks:\n"
+        "  - name: announce\n"
+        "    on: [post-start]\n"
+        "    action: {type: http, url: 'http://127.0.0.1:9/a'}\n"
+        "  - name: status\n"
+        "    on: [activity-change]\n"
+        "    action: {type: http, url: 'http://127.0.0.1:9/s'}\n"
+    )
+    reader = InMemoryMetricReader()
+    engine = HookEngine(
+        template,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        journal=False,
+        hook_log=False,
+    )
+    try:
+        depth = _collect(reader)["agent.lifecycle_hook.queue.depth"]
+    finally:
+        engine.shutdown(1.0)
+
+    by_hook = {p.attributes["agent.lifecycle_hook.name"]: p.value for p in depth.data.data_points}
+    assert by_hook == {"announce": 0, "status": 0}
