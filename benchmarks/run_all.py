@@ -46,6 +46,7 @@ def main() -> int:
     figures: list[Figure] = []
     failed: list[str] = []
     started = time.monotonic()
+    cpu_before = cpu_times()
     with tempfile.TemporaryDirectory(prefix="bench-results-") as tmp:
         for script in scripts:
             results = Path(tmp) / f"{script}.json"
@@ -61,7 +62,7 @@ def main() -> int:
                     data.pop(derived, None)
                 figures.append(Figure(**data))
     elapsed = time.monotonic() - started
-    table = render_table(figures, machine(), elapsed, args.quick)
+    table = render_table(figures, machine(cpu_before, cpu_times()), elapsed, args.quick)
     print()
     print(table)
     if not args.quick and not args.only:
@@ -75,8 +76,19 @@ def main() -> int:
     return 1 if failed or (missed and not args.quick) else 0
 
 
-def machine() -> str:
-    """nproc, CPU model, Python: what a reader needs to compare figures across runs."""
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (user, nice, system, idle, iowait, irq, softirq, steal),
+    in clock ticks; empty where /proc/stat is not there."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(field) for field in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
+def machine(cpu_before: list[int] | None = None, cpu_after: list[int] | None = None) -> str:
+    """nproc, CPU model, Python, load, and the CPU time the host took from this (virtual)
+    machine during the run: what a reader needs to compare figures across runs."""
     model = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -88,9 +100,15 @@ def machine() -> str:
     load = ""
     if hasattr(os, "getloadavg"):
         load = ", load average at the end {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+    steal = ""
+    if cpu_before and cpu_after and len(cpu_before) == len(cpu_after) == 8:
+        spent = [after - before for before, after in zip(cpu_before, cpu_after, strict=True)]
+        if sum(spent) > 0:
+            steal = f", CPU stolen by the host {100 * spent[7] / sum(spent):.1f}%"
     return (
         f"{os.cpu_count()} CPUs (nproc), {model}, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()}{load}"
+        f"({platform.python_implementation()}), {platform.system()} {platform.release()}"
+        f"{load}{steal}"
     )
 
 
