@@ -24,6 +24,14 @@ def committed_rows(path: Path) -> int:
         return int(other.execute("SELECT COUNT(*) FROM executions").fetchone()[0])
 
 
+def committed_rows_within(path: Path, expected: int, timeout: float) -> int:
+    """Rows another process sees once `expected` are committed, or when `timeout` is up."""
+    deadline = time.monotonic() + timeout
+    while committed_rows(path) < expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return committed_rows(path)
+
+
 @pytest.fixture
 def long_window(monkeypatch: pytest.MonkeyPatch) -> None:
     # A window no test outlasts: what is visible then depends on rows and writes, not time.
@@ -87,10 +95,7 @@ def test_a_waiting_batch_is_committed_within_its_window_with_no_further_row(tmp_
         for n in range(3):
             journal.record_execution(row(n))
         # The window is 100 ms; allow for a loaded machine, never hang.
-        deadline = time.monotonic() + 5.0
-        while committed_rows(path) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert committed_rows(path) == 3
+        assert committed_rows_within(path, 3, 5.0) == 3
     finally:
         journal.close()
 
@@ -177,10 +182,7 @@ def test_a_batched_engine_row_is_committed_within_its_window_with_no_further_row
         for n in range(3):
             journal.record(execution(n))
         # The window is 100 ms; allow for a loaded machine, never hang.
-        deadline = time.monotonic() + 5.0
-        while committed_rows(path) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert committed_rows(path) == 3
+        assert committed_rows_within(path, 3, 5.0) == 3
     finally:
         journal.close()
 

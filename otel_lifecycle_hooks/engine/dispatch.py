@@ -91,8 +91,6 @@ class EngineListener:
 
     def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None: ...
 
-    def queue_changed(self, hook: HookSpec, delta: int) -> None: ...
-
 
 class HookQueue:
     """The serial queue and worker of one hook."""
@@ -139,7 +137,6 @@ class HookQueue:
         if len(self._jobs) >= self._limit:
             self._drop_oldest()
         self._jobs.append(job)
-        self._listener.queue_changed(self.hook, 1)
 
     def _shed_runtime_events(self) -> None:
         # Overloaded: a lifecycle event or blocking call must not wait behind (nor be cut at
@@ -147,7 +144,6 @@ class HookQueue:
         kept = deque(job for job in self._jobs if not job.droppable)
         for queued in self._jobs:
             if queued.droppable:
-                self._listener.queue_changed(self.hook, -1)
                 self._listener.dropped(self.hook, queued.event, "queue_full")
         log.warning(
             "hook %s: overloaded; %d queued runtime events dropped ahead of a lifecycle event",
@@ -162,7 +158,6 @@ class HookQueue:
         for index, queued in enumerate(self._jobs):
             if queued.droppable:
                 del self._jobs[index]
-                self._listener.queue_changed(self.hook, -1)
                 self._listener.dropped(self.hook, queued.event, "rate_limited")
                 return
 
@@ -181,7 +176,6 @@ class HookQueue:
         for index, queued in enumerate(self._jobs):
             if queued.droppable:
                 del self._jobs[index]
-                self._listener.queue_changed(self.hook, -1)
                 self._listener.dropped(self.hook, queued.event, "queue_full")
                 self._dropped += 1
                 self._overflowed = True
@@ -224,7 +218,6 @@ class HookQueue:
                 token_wait = self._token_wait(clock.monotonic()) if ready else 0.0
                 if ready and token_wait <= 0.0:
                     self._running = True
-                    self._listener.queue_changed(self.hook, -1)
                     job = self._jobs.popleft()
                     self._overflowed = self._overflowed and bool(self._jobs)
                     return job
