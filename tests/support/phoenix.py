@@ -26,11 +26,12 @@ from typing import Any, Self, TypeVar
 
 import pytest
 
+from tests.support.cache import cache_root
 from tests.support.rotel import RotelReceiver, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENSURE_SCRIPT = REPO_ROOT / "tests" / "tools" / "ensure_phoenix.sh"
-PHOENIX_VENV = REPO_ROOT / ".cache" / "phoenix-venv"
+PHOENIX_VENV = cache_root() / "phoenix-venv"
 INSTALL_TIMEOUT_S = 900.0
 STARTUP_TIMEOUT_S = 120.0
 

@@ -2,7 +2,7 @@
 # Makes Arize Phoenix (PyPI `arize-phoenix`) available in a virtual environment of its own:
 # it pins its own OpenTelemetry SDK, which must not meet the project's.
 #
-# Usage: ensure_phoenix.sh [VENV_DIR]   (default: <repo>/.cache/phoenix-venv)
+# Usage: ensure_phoenix.sh [VENV_DIR]   (default: ~/.cache/otel-lifecycle-hooks-tests/phoenix-venv)
 # PYTHON names the interpreter that creates the environment (default: python3).
 # Idempotent: an environment whose stamp names the pinned version is kept as it is; a missing
 # or half-built one is (re)built, which takes a few minutes and needs PyPI.
@@ -10,8 +10,8 @@
 set -eu
 
 PHOENIX_VERSION="20.26.1"
-repo_root=$(CDPATH= cd -- "$(dirname -- "$0")/../.." && pwd)
-venv_dir=${1:-"$repo_root/.cache/phoenix-venv"}
+cache_dir=${OTEL_LIFECYCLE_HOOKS_TEST_CACHE:-"${XDG_CACHE_HOME:-$HOME/.cache}/otel-lifecycle-hooks-tests"}
+venv_dir=${1:-"$cache_dir/phoenix-venv"}
 python=${PYTHON:-python3}
 stamp="$venv_dir/.phoenix-$PHOENIX_VERSION"
 
