@@ -61,6 +61,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--hook-log", help="hook log file (default: $OTEL_LIFECYCLE_HOOKS_LOG or $HOME/agent.log)"
     )
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "--verbose", "-v", action="store_true", help="a line for every hook execution"
+    )
+    loudness.add_argument(
+        "--quiet", "-q", action="store_true", help="no lines about hooks, and no summary"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     parser.set_defaults(func=run)
 
@@ -76,6 +83,13 @@ _VALUE_OPTIONS: dict[str, str] = {
     "--user": "user",
     "--journal": "journal",
     "--hook-log": "hook_log",
+}
+# Options of `run` that take no value.
+_FLAG_OPTIONS: dict[str, str] = {
+    "--verbose": "verbose",
+    "-v": "verbose",
+    "--quiet": "quiet",
+    "-q": "quiet",
 }
 
 
@@ -94,9 +108,16 @@ def quick_parse(args: list[str]) -> SimpleNamespace | None:
         "user": None,
         "journal": None,
         "hook_log": None,
+        "verbose": False,
+        "quiet": False,
     }
     index = 0
     while index < len(args) and args[index].startswith("-") and args[index] != "--":
+        flag = _FLAG_OPTIONS.get(args[index])
+        if flag is not None:
+            values[flag] = True
+            index += 1
+            continue
         name, equals, value = args[index].partition("=")
         dest = _VALUE_OPTIONS.get(name)
         if dest is None or (equals and not name.startswith("--")):
@@ -111,6 +132,8 @@ def quick_parse(args: list[str]) -> SimpleNamespace | None:
         else:
             values[dest] = value
         index += 1
+    if values["verbose"] and values["quiet"]:
+        return None  # argparse says they exclude each other
     return SimpleNamespace(**values, command=args[index:], subcommand="run", func=run)
 
 
@@ -143,6 +166,7 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     from ..spec.durations import DurationError, parse_duration
     from ..spec.loader import TemplateError, load_templates
     from ..spec.model import Template
+    from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
     from ..supervisor.run import Supervisor, SupervisorOptions
 
     command = list(args.command)
@@ -169,6 +193,13 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         template_user = args.user
     else:
         template_user = template.user
+    report = RunReport(
+        QUIET
+        if getattr(args, "quiet", False)
+        else VERBOSE
+        if getattr(args, "verbose", False)
+        else NORMAL
+    )
     options = SupervisorOptions(
         command=command,
         template=template,
@@ -182,5 +213,9 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         hook_log=args.hook_log,
         user=template_user,
         on_running=_resume_collection,
+        watchers=[report],
     )
-    return Supervisor(options).run()
+    try:
+        return Supervisor(options).run()
+    finally:
+        report.finish()

@@ -84,8 +84,13 @@ class HookExecutor:
         self.script_user = script_user
         # Set during shutdown: retry waits end early, so draining stays within its deadline.
         self.stopping = threading.Event()
+        # Set when `run` is interrupted: executions still end (and are journaled, replayable)
+        # but make no attempt.
+        self.interrupted = threading.Event()
         # Told of every retry (metrics), and of every line a script prints (the hook log).
         self.retry_listeners: list[Callable[[HookSpec, LifecycleEvent], None]] = []
+        # Told of every retry with its detail: (hook, event, attempt, of, delay, result).
+        self.retry_waits: list[Callable[..., None]] = []
         self.output_sink: Callable[[HookSpec, str, str], None] | None = None
 
     # -- lazily built collaborators: a template with only scripts never builds an HTTP client --
@@ -259,7 +264,11 @@ class HookExecutor:
         while True:
             attempt += 1
             timeout = attempt_timeout(hook, self.clock.monotonic(), deadline)
-            if timeout <= 0:
+            if self.interrupted.is_set():  # the operator asked twice: no new attempt
+                result = AttemptResult(
+                    "timeout", 0.0, error_type="interrupted", message="run interrupted"
+                )
+            elif timeout <= 0:
                 result = AttemptResult(
                     "timeout", 0.0, error_type="timeout", message="deadline passed"
                 )
@@ -289,6 +298,8 @@ class HookExecutor:
             )
             for sink in self.retry_listeners:
                 sink(hook, event)
+            for wait_sink in self.retry_waits:
+                wait_sink(hook, event, attempt, policy.max_attempts, delay, result)
             if self.clock.sleep(delay, self.stopping):
                 return attempt, result
             waited += delay
