@@ -27,7 +27,7 @@ from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..spec.model import HookSpec, Template
 from ..tracecontext import traceparent as to_traceparent
-from ..variables import Variables, secret_names_for
+from ..variables import EVENT_VARIABLES, Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import attempt_timeout, outcome_of, retry_policy_for
@@ -213,7 +213,13 @@ class HookExecutor:
         except Exception as exc:  # a hook never takes the agent down
             log.exception("hook %s failed unexpectedly", hook.name)
             outcome, error_type, message = "failed", type(exc).__name__, str(exc)
-        unresolved = sorted(getattr(variables, "unresolved", ()) or ())
+        # An event context variable this event does not carry is simply empty (TOOL_NAME on
+        # an activity change to idle): only a name no event could define is worth a warning.
+        unresolved = sorted(
+            name
+            for name in getattr(variables, "unresolved", ()) or ()
+            if name.partition(".")[0] not in EVENT_VARIABLES
+        )
         if unresolved:
             log.warning(
                 "hook %s: unresolved variables %s rendered empty", hook.name, ", ".join(unresolved)
