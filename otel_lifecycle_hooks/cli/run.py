@@ -45,7 +45,9 @@ def add_parser(subparsers: Any) -> None:
         help="shared by pre-stop hooks and the agent's shutdown (default 10s)",
     )
     parser.add_argument(
-        "--agent-name", help="agent name (default: $SCION_AGENT_NAME, else the command's name)"
+        "--agent-name",
+        help="agent name (default: $SCION_AGENT_NAME, else the template's name or harness, "
+        'else "agent")',
     )
     parser.add_argument(
         "--agent-id", help="stable agent id (default: $SCION_AGENT_ID, else derived from the slug)"
@@ -167,7 +169,8 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     from ..spec.loader import TemplateError, load_templates
     from ..spec.model import Template
     from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
-    from ..supervisor.run import Supervisor, SupervisorOptions
+    from ..supervisor.run import Supervisor, SupervisorOptions, agent_metadata
+    from ..supervisor.running import RunningFile
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -215,7 +218,10 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         on_running=_resume_collection,
         watchers=[report],
     )
+    running = RunningFile(agent_metadata(options), options.environ)  # for `status`
+    options.watchers = [report, running]
     try:
         return Supervisor(options).run()
     finally:
+        running.remove()
         report.finish()

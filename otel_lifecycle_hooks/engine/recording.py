@@ -40,6 +40,8 @@ class ExecutionWatcher:
 
     def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None: ...
 
+    def event_recorded(self, event: LifecycleEvent) -> None: ...
+
 
 class _MetricsListener(EngineListener):
     def __init__(self, metrics: Any, watchers: list[ExecutionWatcher]) -> None:
@@ -81,6 +83,8 @@ class Recorders:
     def event_recorded(self, event: LifecycleEvent) -> None:
         if self.metrics is not None:
             self.metrics.record_event(event.name)
+        for watcher in self.watchers:
+            _tell(watcher.event_recorded, event)
 
     def close(self) -> None:
         for owned in self._owned:

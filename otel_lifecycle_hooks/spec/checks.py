@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -336,6 +335,8 @@ def script_problem(command: Sequence[str], environ: Mapping[str, str] | None = N
         if not os.access(program, os.X_OK):
             return f"the script {program} is not executable (chmod +x {program})"
         return None
+    import shutil  # only validation pays for it, not every `run`
+
     if shutil.which(program, path=env.get("PATH")) is None:
         return f"the program {program} is not on the PATH"
     return None

@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .. import events as ev
@@ -93,13 +92,17 @@ class SupervisorOptions:
 
 
 def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
-    """Flags, then `SCION_*` variables, then the template; AGENT_ID stable per agent name."""
+    """Flags, then `SCION_*` variables, then the template; AGENT_ID stable per agent name.
+    Without a name from any of them, the agent is named after its template (or harness)."""
     metadata: dict[str, str] = dict(options.template.metadata)
     for name, variable in METADATA_ENV.items():
         if options.environ.get(variable):
             metadata[name] = options.environ[variable]
     metadata.update({k: v for k, v in options.metadata.items() if v})
-    metadata.setdefault("AGENT_NAME", Path(options.command[0]).name if options.command else "agent")
+    # Not the command's name ("python3", "true"): what the template says the agent is.
+    metadata.setdefault(
+        "AGENT_NAME", metadata.get("TEMPLATE_NAME") or metadata.get("HARNESS_NAME") or "agent"
+    )
     metadata.setdefault("AGENT_SLUG", _slug(metadata["AGENT_NAME"]))
     # Stable across runs of the same agent, so that crash recovery can find the earlier run.
     metadata.setdefault("AGENT_ID", _stable_agent_id(metadata["AGENT_SLUG"]))
