@@ -509,7 +509,10 @@ def _print_previews(previews: Sequence[HookPreview], event: str, out: TextIO) ->
             traits.append(f"debounce {hook.debounce:g}s")
         out.write(f"hook {hook.name}  ({', '.join(traits)})\n")
         if preview.sources:
-            shown = ", ".join(f"{name} from {source}" for name, source in preview.sources.items())
+            shown = ", ".join(
+                f"{name} unset" if source == "unset" else f"{name} from {source}"
+                for name, source in preview.sources.items()
+            )
             out.write(f"  variables: {shown}\n")
         if preview.status == "skipped":
             out.write(f"  skipped: {preview.reason}\n")
