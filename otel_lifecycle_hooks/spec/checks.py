@@ -34,6 +34,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PATH_STEP = re.compile(r"[A-Za-z0-9_-]+\Z")
 # Every `${`; one written as `$${` (the escape) is skipped by `_escaped`.
 _OPENING = re.compile(r"\$\{")
+_CAPTURED = re.compile(r"HOOK_[A-Za-z0-9_]+_(?:RESPONSE|STATUS)")
 VALID_FORMS = "${NAME}, ${NAME.path.0} or ${NAME:-default}"
 
 
@@ -212,8 +213,8 @@ def _suggestion(name: str, known: set[str]) -> str | None:
     """A known name that `name` is probably meant to be: the same but for case, or close."""
     import difflib
 
-    if name in known:
-        return None
+    if name in known or _CAPTURED.fullmatch(name):
+        return None  # captures have their own warnings (validate.capture_warnings)
     by_upper = {option.upper(): option for option in known}
     if name.upper() in by_upper:
         return by_upper[name.upper()]
