@@ -14,7 +14,13 @@ from tests.docs.runnable import Sandbox, Step, bin_dir, is_runnable, mismatch, s
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 # Pages that must stay runnable: the test fails if one loses its marker.
-MUST_RUN = {"quickstart.md", "troubleshooting.md", "open-questions.md", "template-reference.md"}
+MUST_RUN = {
+    "quickstart.md",
+    "troubleshooting.md",
+    "open-questions.md",
+    "template-reference.md",
+    "viewing-traces.md",
+}
 
 
 @pytest.fixture
