@@ -196,13 +196,6 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         template_user = args.user
     else:
         template_user = template.user
-    report = RunReport(
-        QUIET
-        if getattr(args, "quiet", False)
-        else VERBOSE
-        if getattr(args, "verbose", False)
-        else NORMAL
-    )
     options = SupervisorOptions(
         command=command,
         template=template,
@@ -216,9 +209,14 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         hook_log=args.hook_log,
         user=template_user,
         on_running=_resume_collection,
-        watchers=[report],
     )
-    running = RunningFile(agent_metadata(options), options.environ)  # for `status`
+    verbosity = NORMAL
+    if getattr(args, "quiet", False):
+        verbosity = QUIET
+    elif getattr(args, "verbose", False):
+        verbosity = VERBOSE
+    report = RunReport(verbosity)  # what the operator sees of the hooks
+    running = RunningFile(agent_metadata(options), options.environ)  # what `status` shows
     options.watchers = [report, running]
     try:
         return Supervisor(options).run()
