@@ -172,3 +172,19 @@ def test_a_child_turns_off_a_parent_hook_with_only_name_and_enabled_false(tmp_pa
         load_templates([child])
     assert 'none defines "notify"' in str(alone.value)
     assert str(alone.value).startswith(f'{child}:2:5: hook "notify": field "enabled"')
+
+
+def test_the_schema_accepts_a_turn_off_entry_and_nothing_looser() -> None:
+    import jsonschema
+
+    from otel_lifecycle_hooks.spec.schema import template_file_schema
+
+    validator = jsonschema.Draft202012Validator(template_file_schema())
+
+    def errors(hook: dict[str, object]) -> list[str]:
+        return [e.message for e in validator.iter_errors({"lifecycle_hooks": [hook]})]
+
+    assert errors({"name": "notify", "enabled": False}) == []
+    assert errors({"name": "notify", "enabled": True}) != []
+    assert errors({"name": "notify"}) != []
+    assert errors({"name": "notify", "enabled": False, "timeout": "5s"}) != []
