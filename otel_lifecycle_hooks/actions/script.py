@@ -286,24 +286,9 @@ _SIGNALS_RESET = tuple(
 )
 _CAN_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2")
 
-# os.environ decodes every variable each time it is copied whole (about 30 us for a usual
-# environment, on every script run); its bytes store is compared instead (about 1 us) and the
-# decoded copy reused while it is unchanged. Read and replaced as one tuple, for threads.
-_environ_snapshot: tuple[dict[bytes, bytes], dict[str, str]] | None = None
-
-
 def process_environ() -> dict[str, str]:
     """A fresh copy of `os.environ` as a plain dict (the base of a script's environment)."""
-    global _environ_snapshot
-    raw = getattr(os.environ, "_data", None)
-    if not isinstance(raw, dict):  # not CPython's os module: copy it the slow way
-        return dict(os.environ)
-    snapshot = _environ_snapshot
-    if snapshot is None or snapshot[0] != raw:
-        # The bytes first: a change made in between makes the next call copy again.
-        snapshot = (dict(raw), dict(os.environ))
-        _environ_snapshot = snapshot
-    return dict(snapshot[1])
+    return dict(os.environ)
 
 
 class _Process(Protocol):
