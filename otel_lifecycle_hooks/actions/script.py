@@ -286,6 +286,7 @@ _SIGNALS_RESET = tuple(
 )
 _CAN_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2")
 
+
 def process_environ() -> dict[str, str]:
     """A fresh copy of `os.environ` as a plain dict (the base of a script's environment)."""
     return dict(os.environ)
