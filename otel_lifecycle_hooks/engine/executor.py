@@ -390,37 +390,25 @@ class HookExecutor:
         timeout: float,
         redactor: Redactor,
     ) -> AttemptResult:
-        """Seed 003: `<script> <stage>`, the request on stdin, JSONL results and logs on stdout."""
+        """Seed 003: `<script> <stage>`, the request on stdin, JSONL responses and logs on
+        stdout (systems/host_protocol.py runs the stages of the event)."""
         from ..actions.script import run_script
         from ..systems import host_protocol
 
-        stage = host_protocol.stage_for(event.name)
-        if stage is None:
-            return AttemptResult("ok", 0.0, skipped=True, message=f"{event.name} fires no stage")
+        def run(
+            stage: str, stdin: bytes, left: float, on_output: Callable[[str, str], None]
+        ) -> AttemptResult:
+            argv = (*command.argv, stage)
+            return run_script(
+                RenderedCommand(argv=argv, env=env, stdin=stdin),
+                left,
+                user=self.script_user,
+                on_output=on_output,
+            ).result
+
         log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)
-        reader = host_protocol.StdoutReader(lambda line: log_line("log", line))
-
-        def on_output(stream: str, line: str) -> None:
-            reader.line(line) if stream == "stdout" else log_line(stream, line)
-
-        request = host_protocol.request(
-            stage, session.session_id, self._system_context(hook, event, session)
-        )
-        outcome = run_script(
-            RenderedCommand(
-                argv=(*command.argv, stage),
-                env=env,
-                stdin=json.dumps(request, ensure_ascii=False).encode(),
-            ),
-            timeout,
-            user=self.script_user,
-            on_output=on_output,
-        )
-        if reader.result is None:
-            return outcome.result
-        host_protocol.remember_result(session, stage, event.event_id, reader.result)
-        body = host_protocol.result_text(reader.result).encode("utf-8")
-        return outcome.result._replace(response_body=body)
+        context = self._system_context(hook, event, session)
+        return host_protocol.run_event(hook.name, event, session, context, run, log_line, timeout)
 
     def _python_attempt(
         self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, timeout: float
