@@ -20,7 +20,7 @@ writes without end neither blocks on a full pipe nor grows our memory.
 error_type values: `exit.<code>`, `signal.<NAME>` (the script died of a signal it was not sent
 by us), `timeout`, `FileNotFoundError` / `PermissionError` / `OSError` (could not start),
 `UnknownUser`, `ValueError` (empty argv, or a NUL byte in an argument or variable),
-`UnsafeScript` (see `unsafe_as_root`). Messages never include output or argv beyond argv[0].
+`UnsafeScript` (as root, a file that another user could replace: see `root_guard`). Messages never include output or argv beyond argv[0].
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ import math
 import os
 import pwd
 import select
-import shutil
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +40,9 @@ from typing import Any, Protocol
 
 from ..render import RenderedCommand
 from .base import AttemptKind, AttemptResult
+from .root_guard import unsafe_as_root
+
+__all__ = ["ScriptOutcome", "run_script", "unsafe_as_root", "user_process_options"]
 
 log = logging.getLogger("otel_lifecycle_hooks.actions.script")
 
@@ -102,7 +103,7 @@ def run_script(
         return failed("permanent", exc.error_type, str(exc))
     env.update(command.env)
     program = command.argv[0]
-    refusal = unsafe_as_root(program, env, user)
+    refusal = unsafe_as_root(command.argv, env, user)
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
     try:
@@ -205,44 +206,6 @@ class _IdentityError(Exception):
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(message)
         self.error_type = error_type
-
-
-def unsafe_as_root(program: str, env: Mapping[str, str], user: str | None) -> str | None:
-    """Why running `program` as root would be unsafe, or None when it is not (or would not
-    run as root: this process is not root, or `user` names another account).
-
-    Seed 000: script hooks run as the agent's user, not root. When they would run as root, a
-    program that someone other than root can rewrite is refused: one not owned by root and
-    writable by its group or others, or one writable by others whoever owns it. `program` is
-    resolved as exec does: a path when it holds a "/", else looked up on env's PATH.
-    """
-    if os.geteuid() != 0 or _names_another_user(user):
-        return None
-    path = program if "/" in program else shutil.which(program, path=env.get("PATH", os.defpath))
-    try:
-        info = os.stat(path) if path else None
-    except OSError:
-        info = None  # missing or unreadable: starting it reports that
-    if info is None:
-        return None
-    writable_by_others = bool(info.st_mode & stat.S_IWOTH)
-    writable_by_group = bool(info.st_mode & stat.S_IWGRP) and info.st_uid != 0
-    if not (writable_by_others or writable_by_group):
-        return None
-    who = "others" if writable_by_others else "its group"
-    return (
-        f"{program!r} (owned by uid {info.st_uid}) is writable by {who}: refusing to run it as "
-        "root; remove that write permission (chmod go-w), or run hooks as the agent's user"
-    )
-
-
-def _names_another_user(user: str | None) -> bool:
-    if user is None:
-        return False
-    try:
-        return pwd.getpwnam(user).pw_uid != 0
-    except KeyError:
-        return True  # an unknown user is refused on its own, before anything runs
 
 
 def user_process_options(user: str | None, env: dict[str, str]) -> dict[str, Any]:

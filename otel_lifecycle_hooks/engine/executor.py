@@ -352,8 +352,7 @@ class HookExecutor:
         env = dict(command.env)
         # Resolved on the PATH run_script will use: the hook's, else this process's (looked
         # up only when needed, as root, so the whole environment is not merged for it).
-        program = command.argv[0] if command.argv else ""
-        refusal = unsafe_as_root(program, ChainMap(env, os.environ), self.script_user)
+        refusal = unsafe_as_root(command.argv, ChainMap(env, os.environ), self.script_user)
         if refusal is not None:  # a script others can rewrite never runs as root
             raise _Refusal("UnsafeScript", refusal)
         traceparent = to_traceparent(span.get_span_context()) or to_traceparent(
