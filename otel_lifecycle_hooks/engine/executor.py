@@ -209,10 +209,10 @@ class HookExecutor:
             log.exception("hook %s failed unexpectedly", hook.name)
             outcome, error_type, message = "failed", type(exc).__name__, str(exc)
         unresolved = sorted(getattr(variables, "unresolved", ()) or ())
-        if unresolved:
-            log.warning(
-                "hook %s: unresolved variables %s rendered empty", hook.name, ", ".join(unresolved)
-            )
+        if unresolved:  # at most once per hook and variable a minute, with a suppressed count
+            from .warning_limit import warn_unresolved
+
+            warn_unresolved(log, hook.name, unresolved)
         redactor = self.redactor(variables)
         message = redactor.redact_text(message)
         duration = self.clock.monotonic() - started
