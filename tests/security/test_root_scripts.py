@@ -94,9 +94,7 @@ def test_a_root_script_in_a_directory_anyone_can_write_is_refused(tmp_path: Path
     open_dir = safe_directory(tmp_path / "open", 0o777)
     script = planted(open_dir, "ours.sh", marker)
 
-    assert_refused(
-        fire([str(script)]), marker, str(open_dir), "writable by others and not sticky"
-    )
+    assert_refused(fire([str(script)]), marker, str(open_dir), "writable by others and not sticky")
 
 
 def test_a_directory_owned_by_another_user_is_refused_whatever_its_mode(tmp_path: Path) -> None:
