@@ -87,9 +87,10 @@ def unsafe_as_root(
     if os.geteuid() != 0 or _names_another_user(user):
         return None
     command = (argv,) if isinstance(argv, str) else tuple(argv)
+    checked: set[str] = set()
     try:
         for path in files_run(command, env):
-            _check_file(path)
+            _check_file(path, checked)
     except _Unsafe as refusal:
         return f"{refusal}: refusing to run it as root; {_REMEDY}"
     return None
@@ -131,20 +132,36 @@ def _resolve(program: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(program, path=env.get("PATH", os.defpath))
 
 
+# Interpreters already read from `#!` lines, by the file's identity: a script is spawned again
+# and again, and a changed or replaced file has another identity (size, mtime, ctime, inode).
+_shebangs: dict[tuple[str, int, int, int, int, int], list[str]] = {}
+_SHEBANGS_LIMIT = 256
+
+
 def _shebang_interpreter(path: str) -> list[str]:
     """The interpreter a `#!` line names (its first word), if `path` is a script."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return []
+    key = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _shebangs.get(key)
+    if known is not None:
+        return [found for found in known if os.path.exists(found)]
     try:
         with open(path, "rb") as handle:
             head = handle.read(256)
     except OSError:
         return []
-    if not head.startswith(b"#!"):
-        return []
-    words = head[2:].split(b"\n", 1)[0].split()
-    if not words:
-        return []
-    interpreter = os.fsdecode(words[0])
-    return [interpreter] if os.path.isabs(interpreter) and os.path.exists(interpreter) else []
+    interpreter: list[str] = []
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].split()
+        if words and os.path.isabs(os.fsdecode(words[0])):
+            interpreter = [os.fsdecode(words[0])]
+    if len(_shebangs) >= _SHEBANGS_LIMIT:
+        _shebangs.clear()
+    _shebangs[key] = interpreter
+    return [found for found in interpreter if os.path.exists(found)]
 
 
 def _interpreter_rules(name: str) -> Mapping[str, set[str]] | None:
@@ -197,27 +214,63 @@ def _wrapped_command(args: Sequence[str], valued: frozenset[str], positional: in
     return list(args[index + positional :])
 
 
-def _check_file(path: str) -> None:
-    """Raises `_Unsafe` when `path`, or a directory above it, is not root's alone."""
+def _check_file(path: str, checked: set[str]) -> None:
+    """Raises `_Unsafe` when `path`, or a directory above it, is not root's alone.
+    `checked`: directories found safe already in this check (the programs of one command
+    share most of theirs)."""
     try:
-        info = os.stat(path)
+        info = os.lstat(path)
+        through_symlink = stat.S_ISLNK(info.st_mode)
+        if through_symlink:
+            info = os.stat(path)
     except OSError:
         return  # missing or unreadable: starting it reports that
-    _check_owned_by_root(path, info, "")
-    checked: set[str] = set()
-    for resolved in (os.path.abspath(path), os.path.realpath(path)):
-        directory = os.path.dirname(resolved)
-        while directory not in checked:
-            checked.add(directory)
-            try:
-                info = os.stat(directory)
-            except OSError:
-                break
-            _check_directory(directory, info, of=path)
-            parent = os.path.dirname(directory)
-            if parent == directory:
-                break
-            directory = parent
+    if info.st_uid != 0 or info.st_mode & _GROUP_OR_OTHER_WRITE:
+        _check_owned_by_root(path, info, "")
+    absolute = path if path.startswith("/") else os.path.abspath(path)
+    through_symlink = _check_directories(absolute, path, checked) or through_symlink
+    if through_symlink:  # where the symlinks lead must be root's alone too
+        _check_directories(_real_path(path), path, checked)
+
+
+def _check_directories(resolved: str, of: str, checked: set[str]) -> bool:
+    """Checks each directory above `resolved` (lstat: a symlink's own mode means nothing,
+    its directory is checked next); whether one of them was a symlink."""
+    through_symlink = False
+    cut = resolved.rfind("/")
+    while cut >= 0:
+        directory = resolved[:cut] or "/"
+        if directory in checked:
+            break
+        try:
+            info = os.lstat(directory)
+        except OSError:
+            break
+        if stat.S_ISLNK(info.st_mode):
+            through_symlink = True
+        elif info.st_uid != 0 or info.st_mode & _GROUP_OR_OTHER_WRITE:
+            _check_directory(directory, info, of=of)
+        checked.add(directory)
+        cut = resolved.rfind("/", 0, cut) if cut else -1
+    return through_symlink
+
+
+_GROUP_OR_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _real_path(path: str) -> str:
+    """`path` with every symlink resolved: asked of the kernel (an O_PATH descriptor's name
+    in /proc), which is several times cheaper than resolving it component by component."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except (AttributeError, OSError):
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
 
 
 def _check_owned_by_root(path: str, info: os.stat_result, what: str) -> None:

@@ -80,12 +80,15 @@ def run_script(
     on_output: OutputCallback | None = None,
     user: str | None = None,
     kill_grace: float = DEFAULT_KILL_GRACE,
+    root_checked: bool = False,
 ) -> ScriptOutcome:
     """Run `command` once and classify how it ended. Never raises.
 
     The environment is `base_env` (default: this process's) overlaid with `command.env`.
     `user`: run as that account (needs root; HOME, USER and LOGNAME follow it). Without root,
-    only the current user can be named.
+    only the current user can be named. `root_checked`: the caller has just refused this
+    command if `unsafe_as_root` objects to it (the engine does, to record a refusal), so it
+    is not checked twice.
     """
     started = time.monotonic()
 
@@ -103,7 +106,7 @@ def run_script(
         return failed("permanent", exc.error_type, str(exc))
     env.update(command.env)
     program = command.argv[0]
-    refusal = unsafe_as_root(command.argv, env, user)
+    refusal = None if root_checked else unsafe_as_root(command.argv, env, user)
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
     try:

@@ -376,6 +376,7 @@ class HookExecutor:
             timeout,
             user=self.script_user,
             on_output=self.output_listener(hook, redactor),
+            root_checked=True,  # refused above
         )
         return outcome.result
 
@@ -403,6 +404,7 @@ class HookExecutor:
                 left,
                 user=self.script_user,
                 on_output=on_output,
+                root_checked=True,  # refused in _script_attempt
             ).result
 
         log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)
