@@ -4,8 +4,9 @@ harness's hook payloads through `hook --dialect claude` / `gemini`, and each scr
 protocol's own keys at each stage.
 
 The payload sequences in `data/` were captured from the real CLIs (Claude Code 2.1.332,
-Gemini CLI 0.61.0) running one prompt offline against a fake model API: a shell tool call,
-then a final answer. Only the temporary directory they ran in was renamed to /home/agent.
+Gemini CLI 0.61.0, each with a hook on every event it offers that this package reads) running
+one prompt offline against a fake model API: a shell tool call, then a final answer. Only the
+temporary directory they ran in was renamed to /home/agent.
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ def on_error(ctx):
     return {{"error": ctx.get("error")}}
 
 
-HANDLERS = {{"before_tool": before_tool, "after_tool": after_tool,
-            "before_stop": before_stop, "on_error": on_error}}
+def turn(ctx):
+    return {{}}
+
+
+HANDLERS = {{"before_turn": turn, "after_turn": turn, "before_tool": before_tool,
+            "after_tool": after_tool, "before_stop": before_stop, "on_error": on_error}}
 
 stage = sys.argv[1]
 ctx = json.loads(sys.stdin.read() or "{{}}")
@@ -176,8 +181,14 @@ def test_a_published_protocol_script_reads_its_keys_at_each_stage_of_a_real_sess
 
     seen = supervise(workspace, dialect)
 
-    # Registered through discover: only its stages, in the order the harness's events came.
-    assert stages_seen(seen, "published") == ["before_tool", "after_tool", "before_stop"]
+    # Registered through discover: only its stages, in the order the harness's events came
+    # (Gemini CLI reports each model call: a turn before the tool call, and one after it).
+    if dialect == "gemini":
+        expected = ["before_turn", "after_turn", "before_tool", "after_tool"]
+        expected += ["before_turn", "after_turn", "before_stop"]
+    else:
+        expected = ["before_tool", "after_tool", "before_stop"]
+    assert stages_seen(seen, "published") == expected
     [session_id] = {json.dumps(e["session"]) for e in seen}  # one session, at every stage
     session = json.loads(session_id)
     assert session["agent"] == "test-agent" and session["id"]
