@@ -5,12 +5,15 @@ stderr."""
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 
 import pytest
 
 from otel_lifecycle_hooks.engine import HookEngine, SessionInfo
 from otel_lifecycle_hooks.engine.warning_limit import WarningLimit, warn_unresolved
 from otel_lifecycle_hooks.spec.loader import load_template_text
+from tests.supervisor.supervised import Workspace
 
 log = logging.getLogger("test.warning_limit")
 
@@ -84,3 +87,27 @@ def test_a_flood_of_events_through_the_engine_writes_one_warning(
     warnings = [r.getMessage() for r in caplog.records if "NOT_DEFINED_ANYWHERE" in r.getMessage()]
     assert len(warnings) == 1
     assert warnings[0].startswith("hook flood-probe: unresolved variables ")
+
+
+def test_under_run_a_stream_of_tool_events_writes_the_warning_once_to_stderr(
+    tmp_path: Path,
+) -> None:
+    ws = Workspace(tmp_path)
+    try:
+        template = ws.template(
+            "  - name: tag-tool\n"
+            "    on: [tool-start]\n"
+            "    action:\n"
+            "      type: script\n"
+            f'      command: ["{sys.executable}", "-c", "pass", "${{DEPLOY_REGION}}"]\n'
+            "    blocking: true\n"
+        )
+        payloads = [{"hook_event_name": "PreToolUse", "tool_name": "Bash"}] * 60
+        run = ws.start(template, ws.agent_command(claude=payloads, exit=0))
+        assert run.wait(120) == 0, run.stderr
+        executions = ws.hook_log.read_text().count("hook=tag-tool event=tool-start")
+        stderr = run.stderr
+    finally:
+        ws.cleanup()
+    assert executions == 60
+    assert stderr.count("unresolved variables DEPLOY_REGION") == 1
