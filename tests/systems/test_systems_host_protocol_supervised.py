@@ -83,6 +83,8 @@ HANDLERS = {{"before_turn": turn, "after_turn": turn, "before_tool": before_tool
 stage = sys.argv[1]
 ctx = json.loads(sys.stdin.read() or "{{}}")
 if stage == "discover":
+    with open(SEEN + ".discover", "a") as asked:
+        asked.write(json.dumps(base(ctx)) + "\\n")
     print(json.dumps({{"name": "observer", "stages": list(HANDLERS)}}))
     sys.exit(0)
 handler = HANDLERS.get(stage)
@@ -241,6 +243,12 @@ def test_a_published_protocol_script_reads_its_keys_at_each_stage_of_a_real_sess
         rows = journal.recent("hook-script.published.py", limit=50)
     finally:
         journal.close()
+    # Discovery was asked once, at pre-start, before the agent ran, with the base payload.
+    assert [row.event for row in rows][-1] == "pre-start"
+    assert [row.event for row in rows].count("pre-start") == 1
+    [asked] = (workspace.root / "seen.jsonl.discover").read_text().splitlines()
+    assert json.loads(asked)["hook"] == "discover"
+    assert json.loads(asked)["session"] == session
     [stop_row] = [row for row in rows if row.event == "agent-end"]
     assert stop_row.outcome == "success" and note in stop_row.message
     assert {row.session_id for row in rows} == {session["id"]}
