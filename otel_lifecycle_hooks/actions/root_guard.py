@@ -127,8 +127,10 @@ def files_run(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
 
 
 def _resolve(program: str, env: Mapping[str, str]) -> str | None:
+    """Where exec finds `program`: a path as given (whether it exists is checked with the
+    rest), else the first match on `env`'s PATH (None: nowhere)."""
     if "/" in program:
-        return os.path.abspath(program) if os.path.exists(program) else None
+        return program if program.startswith("/") else os.path.abspath(program)
     return shutil.which(program, path=env.get("PATH", os.defpath))
 
 
