@@ -84,12 +84,6 @@ def stages_for(event: str) -> tuple[str, ...]:
     return EVENT_STAGES.get(event, ())
 
 
-def stage_for(event: str) -> str | None:
-    """The published stage `event` fires, if any."""
-    stages = EVENT_STAGES.get(event)
-    return stages[0] if stages else None
-
-
 def host_descriptor() -> dict[str, Any]:
     """`host` of every payload: who this host is and the stages it fires."""
     return {
