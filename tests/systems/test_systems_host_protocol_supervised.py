@@ -1,12 +1,11 @@
 """Scripts written to the published host-agnostic protocol (seed 003) run unchanged under a
 real supervised session: `otel-lifecycle-hooks run` supervises an agent that feeds a real
-harness's hook payloads through `hook --dialect claude` / `gemini`, and each script reads the
-protocol's own keys at each stage.
+harness's hook payloads through `hook --dialect claude` / `gemini` / `codex`, and each script
+reads the protocol's own keys at each stage.
 
-The payload sequences in `data/` were captured from the real CLIs (Claude Code 2.1.332,
-Gemini CLI 0.61.0, each with a hook on every event it offers that this package reads) running
-one prompt offline against a fake model API: a shell tool call, then a final answer. Only the
-temporary directory they ran in was renamed to /home/agent.
+The payload sequences in `data/` are what the real CLIs (Claude Code 2.1.332, Gemini CLI
+0.61.0, Codex 0.171.0) sent their hooks, in order, for one prompt run offline against a fake
+model API: a shell tool call (`echo tool-ran`), then a final answer.
 """
 
 from __future__ import annotations
@@ -19,14 +18,16 @@ from typing import Any
 
 import pytest
 
+from otel_lifecycle_hooks.harness.dialects import get_dialect
 from otel_lifecycle_hooks.journal import Journal
-from otel_lifecycle_hooks.systems.host_protocol import STAGES
+from otel_lifecycle_hooks.systems.host_protocol import EVENT_STAGES, STAGES
 from tests.supervisor.supervised import Workspace
 
 DATA = Path(__file__).parent / "data"
 SEQUENCES = {
-    "claude": DATA / "claude-code-2.1.332.jsonl",
-    "gemini": DATA / "gemini-cli-0.61.0.jsonl",
+    "claude": DATA / "claude-tool-turn.jsonl",
+    "gemini": DATA / "gemini-tool-turn.jsonl",
+    "codex": DATA / "codex-tool-turn.jsonl",
 }
 
 # The agent: each payload of the sequence goes to the supervisor through `hook`, as the
@@ -170,26 +171,26 @@ def test_a_published_protocol_script_reads_its_keys_at_each_stage_of_a_real_sess
     workspace: Workspace, dialect: str
 ) -> None:
     payloads = read_sequence(dialect)
-    tool_start = payloads[
-        [p["hook_event_name"] for p in payloads].index(
-            "PreToolUse" if dialect == "claude" else "BeforeTool"
-        )
-    ]
-    tool_end = payloads[
-        [p["hook_event_name"] for p in payloads].index(
-            "PostToolUse" if dialect == "claude" else "AfterTool"
-        )
-    ]
+    tool_start = next(
+        p for p in payloads if p.get("hook_event_name") in ("PreToolUse", "BeforeTool")
+    )
+    tool_end = next(p for p in payloads if p.get("hook_event_name") in ("PostToolUse", "AfterTool"))
 
     seen = supervise(workspace, dialect)
 
-    # Registered through discover: only its stages, in the order the harness's events came
-    # (Gemini CLI reports each model call: a turn before the tool call, and one after it).
-    if dialect == "gemini":
-        expected = ["before_turn", "after_turn", "before_tool", "after_tool"]
-        expected += ["before_turn", "after_turn", "before_stop"]
-    else:
-        expected = ["before_tool", "after_tool", "before_stop"]
+    # Registered through discover: only its stages, in the order the harness's events came:
+    # the stages its events fire (docs/hook-systems.md), a tool call and the end of the turn
+    # among them in every dialect.
+    expected = [
+        stage
+        for payload in payloads
+        for event in get_dialect(dialect).translate(payload, [])
+        for stage in EVENT_STAGES.get(event.event, ())
+        if stage in ("before_turn", "after_turn", "before_tool", "after_tool", "before_stop")
+    ]
+    assert [s for s in expected if "turn" not in s] == ["before_tool", "after_tool", "before_stop"]
+    if dialect == "gemini":  # it reports each model call: one before the tool call, one after
+        assert expected.count("before_turn") == expected.count("after_turn") == 2
     assert stages_seen(seen, "published") == expected
     [session_id] = {json.dumps(e["session"]) for e in seen}  # one session, at every stage
     session = json.loads(session_id)
@@ -210,14 +211,17 @@ def test_a_published_protocol_script_reads_its_keys_at_each_stage_of_a_real_sess
     assert after["tool"] == tool_end["tool_name"]
     assert after["callID"] == tool_end.get("tool_use_id")
     response = tool_end["tool_response"]
-    if dialect == "claude":
-        assert json.loads(after["output"]) == response
+    if dialect == "gemini":
+        assert after["output"] == response["llmContent"]  # what the model is given back
+    elif isinstance(response, str):
+        assert after["output"] == response  # Codex: the command's output
     else:
-        assert after["output"] == response["llmContent"]
+        assert json.loads(after["output"]) == response  # Claude Code: {"stdout": ...}
+    assert "tool-ran" in after["output"]
     final_answer = next(
         p.get("last_assistant_message") or p.get("prompt_response")
         for p in payloads
-        if p["hook_event_name"] in ("Stop", "AfterAgent")
+        if p.get("hook_event_name") in ("Stop", "AfterAgent")
     )
     stop = only(seen, "published", "before_stop")
     assert (stop["answer"], stop["exit_reason"], stop["final"]) == (final_answer, "stop", True)
