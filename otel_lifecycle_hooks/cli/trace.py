@@ -61,7 +61,10 @@ def add_parser(subparsers: Any) -> None:
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
-        "--last", type=_positive, metavar="N", help="the newest N sessions (default 1)"
+        "--last",
+        type=_positive,
+        metavar="N",
+        help="the newest N sessions (default: 1; with --json, every one)",
     )
     which.add_argument("--all", action="store_true", help="every session of the file")
     parser.add_argument("--json", action="store_true", help="print the spans as JSON")
@@ -94,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
             print(_no_such_trace(args.trace_id, path, spans), file=sys.stderr)
             return EXIT_NOTHING
         spans = matching
-    elif not args.all:
+    elif args.last or not (args.all or args.json):
+        # The waterfall shows the newest session unless told otherwise; --json gives the
+        # whole file to a program unless --last says how much.
         spans = newest_traces(spans, args.last or 1)
     if args.json:
         json.dump({"file": str(path), "spans": spans}, sys.stdout, indent=2, ensure_ascii=False)

@@ -271,3 +271,12 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(trace_file: Path) -> 
     assert wants_colour(Terminal(), {}) is True
     assert wants_colour(Terminal(), {"NO_COLOR": "1"}) is False
     assert wants_colour(io.StringIO(), {}) is False
+
+
+def test_json_gives_every_session_unless_last_narrows_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["first", "second"])
+    every = json.loads(_run_cli(str(path), "--json").stdout)["spans"]
+    assert {span["name"] for span in every} >= {"invoke_agent first", "invoke_agent second"}
+    newest = json.loads(_run_cli(str(path), "--json", "--last", "1").stdout)["spans"]
+    assert "invoke_agent first" not in {span["name"] for span in newest}
