@@ -5,11 +5,14 @@ A name is looked up in these layers, first match wins:
 1. event context   PHASE, ACTIVITY, TOOL_NAME, EXIT_CODE, ASSISTANT_TEXT, EVENT, TIMESTAMP, ...
 2. agent metadata  AGENT_NAME, AGENT_ID, TEMPLATE_NAME, GROVE_NAME, IMAGE, HOOK_NAME, ...
 3. captured        HOOK_<NAME>_RESPONSE and HOOK_<NAME>_STATUS of hooks that already ran
-4. template env    the `env:` block; its values may reference other variables
+4. template env    the `env:` block; its values may reference other variables. These are
+                   defaults: a name the process environment also sets takes the
+                   environment's value, unless the entry references itself (`${PATH}:/x`)
 5. environment     the process environment, passed in (never read implicitly)
 
 Syntax: `${NAME}`, NAME being `[A-Za-z_][A-Za-z0-9_]*`, optionally followed by a dotted path
-into a JSON value (`${HOOK_REGISTER_RESPONSE.service.id}`, `${HOOK_LIST_RESPONSE.items.0.id}`).
+into a JSON value (`${HOOK_REGISTER_RESPONSE.service.id}`, `${HOOK_LIST_RESPONSE.items.0.id}`),
+and by `:-default` (`${REGION:-us-east1}`): the literal default when the name is unset or empty.
 `$${` is a literal `${`; any other `$` is just a character. Text that looks like `${...}` but
 is not a valid reference stays as written (the loader reports it).
 
@@ -76,7 +79,8 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 _REFERENCE = re.compile(
     r"\$\$\{"  # the escape: a literal "${"
-    r"|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<path>(?:\.[A-Za-z0-9_-]+)*)\}"
+    r"|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<path>(?:\.[A-Za-z0-9_-]+)*)"
+    r"(?::-(?P<default>[^}]*))?\}"  # `${NAME:-default}`, as in shells and Compose
 )
 
 
@@ -86,6 +90,7 @@ class Reference(NamedTuple):
     name: str
     path: tuple[str, ...]
     offset: int  # where the `$` stands in the template string
+    default: str | None = None  # `${NAME:-default}`: used when NAME is unset or empty
 
     @property
     def text(self) -> str:
@@ -124,7 +129,7 @@ def parse_template(text: str) -> tuple[Piece, ...]:
                 pieces.append(joined)
             literal = []
         path = tuple(match.group("path").split(".")[1:])
-        pieces.append(Reference(match.group("name"), path, match.start()))
+        pieces.append(Reference(match.group("name"), path, match.start(), match.group("default")))
     literal.append(text[position:])
     joined = "".join(literal)
     if joined:
@@ -215,13 +220,19 @@ class Variables:
         return resolved
 
     def resolve_reference(self, reference: Reference) -> Resolved | None:
-        """Resolve a parsed `${...}`, recording it when unresolved."""
-        return self.resolve(reference.text)
+        """Resolve a parsed `${...}`, recording it when unresolved (and it has no default)."""
+        if reference.default is None:
+            return self.resolve(reference.text)
+        resolved = self.resolve(reference.text, record=False)
+        if resolved is None or resolved.value == "":
+            # The default is the template author's text: trusted, as `env:` is.
+            return Resolved(reference.default, "default", True)
+        return resolved
 
     def substitute(self, text: str) -> str:
         """Plain substitution: every reference replaced by its value, unresolved ones by ''."""
         return "".join(
-            piece if isinstance(piece, str) else (self.get(piece.text) or "")
+            piece if isinstance(piece, str) else _text_of(self.resolve_reference(piece))
             for piece in parse_template(text)
         )
 
@@ -242,6 +253,10 @@ class Variables:
             if value is None:
                 continue
             if layer == "env":
+                if name in self._layers[-1][1] and name not in referenced_names(str(value)):
+                    # The environment the operator set beats the template's default, as
+                    # OTEL_* does; an entry that extends it (`PATH: "${PATH}:/x"`) still applies.
+                    continue
                 return self._expand_env(name, value, expanding, record)
             return Resolved(str(value), layer, layer in _TRUSTED_LAYERS)
         return None
@@ -259,6 +274,8 @@ class Variables:
             inner = self._resolve_name(piece.name, (*expanding, name), record)
             if inner is not None and piece.path:
                 inner = _follow_json_path(inner, piece.path)
+            if piece.default is not None and (inner is None or inner.value == ""):
+                inner = Resolved(piece.default, "default", True)
             if inner is None:
                 if record:
                     self.unresolved.add(piece.text)
@@ -266,6 +283,10 @@ class Variables:
             parts.append(inner.value)
             trusted = trusted and inner.trusted
         return Resolved("".join(parts), "env", trusted)
+
+
+def _text_of(resolved: Resolved | None) -> str:
+    return "" if resolved is None else resolved.value
 
 
 def _follow_json_path(resolved: Resolved, path: tuple[str, ...]) -> Resolved | None:

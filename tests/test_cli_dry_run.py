@@ -106,7 +106,8 @@ def test_pre_stop_deregisters_and_runs_the_cleanup_script_in_order() -> None:
         event="pre-stop",
         sets=("GCP_SERVICE_ACCOUNT=hooks@my-project.iam.gserviceaccount.com",),
     )
-    assert code == 0
+    # The seed's cleanup script lives in the agent's image, not here: rendered, and an error.
+    assert code == 1
     assert [h["hook"] for h in hooks] == ["deregister-agent", "cleanup-credentials"]
     deregister, cleanup = hooks
     assert deregister["request"]["method"] == "DELETE"
@@ -119,6 +120,8 @@ def test_pre_stop_deregisters_and_runs_the_cleanup_script_in_order() -> None:
         "env": {"SERVICE_ACCOUNT": "hooks@my-project.iam.gserviceaccount.com"},
     }
     assert cleanup["blocking"] is True and cleanup["timeout"] == 30.0
+    assert cleanup["status"] == "error"
+    assert cleanup["reason"] == "the script /usr/local/bin/revoke-sa-keys.sh does not exist"
 
 
 def test_session_end_posts_to_slack_without_showing_the_webhook_secret() -> None:
@@ -191,7 +194,7 @@ lifecycle_hooks:
     on: [task-completed]
     action:
       type: script
-      command: ["notify", "--key", "${PARTNER_SECRET}"]
+      command: ["sh", "--key", "${PARTNER_SECRET}"]
       env:
         PARTNER: "${PARTNER_SECRET}"
 """
@@ -223,7 +226,7 @@ def test_secret_headers_and_values_are_redacted_in_place(tmp_path: Path) -> None
     assert http["request"]["url"] == "https://monitoring.example.com/api/events?sig=[REDACTED]"
     assert http["request"]["body"] == {"summary": "Example task summary", "proof": "[REDACTED]"}
     assert script["command"] == {
-        "argv": ["notify", "--key", "[REDACTED]"],
+        "argv": ["sh", "--key", "[REDACTED]"],
         "env": {"PARTNER": "[REDACTED]"},
     }
 
@@ -250,7 +253,7 @@ lifecycle_hooks:
 
 def test_unresolved_variables_are_warned_about_once_each(tmp_path: Path) -> None:
     code, _, err = _run(HOOK_DEFINITION, event="pre-stop", environ={})
-    assert code == 0
+    assert code == 1  # the seed's cleanup script is not on this machine
     assert "warning: ${GCP_PROJECT} is not set (used by deregister-agent)" in err
     assert "warning: ${GCP_SERVICE_ACCOUNT} is not set (used by cleanup-credentials)" in err
     assert err.count("${GCP_PROJECT}") == 1
@@ -385,7 +388,8 @@ def test_the_console_command_runs_end_to_end(tmp_path: Path) -> None:
         check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
-    assert completed.returncode == 0, completed.stderr
+    # 1: the seed's cleanup script is not on this machine (the preview is still printed).
+    assert completed.returncode == 1, completed.stderr
     hooks = json.loads(completed.stdout)
     assert (
         hooks[0]["request"]["url"] == f"{REGISTRY}/projects/p1/locations/r1/services/example-agent"

@@ -15,7 +15,7 @@ TOKENS = [
     "--template", "-t", "--grace-period", "--agent-name", "--agent-id", "--agent-slug",
     "--user", "--journal", "--hook-log", "--", "-h", "--help", "--temp", "--template=a.yaml",
     "-t=b.yaml", "--grace-period=3s", "--user=", "--unknown", "-x", "a.yaml", "10s", "true",
-    "sh", "-c", "echo hi", "", "-1",
+    "sh", "-c", "echo hi", "", "-1", "-v", "-q", "--verbose", "--quiet",
 ]  # fmt: skip
 
 

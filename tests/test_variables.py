@@ -18,7 +18,9 @@ from otel_lifecycle_hooks.variables import (
     secret_names_for,
 )
 
-LAYERS = ("event", "metadata", "captured", "template_env", "environ")
+# Highest priority first: the environment the operator sets beats the template's `env:`
+# defaults, as it does for OTEL_* settings.
+LAYERS = ("event", "metadata", "captured", "environ", "template_env")
 
 
 def _layered(name: str, present_in: tuple[str, ...]) -> Variables:
@@ -30,6 +32,40 @@ def _layered(name: str, present_in: tuple[str, ...]) -> Variables:
 def test_a_layer_beats_every_layer_below_it(winner: int) -> None:
     variables = _layered("X", LAYERS[winner:])
     assert variables.get("X") == LAYERS[winner]
+
+
+def test_the_environment_beats_a_template_env_default_and_says_so() -> None:
+    variables = Variables(
+        template_env={"BASE": "https://default"}, environ={"BASE": "https://mine"}
+    )
+    resolved = variables.resolve("BASE")
+    assert resolved is not None and (resolved.value, resolved.layer) == ("https://mine", "environ")
+    assert Variables(template_env={"BASE": "https://default"}).resolve("BASE") == (
+        "https://default",
+        "env",
+        True,
+    )
+
+
+def test_a_template_env_entry_that_extends_the_environment_still_applies() -> None:
+    variables = Variables(template_env={"PATH": "${PATH}:/opt/hooks"}, environ={"PATH": "/bin"})
+    assert variables.get("PATH") == "/bin:/opt/hooks"
+
+
+def test_a_shell_style_default_fills_an_unset_or_empty_variable() -> None:
+    variables = Variables(environ={"SET": "value", "EMPTY": ""})
+    assert variables.substitute("${SET:-d}|${EMPTY:-d}|${UNSET:-us-east1}|${UNSET:-}") == (
+        "value|d|us-east1|"
+    )
+    assert variables.unresolved == set()  # a default is not a missing value
+    (reference,) = [p for p in parse_template("${REGION:-us-east1}") if isinstance(p, Reference)]
+    assert (reference.name, reference.default) == ("REGION", "us-east1")
+    assert variables.resolve_reference(reference) == ("us-east1", "default", True)
+
+
+def test_a_default_inside_template_env_applies_too() -> None:
+    variables = Variables(template_env={"URL": "${HOST:-localhost}:8080"})
+    assert variables.get("URL") == "localhost:8080"
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -245,3 +281,10 @@ def test_timestamps_are_rfc3339_in_utc() -> None:
     moment = datetime(2026, 5, 1, 14, 0, 5, tzinfo=timezone(timedelta(hours=2)))
     assert format_timestamp(moment) == "2026-05-01T12:00:05Z"
     assert format_timestamp(moment.replace(microsecond=250000)) == "2026-05-01T12:00:05.250Z"
+
+
+def test_a_default_renders_in_a_json_body_like_any_value() -> None:
+    from otel_lifecycle_hooks.render import render_body
+
+    body = render_body('{"region": "${REGION:-us-east1}", "n": ${COUNT:-3}}', Variables())
+    assert json.loads(body) == {"region": "us-east1", "n": 3}

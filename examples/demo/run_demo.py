@@ -2,7 +2,9 @@
 
 Starts a receiver on 127.0.0.1, runs `otel-lifecycle-hooks run` on a stand-in agent that
 reports Claude Code events, stops it with SIGTERM as a container runtime would, then shows
-what the receiver got, the hook log, the journal and the session's trace.
+what the receiver got, the hook log, the journal and the session's trace. One hook fails on
+purpose (the receiver answers 503 to /status-page), to show how `run` reports a failure.
+Everything the demo writes lives in a temporary folder that is removed at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 received: list[tuple[str, str, str]] = []
@@ -28,7 +31,7 @@ class Receiver(BaseHTTPRequestHandler):
         body = self.rfile.read(length).decode() if length else ""
         received.append((self.command, self.path, body))
         payload = json.dumps({"name": "services/demo-agent"}).encode()
-        self.send_response(200)
+        self.send_response(503 if self.path == "/status-page" else 200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -40,14 +43,27 @@ class Receiver(BaseHTTPRequestHandler):
         pass
 
 
+def _echo(stream: Any, indent: str) -> list[str]:
+    """Print `run`'s report lines as they come (the supervisor's stderr), and keep them."""
+    lines = []
+    for line in stream:
+        lines.append(line.rstrip())
+        print(f"{indent}{line.rstrip()}", flush=True)
+    return lines
+
+
 def cli(*args: str, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-m", "otel_lifecycle_hooks", *args], env=env, check=False)
 
 
 def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-demo-") as folder:
+        return demo(Path(folder))
+
+
+def demo(state: Path) -> int:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    state = Path(tempfile.mkdtemp(prefix="otel-lifecycle-hooks-demo-"))
     env = dict(os.environ)
     env.update(
         DEMO_RECEIVER=f"http://127.0.0.1:{server.server_port}",
@@ -59,13 +75,18 @@ def main() -> int:
     for key in [k for k in env if k.startswith("OTEL_EXPORTER_") or k in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")]:
         del env[key]  # the demo shows the embedded default: a local trace file
     template = str(HERE / "scion-agent.yaml")
-    print(f"== demo state in {state}")
+    print(f"== demo state in {state} (removed when the demo ends)")
     print("== otel-lifecycle-hooks run --template examples/demo/scion-agent.yaml -- python agent.py")
+    print("   (its report of failing hooks, and the summary at the end, go to stderr)")
     supervisor = subprocess.Popen(
         [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", template,
          "--agent-name", "demo-agent", "--grace-period", "5s", "--", sys.executable, str(HERE / "agent.py")],
-        env=env, stdout=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    assert supervisor.stderr is not None
+    report: list[str] = []
+    reader = threading.Thread(target=lambda: report.extend(_echo(supervisor.stderr, "   ")), daemon=True)
+    reader.start()
     assert supervisor.stdout is not None
     for line in supervisor.stdout:
         print(f"   {line.rstrip()}")
@@ -80,6 +101,7 @@ def main() -> int:
         supervisor.kill()
         print("demo: the supervisor did not stop in time", file=sys.stderr)
         return 1
+    reader.join(timeout=10)
     server.shutdown()
     print(f"== supervisor exited with {code} (the agent's own exit code: it was stopped by SIGTERM)")
     print(f"== the receiver got {len(received)} requests:")
@@ -91,6 +113,14 @@ def main() -> int:
     cli("list", template, "--journal", str(state / "journal.sqlite3"), env=env)
     print("== otel-lifecycle-hooks trace (the session's spans from the local trace file)")
     cli("trace", "--width", "110", env=env)
+    print("== otel-lifecycle-hooks history --failed (what `replay` can resend)")
+    cli("history", "--failed", "--journal", str(state / "journal.sqlite3"), env=env)
+    if not any("hook post-status-page (task-completed) failed" in line for line in report):
+        print("demo: run did not report the failing hook", file=sys.stderr)
+        return 1
+    if not any("1 failed: post-status-page 503" in line for line in report):
+        print("demo: run's summary does not name the failing hook", file=sys.stderr)
+        return 1
     expected = {("POST", "/registry/services"), ("DELETE", "/registry/services/demo-agent")}
     missing = expected - {(m, p) for m, p, _ in received}
     if missing:

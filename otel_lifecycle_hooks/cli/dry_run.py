@@ -216,6 +216,7 @@ class DryRunContext:
     template_env: dict[str, str]
     environ: Mapping[str, str]
     secret_names: frozenset[str]
+    set_names: frozenset[str] = frozenset()  # given with --set
 
     @classmethod
     def build(
@@ -232,7 +233,9 @@ class DryRunContext:
         metadata = {**EXAMPLE_METADATA, **template.metadata}
         captured: dict[str, str] = {}
         template_env = dict(template.env)
-        # Each --set goes to the layer its name belongs to, so it is rendered as a real one would.
+        environ = dict(environ)
+        # Each --set goes to the layer its name belongs to, so it is rendered as a real one would;
+        # any other name is set as the environment would set it, which beats `env:` defaults.
         for name, value in overrides.items():
             if name in EVENT_VARIABLES:
                 event_context[name] = value
@@ -241,7 +244,8 @@ class DryRunContext:
             elif _CAPTURED_NAME.match(name):
                 captured[name] = value
             else:
-                template_env[name] = value.replace("${", "$${")  # a literal, not a reference
+                environ[name] = value
+                template_env.pop(name, None)  # --set overrides every other source
         return cls(
             template=template,
             event=event,
@@ -251,7 +255,24 @@ class DryRunContext:
             template_env=template_env,
             environ=environ,
             secret_names=secret_names_for(template),
+            set_names=frozenset(overrides),
         )
+
+    def source_of(self, name: str, layer: str | None) -> str:
+        """Where a variable's value came from, in words, for `test`'s output."""
+        if name in self.set_names:
+            return "--set"
+        if layer == "metadata" and name in self.template.metadata:
+            return "the template"
+        return {
+            "event": "example event context",
+            "metadata": "example metadata" if name != "HOOK_NAME" else "the hook",
+            "captured": "captured response",
+            "env": "the template's env:",
+            "environ": "the environment",
+            "default": "its :- default",
+            None: "unset",
+        }.get(layer, str(layer))
 
     def variables_for(self, hook: HookSpec) -> Variables:
         metadata = {"HOOK_NAME": hook.name, **self.metadata}
@@ -285,6 +306,7 @@ class HookPreview:
     auth_note: str | None = None
     unresolved: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # variable -> where its value came from
 
     def as_json(self) -> dict[str, Any]:
         hook = self.hook
@@ -314,6 +336,7 @@ class HookPreview:
             entry["auth"] = {"type": hook.action.auth.type, "note": self.auth_note}
         entry["unresolved"] = self.unresolved
         entry["warnings"] = self.warnings
+        entry["sources"] = self.sources
         return entry
 
 
@@ -333,6 +356,7 @@ def preview_hook(hook: HookSpec, context: DryRunContext) -> HookPreview:
         target = action.module or action.path or "?"
         preview.reason = f"calls {target}" + (f":{action.executor}" if action.executor else "")
         return preview
+    preview.sources = _sources(hook, variables, context)
     try:
         rendered = render_action(hook.action, variables)
         headers = dict(rendered.headers) if isinstance(rendered, RenderedRequest) else {}
@@ -358,8 +382,38 @@ def preview_hook(hook: HookSpec, context: DryRunContext) -> HookPreview:
         assert isinstance(rendered, RenderedCommand)
         preview.argv = [redactor.redact_text(arg) for arg in rendered.argv]
         preview.env = redactor.redact_mapping(dict(rendered.env))
+        script_problem = _script_problem(hook)
+        if script_problem is not None:  # `validate` warns; testing the event is an error
+            preview.status = "error"
+            preview.reason = script_problem
     preview.unresolved = sorted(variables.unresolved)
     return preview
+
+
+def _sources(hook: HookSpec, variables: Variables, context: DryRunContext) -> dict[str, str]:
+    """Every variable the action references, and where its value would come from."""
+    from ..variables import Reference, parse_template
+
+    action = hook.action
+    texts = [action.url or "", action.body or "", *action.headers.values()]
+    texts += [*action.command, *action.env.values()]
+    sources: dict[str, str] = {}
+    for text in texts:
+        for piece in parse_template(text):
+            if isinstance(piece, Reference) and piece.text not in sources:
+                resolved = variables.resolve_reference(piece)
+                layer = resolved.layer if resolved is not None else None
+                sources[piece.text] = context.source_of(piece.name, layer)
+    variables.unresolved.clear()  # rendering below records what is missing, once
+    return sources
+
+
+def _script_problem(hook: HookSpec) -> str | None:
+    if hook.action.type != "script":
+        return None
+    from ..spec.checks import script_problem
+
+    return script_problem(hook.action.command)
 
 
 def _secret_header_names(auth: AuthSpec) -> set[str]:
@@ -454,9 +508,15 @@ def _print_previews(previews: Sequence[HookPreview], event: str, out: TextIO) ->
         if hook.debounce:
             traits.append(f"debounce {hook.debounce:g}s")
         out.write(f"hook {hook.name}  ({', '.join(traits)})\n")
+        if preview.sources:
+            shown = ", ".join(
+                f"{name} unset" if source == "unset" else f"{name} from {source}"
+                for name, source in preview.sources.items()
+            )
+            out.write(f"  variables: {shown}\n")
         if preview.status == "skipped":
             out.write(f"  skipped: {preview.reason}\n")
-        elif preview.status == "error":
+        elif preview.status == "error" and preview.argv is None:
             out.write(f"  error: {preview.reason}\n")
         elif hook.action.type == "python":
             out.write(f"  in-process executor: {preview.reason}\n")
@@ -464,6 +524,8 @@ def _print_previews(previews: Sequence[HookPreview], event: str, out: TextIO) ->
             out.write(f"  argv: {json.dumps(preview.argv, ensure_ascii=False)}\n")
             out.writelines(f"  env {name}={value}\n" for name, value in preview.env.items())
             out.write("  stdin: the event as one JSON object; env TRACEPARENT set at run time\n")
+            if preview.status == "error":
+                out.write(f"  error: {preview.reason}\n")
         else:
             out.write(f"  {preview.method} {preview.url}\n")
             out.writelines(f"  {name}: {value}\n" for name, value in preview.headers.items())

@@ -3,7 +3,8 @@ executions, newest first.
 
 Each line is one execution: its journal id (what `replay` takes), when it started, the hook
 and event, how it ended, its attempts and duration, the HTTP status or exit code, the error
-type, and for a replay the id of the row it re-sent. Exit 0; 1 when the journal cannot be read.
+type, and for a replay the id of the row it re-sent. Exit 0; 1 when there is no journal or it
+cannot be read.
 """
 
 from __future__ import annotations
@@ -77,11 +78,15 @@ def journal_path(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Print the executions; exit 1 when the journal exists but cannot be read."""
     from ..journal import Journal
+    from .console import EXIT_NOTHING, wants_colour
 
     path = journal_path(args)
     if not path.is_file():  # reading must not create a journal
-        print("[]" if args.json else f"no executions: there is no journal at {path}")
-        return 0
+        if args.json:
+            print("[]")
+        # Nothing to show is exit 1, as for `trace` and `replay`.
+        print(f"no executions: there is no journal at {path}", file=sys.stderr)
+        return EXIT_NOTHING
     journal = Journal(path)
     try:
         rows = select_rows(journal, args.hook, args.failed, args.limit)
@@ -93,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([row._asdict() for row in rows], indent=2))
     else:
-        print(table(rows))
+        print(table(rows, colour=wants_colour(sys.stdout)))
     return 0
 
 
@@ -107,14 +112,28 @@ def select_rows(
     return list(reversed(failed))[:limit]
 
 
-def table(rows: list[ExecutionRow]) -> str:
-    """The rows as aligned text columns."""
+def table(rows: list[ExecutionRow], colour: bool = False) -> str:
+    """The rows as aligned text columns; control characters escaped (a hook's message or error
+    may quote what an endpoint or the agent wrote), outcomes coloured when `colour`."""
+    from .console import OUTCOME_COLOURS, escape_control, paint
+
     if not rows:
         return "no executions recorded"
-    cells = [_COLUMNS] + [_cells(row) for row in rows]
+    cells = [_COLUMNS] + [tuple(escape_control(cell) for cell in _cells(row)) for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS))]
+    outcome = _COLUMNS.index("OUTCOME")
+
+    def shown(index: int, cell: str, width: int, header: bool) -> str:
+        text = cell.ljust(width)
+        if colour and index == outcome and not header and cell in OUTCOME_COLOURS:
+            return paint(cell, OUTCOME_COLOURS[cell], True) + text[len(cell) :]
+        return text
+
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells
+        "  ".join(
+            shown(i, cell, width, n == 0) for i, (cell, width) in enumerate(zip(line, widths))
+        ).rstrip()
+        for n, line in enumerate(cells)
     )
 
 

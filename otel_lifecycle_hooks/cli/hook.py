@@ -62,8 +62,11 @@ def main(
         log(str(exc), env)
     # A hook must never fail its harness, whatever went wrong.
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001
-        # Only the type: an exception's text may quote the payload.
-        log(f"hook failed: {type(exc).__name__}", env)
+        if type(exc).__name__ == "TemplateError":  # file:line: what is wrong; never a value
+            log(f"hook: template not loaded: {exc}".replace("\n", "; "), env)
+        else:
+            # Only the type: an exception's text may quote the payload.
+            log(f"hook failed: {type(exc).__name__}", env)
     return 0
 
 

@@ -79,8 +79,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_table(template))
         if recent is not None:
+            from .console import wants_colour
+
             print()
-            print(_recent_text(recent))
+            print(_recent_text(recent, colour=wants_colour(sys.stdout)))
     return 0
 
 
@@ -203,14 +205,22 @@ def _recent_executions(path: str, names: Sequence[str]) -> dict[str, list[Any]] 
         return None
 
 
-def _recent_text(recent: Mapping[str, list[Any]]) -> str:
+def _recent_text(recent: Mapping[str, list[Any]], colour: bool = False) -> str:
+    from .console import OUTCOME_COLOURS, escape_control, paint
+
     lines = ["RECENT EXECUTIONS"]
     for name, records in recent.items():
         lines.append(f"{name}:")
         if not records:
             lines.append("  (none)")
         for record in records:
-            lines.append("  " + _record_line(record))
+            line = escape_control(_record_line(record))  # an error type may quote an endpoint
+            outcome = str(_record_dict(record).get("outcome") or "")
+            if colour and outcome in OUTCOME_COLOURS:
+                line = line.replace(
+                    f"  {outcome}  ", f"  {paint(outcome, OUTCOME_COLOURS[outcome], True)}  ", 1
+                )
+            lines.append("  " + line)
     return "\n".join(lines)
 
 

@@ -48,9 +48,14 @@ def _run_parsed(args: list[str]) -> int:
     import argparse
     import importlib
 
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="otel-lifecycle-hooks",
         description="Lifecycle hooks for AI agents, visible as OpenTelemetry traces and metrics.",
+    )
+    parser.add_argument(
+        "--version", "-V", action="version", version=f"otel-lifecycle-hooks {__version__}"
     )
     subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     modules = {}

@@ -45,7 +45,9 @@ def add_parser(subparsers: Any) -> None:
         help="shared by pre-stop hooks and the agent's shutdown (default 10s)",
     )
     parser.add_argument(
-        "--agent-name", help="agent name (default: $SCION_AGENT_NAME, else the command's name)"
+        "--agent-name",
+        help="agent name (default: $SCION_AGENT_NAME, else the template's name or harness, "
+        'else "agent")',
     )
     parser.add_argument(
         "--agent-id", help="stable agent id (default: $SCION_AGENT_ID, else derived from the slug)"
@@ -60,6 +62,13 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--hook-log", help="hook log file (default: $OTEL_LIFECYCLE_HOOKS_LOG or $HOME/agent.log)"
+    )
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "--verbose", "-v", action="store_true", help="a line for every hook execution"
+    )
+    loudness.add_argument(
+        "--quiet", "-q", action="store_true", help="no lines about hooks, and no summary"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     parser.set_defaults(func=run)
@@ -76,6 +85,13 @@ _VALUE_OPTIONS: dict[str, str] = {
     "--user": "user",
     "--journal": "journal",
     "--hook-log": "hook_log",
+}
+# Options of `run` that take no value.
+_FLAG_OPTIONS: dict[str, str] = {
+    "--verbose": "verbose",
+    "-v": "verbose",
+    "--quiet": "quiet",
+    "-q": "quiet",
 }
 
 
@@ -94,9 +110,16 @@ def quick_parse(args: list[str]) -> SimpleNamespace | None:
         "user": None,
         "journal": None,
         "hook_log": None,
+        "verbose": False,
+        "quiet": False,
     }
     index = 0
     while index < len(args) and args[index].startswith("-") and args[index] != "--":
+        flag = _FLAG_OPTIONS.get(args[index])
+        if flag is not None:
+            values[flag] = True
+            index += 1
+            continue
         name, equals, value = args[index].partition("=")
         dest = _VALUE_OPTIONS.get(name)
         if dest is None or (equals and not name.startswith("--")):
@@ -111,6 +134,8 @@ def quick_parse(args: list[str]) -> SimpleNamespace | None:
         else:
             values[dest] = value
         index += 1
+    if values["verbose"] and values["quiet"]:
+        return None  # argparse says they exclude each other
     return SimpleNamespace(**values, command=args[index:], subcommand="run", func=run)
 
 
@@ -143,7 +168,9 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     from ..spec.durations import DurationError, parse_duration
     from ..spec.loader import TemplateError, load_templates
     from ..spec.model import Template
-    from ..supervisor.run import Supervisor, SupervisorOptions
+    from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
+    from ..supervisor.run import Supervisor, SupervisorOptions, agent_metadata
+    from ..supervisor.running import RunningFile
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -183,4 +210,16 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         user=template_user,
         on_running=_resume_collection,
     )
-    return Supervisor(options).run()
+    verbosity = NORMAL
+    if getattr(args, "quiet", False):
+        verbosity = QUIET
+    elif getattr(args, "verbose", False):
+        verbosity = VERBOSE
+    report = RunReport(verbosity)  # what the operator sees of the hooks
+    running = RunningFile(agent_metadata(options), options.environ)  # what `status` shows
+    options.watchers = [report, running]
+    try:
+        return Supervisor(options).run()
+    finally:
+        running.remove()
+        report.finish()

@@ -1,4 +1,7 @@
-"""`otel-lifecycle-hooks status ask_user|blocked|task_completed|limits_exceeded [MESSAGE]`.
+"""`otel-lifecycle-hooks status [ask_user|blocked|task_completed|limits_exceeded [MESSAGE]]`.
+
+Without a signal, `status` shows each running supervisor: its agent, phase and activity (exit
+1 when none runs).
 
 Explicit agent signals, as `sciontool status` has: an agent (or its harness) says it waits for
 the user, is blocked on something, finished its task, or hit a limit. The signal goes to the
@@ -30,7 +33,12 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("signal", choices=list(DEFAULT_MESSAGES), help="what the agent signals")
+    parser.add_argument(
+        "signal",
+        nargs="?",
+        choices=list(DEFAULT_MESSAGES),
+        help="what the agent signals; without it, show the running supervisors' phase and activity",
+    )
     parser.add_argument("message", nargs="*", help="a question, a reason or a task summary")
     parser.add_argument(
         "--template",
@@ -43,6 +51,12 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: Any) -> int:
     """Send the signal; 0 when delivered, 1 when nothing could take it."""
+    if args.signal is None:
+        from ..supervisor.running import describe_running
+
+        code, text = describe_running()
+        print(text, file=sys.stdout if code == 0 else sys.stderr)
+        return code
     from ..harness import socket_client, without_supervisor
 
     message = " ".join(args.message).strip() or DEFAULT_MESSAGES[args.signal]

@@ -1,11 +1,14 @@
-"""`otel-lifecycle-hooks trace [FILE] [--json]`: a terminal waterfall of a local trace file.
+"""`otel-lifecycle-hooks trace [FILE] [--trace-id ID] [--last N | --all] [--json]`: a
+terminal waterfall of a local trace file, the newest session unless told otherwise.
 
-invoke_agent reviewer   trace 5b8e0c1f…   ✓ 3.204s
-──────────────────────────────────────────────────────────────────────────────────────
-invoke_agent reviewer                              ██████████████████████████████  3.204s
-◆ agent.lifecycle.post_start         +0.012s       ◆
-✓ register-agent  post-start  ×1                   ██                              120ms
-    POST 200                                       █                               110ms
+invoke_agent reviewer  2026-11-30 10:34:37Z  trace 5b8e0c1f  ✓ 3.204s
+────────────────────────────────────────────────────────────────────────────────
+invoke_agent reviewer                         ██████████████████████      3.204s
+◆ post_start  +0.012s                         ◆
+✓ register-agent  post-start  ×1              ██                           120ms
+    POST 200                                  █                            110ms
+
+Every value the agent or an endpoint controls is shown with its control characters escaped.
 """
 
 from __future__ import annotations
@@ -21,13 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from .. import events
+from .console import escape_control
 
 OUTCOME_MARKS = {"success": "✓", "failed": "✗", "timeout": "⏱", "skipped": "–", "refused": "⊘"}
 EVENT_MARK = "◆"
+MESSAGE_MARK = "\u2002"  # marks a row that holds a failure's message (never drawn)
 RETRY_MARK = "↻"
 DEFAULT_WIDTH = 100
-MIN_WIDTH = 72
-BAR_SHARE = 0.34  # of the line, for the time axis
+MIN_WIDTH = 60
+BAR_SHARE = 0.34  # of a wide line, for the time axis
+NARROW = 100  # below this many columns the time axis gets a smaller share
+NARROW_BAR_SHARE = 0.2
+SHORT_ID = 8  # hex digits of the trace id shown in a title, and enough to look it up
+EVENT_PREFIX = "agent.lifecycle."
+MESSAGE_LIMIT = 200
 
 _ANSI = {"✓": "32", "✗": "31", "⏱": "33", "⊘": "33", EVENT_MARK: "36", RETRY_MARK: "33"}
 
@@ -46,13 +56,24 @@ def add_parser(subparsers: Any) -> None:
         help="a .jsonl trace file (default: the newest in $OTEL_LIFECYCLE_HOOKS_TRACE_DIR"
         " or ~/.local/state/otel-lifecycle-hooks/traces)",
     )
-    parser.add_argument("--trace-id", help="show only this trace")
+    parser.add_argument(
+        "--trace-id", metavar="ID", help="show only this trace (the short id a title shows will do)"
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--last",
+        type=_positive,
+        metavar="N",
+        help="the newest N sessions (default: 1; with --json, every one)",
+    )
+    which.add_argument("--all", action="store_true", help="every session of the file")
     parser.add_argument("--json", action="store_true", help="print the spans as JSON")
     parser.add_argument("--width", type=int, help="line width (default: the terminal's)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..telemetry.tracefile import default_trace_dir, newest_trace_file, read_trace_file
+    from .console import EXIT_NOTHING, EXIT_OK, wants_colour
 
     path: Path | None = args.file
     if path is None:
@@ -60,28 +81,64 @@ def run(args: argparse.Namespace) -> int:
         path = newest_trace_file(directory)
         if path is None:
             print(f"no trace files in {directory}", file=sys.stderr)
-            return 1
+            return EXIT_NOTHING
     try:
         spans = read_trace_file(path)
     except OSError as exc:
         print(f"cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    if args.trace_id:
-        spans = [span for span in spans if span.get("trace_id") == args.trace_id.lower()]
+        return EXIT_NOTHING
     if not spans:
         print(f"no spans in {path}", file=sys.stderr)
-        return 1
+        return EXIT_NOTHING
+    if args.trace_id:
+        wanted = args.trace_id.strip().rstrip("…").lower()
+        matching = [span for span in spans if str(span.get("trace_id", "")).startswith(wanted)]
+        if not matching or not wanted:
+            print(_no_such_trace(args.trace_id, path, spans), file=sys.stderr)
+            return EXIT_NOTHING
+        spans = matching
+    elif args.last or not (args.all or args.json):
+        # The waterfall shows the newest session unless told otherwise; --json gives the
+        # whole file to a program unless --last says how much.
+        spans = newest_traces(spans, args.last or 1)
     if args.json:
         json.dump({"file": str(path), "spans": spans}, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_OK
     tty = sys.stdout.isatty()
     width = args.width or (
         shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if tty else DEFAULT_WIDTH
     )
-    color = tty and not os.environ.get("NO_COLOR")
+    color = wants_colour(sys.stdout, os.environ)
     sys.stdout.write(render_waterfall(spans, width=max(width, MIN_WIDTH), color=color))
-    return 0
+    return EXIT_OK
+
+
+def newest_traces(spans: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The spans of the `count` traces that started last."""
+    started: dict[str, int] = {}
+    for span in spans:
+        trace_id = str(span.get("trace_id", ""))
+        start = int(span.get("start_time_unix_nano") or 0)
+        started[trace_id] = min(started.get(trace_id, start), start)
+    keep = set(sorted(started, key=lambda trace_id: started[trace_id])[-count:])
+    return [span for span in spans if str(span.get("trace_id", "")) in keep]
+
+
+def _no_such_trace(given: str, path: Path, spans: list[dict[str, Any]]) -> str:
+    roots = [node.span for node in _roots(spans)][-5:]
+    known = ", ".join(
+        f"{str(span.get('trace_id', ''))[:SHORT_ID]} ({_fit(str(span.get('name', '?')), 40)})"
+        for span in roots
+    )
+    return f"no trace {escape_control(given)!r} in {path}; the newest there: {known}"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 # --- rendering (pure) ------------------------------------------------------------------
@@ -131,7 +188,8 @@ def _roots(spans: list[dict[str, Any]]) -> list[_Node]:
 
 def _render_tree(root: _Node, width: int, color: bool) -> str:
     rows = [_span_row(root, 0)] + list(_rows_below(root, 1))
-    bar_width = max(int(width * BAR_SHARE), 10)
+    share = BAR_SHARE if width >= NARROW else NARROW_BAR_SHARE
+    bar_width = max(int(width * share), 10)
     right_width = 8
     label_width = width - bar_width - right_width - 2
     origin, finish = root.start, max(root.end, root.start + 1)
@@ -140,14 +198,42 @@ def _render_tree(root: _Node, width: int, color: bool) -> str:
     scale = bar_width / (finish - origin)
 
     status = _mark_of(root.span) or "·"
-    title = f"{root.span.get('name', '?')}   trace {str(root.span.get('trace_id', ''))[:8]}…   "
+    title = f"{root.span.get('name', '?')}  {_started(root.start)}  "
+    title += f"trace {str(root.span.get('trace_id', ''))[:SHORT_ID]}  "
     title += f"{status} {_duration(root.end - root.start)}"
     lines = [_paint(_fit(title, width), color), "─" * width]
     for row in rows:
-        label = _fit(row.label, label_width).ljust(label_width)
+        if row.mark == MESSAGE_MARK:  # a failure's message: the whole line, wrapped
+            for part in _wrap(row.label, width):
+                lines.append(_paint(part, color))
+            continue
+        label = escape_control(row.label)
+        if len(label) > label_width and row.end is not None:
+            # Too long to share the line with the bar: the label reads whole on its own line.
+            lines.append(_paint(_fit(label, width), color))
+            label = ""
+        label = _fit(label, label_width).ljust(label_width)
         bar = _bar(row, origin, scale, bar_width)
         lines.append(_paint(f"{label} {bar} {row.right.rjust(right_width)}".rstrip(), color))
     return "\n".join(lines) + "\n"
+
+
+def _started(nanos: int) -> str:
+    import datetime
+
+    if not nanos:
+        return "?"
+    moment = datetime.datetime.fromtimestamp(nanos / 1e9, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """A message row over as many lines as it needs, each indented like the first."""
+    indent = text[: len(text) - len(text.lstrip())] + "  "
+    body = escape_control(text.strip())
+    room = max(width - len(indent), 20)
+    parts = [body[i : i + room] for i in range(0, len(body), room)] or [""]
+    return [indent + part for part in parts]
 
 
 def _rows_below(node: _Node, depth: int) -> Iterator[_Row]:
@@ -162,7 +248,20 @@ def _rows_below(node: _Node, depth: int) -> Iterator[_Row]:
             yield _event_row(item, at, node.start, depth)
         else:
             yield _span_row(item, depth)
+            message = _failure_message(item.span)
+            if message:
+                yield _Row("  " * depth + f"✗ {message}", item.start, None, "", MESSAGE_MARK)
             yield from _rows_below(item, depth + 1)
+
+
+def _failure_message(span: dict[str, Any]) -> str:
+    """What a failed hook span says went wrong (its status description), bounded."""
+    if span.get("name") != events.HOOK_SPAN_NAME or _status_code(span) != "ERROR":
+        return ""
+    status = span.get("status") or {}
+    description = str(status.get("message") or status.get("description") or "")
+    description = " ".join(description.split())
+    return description[:MESSAGE_LIMIT]
 
 
 def _event_row(event: dict[str, Any], at: int, origin: int, depth: int) -> _Row:
@@ -172,7 +271,8 @@ def _event_row(event: dict[str, Any], at: int, origin: int, depth: int) -> _Row:
     if name == events.HOOK_RETRY_EVENT:
         detail = " ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in attributes.items())
         return _Row(f"{indent}{RETRY_MARK} retry {detail}".rstrip(), at, None, "", RETRY_MARK)
-    label = f"{indent}{EVENT_MARK} {name:<32} +{(at - origin) / 1e9:.3f}s"
+    short = name.removeprefix(EVENT_PREFIX)
+    label = f"{indent}{EVENT_MARK} {short:<15} +{(at - origin) / 1e9:.3f}s"
     detail = _event_detail(attributes)
     if detail:
         label += f"  {detail}"
@@ -186,11 +286,8 @@ def _event_detail(attributes: dict[str, Any]) -> str:
     for kind, key in (("phase", "agent.phase"), ("activity", "agent.activity")):
         if event == f"{kind}-change" and attributes.get(key):
             previous = attributes.get(f"{key}.previous")
-            parts.append(
-                f"{kind} {previous} → {attributes[key]}"
-                if previous
-                else f"{kind} → {attributes[key]}"
-            )
+            # The row's name says which (phase_change, activity_change): the values suffice.
+            parts.append(f"{previous} → {attributes[key]}" if previous else f"→ {attributes[key]}")
     for key, label in (
         ("gen_ai.tool.name", "tool"),
         ("process.exit.code", "exit"),
@@ -198,7 +295,7 @@ def _event_detail(attributes: dict[str, Any]) -> str:
         ("agent.error.message", "error:"),
     ):
         if attributes.get(key) not in (None, ""):
-            parts.append(f"{label} {str(attributes[key])[:60]}")
+            parts.append(f"{label} {str(attributes[key])[:MESSAGE_LIMIT]}")
     return " ".join(parts)
 
 
@@ -268,6 +365,7 @@ def _duration(nanos: int) -> str:
 
 
 def _fit(text: str, width: int) -> str:
+    text = escape_control(text)  # what the agent wrote is shown, never interpreted
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 

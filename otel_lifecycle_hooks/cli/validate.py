@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
         return 1
     disabled = sum(1 for hook in template.hooks if not hook.enabled)
-    warnings = capture_warnings(template)  # the template still loads: exit 0
+    from ..spec.checks import template_warnings
+
+    # The template still loads: exit 0.
+    warnings = capture_warnings(template) + template_warnings(template)
     if args.json:
         summary = {
             "ok": True,

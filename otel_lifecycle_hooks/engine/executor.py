@@ -27,7 +27,7 @@ from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..spec.model import HookSpec, Template
 from ..tracecontext import traceparent as to_traceparent
-from ..variables import Variables, secret_names_for
+from ..variables import EVENT_VARIABLES, Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import attempt_timeout, outcome_of, retry_policy_for
@@ -84,8 +84,13 @@ class HookExecutor:
         self.script_user = script_user
         # Set during shutdown: retry waits end early, so draining stays within its deadline.
         self.stopping = threading.Event()
+        # Set when `run` is interrupted: executions still end (and are journaled, replayable)
+        # but make no attempt.
+        self.interrupted = threading.Event()
         # Told of every retry (metrics), and of every line a script prints (the hook log).
         self.retry_listeners: list[Callable[[HookSpec, LifecycleEvent], None]] = []
+        # Told of every retry with its detail: (hook, event, attempt, of, delay, result).
+        self.retry_waits: list[Callable[..., None]] = []
         self.output_sink: Callable[[HookSpec, str, str], None] | None = None
 
     # -- lazily built collaborators: a template with only scripts never builds an HTTP client --
@@ -208,7 +213,13 @@ class HookExecutor:
         except Exception as exc:  # a hook never takes the agent down
             log.exception("hook %s failed unexpectedly", hook.name)
             outcome, error_type, message = "failed", type(exc).__name__, str(exc)
-        unresolved = sorted(getattr(variables, "unresolved", ()) or ())
+        # An event context variable this event does not carry is simply empty (TOOL_NAME on
+        # an activity change to idle): only a name no event could define is worth a warning.
+        unresolved = sorted(
+            name
+            for name in getattr(variables, "unresolved", ()) or ()
+            if name.partition(".")[0] not in EVENT_VARIABLES
+        )
         if unresolved:  # at most once per hook and variable a minute, with a suppressed count
             from .warning_limit import warn_unresolved
 
@@ -259,7 +270,11 @@ class HookExecutor:
         while True:
             attempt += 1
             timeout = attempt_timeout(hook, self.clock.monotonic(), deadline)
-            if timeout <= 0:
+            if self.interrupted.is_set():  # the operator asked twice: no new attempt
+                result = AttemptResult(
+                    "timeout", 0.0, error_type="interrupted", message="run interrupted"
+                )
+            elif timeout <= 0:
                 result = AttemptResult(
                     "timeout", 0.0, error_type="timeout", message="deadline passed"
                 )
@@ -289,6 +304,8 @@ class HookExecutor:
             )
             for sink in self.retry_listeners:
                 sink(hook, event)
+            for wait_sink in self.retry_waits:
+                wait_sink(hook, event, attempt, policy.max_attempts, delay, result)
             if self.clock.sleep(delay, self.stopping):
                 return attempt, result
             waited += delay

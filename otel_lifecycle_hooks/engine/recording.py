@@ -12,6 +12,7 @@ from typing import Any
 
 from opentelemetry import metrics as metrics_api
 
+from ..actions.base import AttemptResult
 from ..spec.model import HookSpec
 from .dispatch import EngineListener
 from .executor import HookExecutor
@@ -20,15 +21,47 @@ from .model import Execution, LifecycleEvent
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 
+class ExecutionWatcher:
+    """Told of what operators want to see as it happens (`run`'s report implements it):
+    each recorded execution with its journal id, each retry, each dropped event. Every
+    method is optional; none may block for long, as they run on the hooks' workers."""
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None: ...
+
+    def retrying(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        attempt: int,
+        max_attempts: int,
+        delay: float,
+        result: AttemptResult,
+    ) -> None: ...
+
+    def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None: ...
+
+    def event_recorded(self, event: LifecycleEvent) -> None: ...
+
+
 class _MetricsListener(EngineListener):
-    def __init__(self, metrics: Any) -> None:
+    def __init__(self, metrics: Any, watchers: list[ExecutionWatcher]) -> None:
         self._metrics = metrics
+        self._watchers = watchers
 
     def debounced(self, hook: HookSpec, event: LifecycleEvent) -> None:
         self._metrics.record_debounced(hook.name, event.name)
 
     def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None:
         self._metrics.record_dropped(hook.name, event.name, reason)
+        for watcher in self._watchers:
+            _tell(watcher.dropped, hook, event, reason)
+
+
+def _tell(method: Any, *args: Any) -> None:
+    try:
+        method(*args)
+    except Exception:  # a broken watcher must not stop a hook
+        log.exception("execution watcher %r failed", method)
 
 
 class Recorders:
@@ -40,11 +73,18 @@ class Recorders:
         self.hook_log: Any = None
         self.journal: Any = None
         self.listener: EngineListener = EngineListener()
+        self.watchers: list[ExecutionWatcher] = []
         self._owned: list[Any] = []
+
+    def watch(self, watcher: ExecutionWatcher) -> None:
+        """Tell `watcher` of every execution, retry and drop from now on."""
+        self.watchers.append(watcher)
 
     def event_recorded(self, event: LifecycleEvent) -> None:
         if self.metrics is not None:
             self.metrics.record_event(event.name)
+        for watcher in self.watchers:
+            _tell(watcher.event_recorded, event)
 
     def close(self) -> None:
         for owned in self._owned:
@@ -68,7 +108,7 @@ def build_recorders(
 
     recorders = Recorders()
     recorders.metrics = HookMetrics(meter_provider)
-    recorders.listener = _MetricsListener(recorders.metrics)
+    recorders.listener = _MetricsListener(recorders.metrics, recorders.watchers)
     if hook_log is not False:
         from ..hooklog import HookLog, default_hook_log_path
 
@@ -107,6 +147,26 @@ def build_recorders(
         executor.output_sink = lambda hook, stream, line: hook_log_.script_output(
             hook.name, stream, line
         )
-    if recorders.journal is not None:
-        executor.sinks.append(recorders.journal.record)
+    watchers = recorders.watchers
+    journal_ = recorders.journal
+
+    def record_journal(execution: Execution) -> None:
+        # The journal's id is what the operator is shown, so watchers hear after it.
+        history_id = journal_.record(execution) if journal_ is not None else None
+        for watcher in watchers:
+            _tell(watcher.recorded, execution, history_id)
+
+    def retrying(
+        hook: HookSpec,
+        event: LifecycleEvent,
+        attempt: int,
+        max_attempts: int,
+        delay: float,
+        result: AttemptResult,
+    ) -> None:
+        for watcher in watchers:
+            _tell(watcher.retrying, hook, event, attempt, max_attempts, delay, result)
+
+    executor.sinks.append(record_journal)
+    executor.retry_waits.append(retrying)
     return recorders

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from .checks import TURN_OFF_ACTION
 from .model import HookSpec, Position, Template
 from .validate import (
     Located,
@@ -69,7 +70,13 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
             templates.append(template)
     if problems:
         raise TemplateError(problems)
-    return merge_templates(templates)
+    merged = merge_templates(templates)
+    from .checks import unmatched_turn_offs
+
+    unmatched = unmatched_turn_offs(merged)
+    if unmatched:
+        raise TemplateError(unmatched)
+    return merged
 
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
@@ -105,7 +112,12 @@ def merge_templates(templates: Sequence[Template]) -> Template:
     hook_rate_limit = None
     for template in templates:
         for hook in template.hooks:
-            if hook.name in slot_by_name:
+            if hook.name in slot_by_name and hook.action is TURN_OFF_ACTION:
+                # `- {name: x, enabled: false}`: the parent's hook, turned off.
+                hooks[slot_by_name[hook.name]] = hooks[slot_by_name[hook.name]]._replace(
+                    enabled=False
+                )
+            elif hook.name in slot_by_name:
                 hooks[slot_by_name[hook.name]] = hook
             else:
                 slot_by_name[hook.name] = len(hooks)
@@ -343,6 +355,12 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
     hooks, hook_problems = _read_other_systems(fields, file, hooks)
     problems.extend(hook_problems)
     env = _read_env(fields.get("env"), problems)
+    from .checks import env_reference_problems
+
+    problems.extend(
+        Problem(position, None, field_path, message)
+        for position, field_path, message in env_reference_problems(fields.get("env"))
+    )
     secrets = _read_secrets(fields.get("secrets"), problems)
     metadata = {
         variable: fields[key].text()

@@ -295,12 +295,21 @@ def read_hook(
             entry, None, f"got {describe(entry)}; each hook is a mapping with name, on and action"
         )
         return None, r.problems
+    from .checks import json_body_problem, reference_problems, turned_off, turns_off_only
+
+    if turns_off_only(entry):  # `- {name: x, enabled: false}` turns off a parent's hook
+        return turned_off(entry), []
     fields: dict[str, Located] = entry.value
     name = _read_name(r, entry, names_seen if names_seen is not None else {})
     r.duplicates(entry, "")
     r.unknown_keys(entry, "", HOOK_KEYS)
     events = _read_events(r, entry)
     action = _read_action(r, entry)
+    for position, field_path, message in reference_problems(entry):  # malformed `${...}`
+        r.report(position, field_path, message)
+    body_problem = json_body_problem(action) if action is not None else None
+    if body_problem is not None:
+        r.report(entry.value["action"].value.get("body", entry), "action.body", body_problem)
     on_error = _read_choice(r, fields.get("on_error"), "on_error", ERROR_POLICIES) or "log"
     blocking = _read_bool(r, fields.get("blocking"), "blocking", default=False)
     enabled = _read_bool(r, fields.get("enabled"), "enabled", default=True)

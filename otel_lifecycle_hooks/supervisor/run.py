@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .. import events as ev
@@ -59,6 +58,10 @@ METADATA_ENV = {
 }
 
 
+class RunInterrupted(Exception):
+    """Raised in the main thread by a second stop signal, out of the hook it waits on."""
+
+
 class SupervisorOptions:
     """What one `run` supervises, and how."""
 
@@ -74,6 +77,7 @@ class SupervisorOptions:
         hook_log: Any = None,
         user: str | None = None,
         on_running: Callable[[], None] | None = None,  # called once post-start is done
+        watchers: Sequence[Any] = (),  # ExecutionWatchers: told of every execution (the report)
     ) -> None:
         self.command = command
         self.template = template
@@ -84,16 +88,21 @@ class SupervisorOptions:
         self.hook_log = hook_log
         self.user = user
         self.on_running = on_running
+        self.watchers = watchers
 
 
 def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
-    """Flags, then `SCION_*` variables, then the template; AGENT_ID stable per agent name."""
+    """Flags, then `SCION_*` variables, then the template; AGENT_ID stable per agent name.
+    Without a name from any of them, the agent is named after its template (or harness)."""
     metadata: dict[str, str] = dict(options.template.metadata)
     for name, variable in METADATA_ENV.items():
         if options.environ.get(variable):
             metadata[name] = options.environ[variable]
     metadata.update({k: v for k, v in options.metadata.items() if v})
-    metadata.setdefault("AGENT_NAME", Path(options.command[0]).name if options.command else "agent")
+    # Not the command's name ("python3", "true"): what the template says the agent is.
+    metadata.setdefault(
+        "AGENT_NAME", metadata.get("TEMPLATE_NAME") or metadata.get("HARNESS_NAME") or "agent"
+    )
     metadata.setdefault("AGENT_SLUG", _slug(metadata["AGENT_NAME"]))
     # Stable across runs of the same agent, so that crash recovery can find the earlier run.
     metadata.setdefault("AGENT_ID", _stable_agent_id(metadata["AGENT_SLUG"]))
@@ -125,6 +134,8 @@ class Supervisor:
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
+        self._dispatching = False  # the main thread is firing hooks
+        self._interrupted = False  # a second stop signal came
 
     # -- the run --
 
@@ -161,6 +172,8 @@ class Supervisor:
             script_user=options.user,
         )
         self._journal = self.engine.recorders.journal
+        for watcher in options.watchers:
+            self.engine.recorders.watch(watcher)
         self.session = AgentSession(
             self.engine,
             agent_name=self.metadata["AGENT_NAME"],
@@ -354,7 +367,7 @@ class Supervisor:
         if self.session is not None:
             self.session.end()
         if self.engine is not None:
-            self.engine.shutdown(max(self.options.grace_period, 5.0))
+            self.engine.shutdown(0.5 if self._interrupted else max(self.options.grace_period, 5.0))
         if self._telemetry is not None:
             self._telemetry.shutdown()
 
@@ -366,7 +379,11 @@ class Supervisor:
         assert self.session is not None
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
         values.update(fields or {})
-        return self.session.record(event, values, deadline=deadline)
+        self._dispatching = True
+        try:
+            return self.session.record(event, values, deadline=deadline)
+        finally:
+            self._dispatching = False
 
     def _set_phase(self, phase: str) -> None:
         previous, self.phase = self.phase, phase
@@ -466,6 +483,10 @@ class Supervisor:
             return previous
 
         def on_signal(signum: int, frame: Any) -> None:
+            if signum != signal.SIGHUP and (
+                self._stop_requested is not None or self.phase in ("stopped", "error")
+            ):
+                self._interrupt(signum)  # asked again while stopping: end now
             if (
                 signum != signal.SIGHUP
                 and self._stop_signal is None
@@ -477,6 +498,20 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             previous[signum] = signal.signal(signum, on_signal)
         return previous
+
+    def _interrupt(self, signum: int) -> None:
+        """A second SIGINT/SIGTERM: no further attempts (what is left is journaled as
+        interrupted, replayable), the agent killed, and a hook the main thread waits on
+        abandoned by raising out of it."""
+        if self.engine is not None:
+            self.engine.executor.interrupted.set()
+            self.engine.executor.stopping.set()
+        if self._child is not None and self._child.poll() is None:
+            self._signal_group(signal.SIGKILL)
+        if self._dispatching and not self._interrupted:
+            self._interrupted = True
+            raise RunInterrupted(f"interrupted by a second {signal.Signals(signum).name}")
+        self._interrupted = True
 
     # -- journal and crash recovery --
 

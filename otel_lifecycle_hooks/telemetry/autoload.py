@@ -39,6 +39,13 @@ def instrument() -> None:
         logger.debug("lifecycle hook engine not available", exc_info=True)
         return
     try:
-        provider.add_span_processor(LifecycleHookProcessor.from_template(template))
+        processor = LifecycleHookProcessor.from_template(template)
+        provider.add_span_processor(processor)
     except Exception:
         logger.exception("lifecycle hooks from %s not loaded", template)
+        return
+    import atexit
+
+    # At exit, hooks still running must finish while the provider can export their spans:
+    # exit handlers run last-registered first, so this runs before the provider's shutdown.
+    atexit.register(processor.force_flush)

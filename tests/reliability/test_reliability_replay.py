@@ -429,8 +429,9 @@ def test_history_without_a_journal_says_so_and_creates_none(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "none.sqlite3"
-    code, out, _ = cli(capsys, "history", "--journal", str(missing))
-    assert code == 0 and "no journal" in out and not missing.exists()
+    code, _, err = cli(capsys, "history", "--journal", str(missing))
+    # Nothing to show is exit 1, as for `trace` and `replay`.
+    assert code == 1 and "no journal" in err and not missing.exists()
 
 
 def test_replay_as_a_user_runs_it_from_the_shell(

@@ -86,7 +86,7 @@ def test_an_agent_that_ignores_sigterm_is_killed_when_the_grace_period_is_spent(
     ]
 
 
-def test_a_second_sigterm_during_pre_stop_does_not_fire_pre_stop_again(
+def test_a_second_sigterm_during_pre_stop_ends_the_run_without_firing_pre_stop_again(
     workspace: Workspace, target_server: TargetServer
 ) -> None:
     ready = workspace.root / "ready"
@@ -110,12 +110,13 @@ def test_a_second_sigterm_during_pre_stop_does_not_fire_pre_stop_again(
     wait_until(pre_stop_log.exists, what="the pre-stop hook to start")
     run.signal(signal.SIGTERM)
     run.signal(signal.SIGINT)
-    assert run.wait(timeout=30) == 0, run.stderr
+    # The operator asked twice: the agent is killed rather than given its grace period.
+    assert run.wait(timeout=30) == 128 + signal.SIGKILL, run.stderr
 
     assert len(read_lines(pre_stop_log)) == 1
-    phases = [e["PHASE"] for e in recorded(target_server) if e["EVENT"] == "phase-change"]
-    assert phases == ["provisioning", "starting", "running", "stopping", "stopped"]
-    assert recorded_events(target_server).count("pre-stop") == 1
+    assert recorded_events(target_server).count("pre-stop") <= 1
+    # What the second signal cut short was journaled as interrupted, for `replay`.
+    assert "interrupted" in run.stderr
 
 
 def test_sighup_is_forwarded_to_the_agent_and_does_not_stop_it(workspace: Workspace) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,7 +48,7 @@ def _record_session(trace_file: Path) -> None:
         }
         with tracer.start_as_current_span("agent.lifecycle_hook", attributes=failed) as span:
             span.add_event("agent.lifecycle_hook.retry", {"agent.lifecycle_hook.retry.attempt": 2})
-            span.set_status(Status(StatusCode.ERROR))
+            span.set_status(Status(StatusCode.ERROR, "deadline passed after 10s"))
     telemetry.shutdown()
 
 
@@ -82,17 +84,18 @@ def test_the_waterfall_shows_session_events_and_hooks_in_time_order(trace_file: 
     def index(fragment: str) -> int:
         return next(i for i, line in enumerate(lines) if fragment in line)
 
-    assert index("◆ agent.lifecycle.pre_start") < index("◆ agent.lifecycle.post_start")
-    assert index("◆ agent.lifecycle.post_start") < index("✓ register-agent")
-    assert index("✓ register-agent") < index("POST 201") < index("◆ agent.lifecycle.pre_stop")
-    assert index("◆ agent.lifecycle.pre_stop") < index("⏱ cleanup")
+    assert index("◆ pre_start") < index("◆ post_start")
+    assert index("◆ post_start") < index("✓ register-agent")
+    assert index("✓ register-agent") < index("POST 201") < index("◆ pre_stop")
+    assert index("◆ pre_stop") < index("⏱ cleanup")
     register = lines[index("✓ register-agent")]
     assert "post-start" in register and "×1" in register and "█" in register
     assert register.rstrip().endswith("ms")
     client = lines[index("POST 201")]
     assert client.index("POST") > register.index("register")  # nested: indented further
-    assert "+0.0" in lines[index("◆ agent.lifecycle.post_start")]
-    assert "↻ retry" in lines[index("⏱ cleanup") + 1]
+    assert "+0.0" in lines[index("◆ post_start")]
+    assert "✗ deadline passed after 10s" in lines[index("⏱ cleanup") + 1]
+    assert "↻ retry" in lines[index("⏱ cleanup") + 2]
 
 
 def test_without_a_file_the_newest_in_the_trace_dir_is_shown(trace_file: Path) -> None:
@@ -140,7 +143,7 @@ def test_lifecycle_event_rows_say_where_the_agent_went() -> None:
                 "agent.activity": "idle",  # the activity is not news on a phase change
             }
         )
-        == "phase starting → running"
+        == "starting → running"
     )
     assert (
         _event_detail(
@@ -151,9 +154,129 @@ def test_lifecycle_event_rows_say_where_the_agent_went() -> None:
                 "gen_ai.tool.name": "Bash",
             }
         )
-        == "activity thinking → executing tool Bash"
+        == "thinking → executing tool Bash"
     )
     assert (
         _event_detail({"agent.lifecycle.event": "session-end", "process.exit.code": 143})
         == "exit 143"
     )
+
+
+def _record_sessions(trace_file: Path, names: list[str], failure: str = "") -> None:
+    """One session per name, one after the other, each with one hook (failing with `failure`)."""
+    telemetry = configure_telemetry({}, {"HOME": str(trace_file.parent)}, trace_file=trace_file)
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    for name in names:
+        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
+        with tracer.start_as_current_span(f"invoke_agent {name}", attributes=attributes) as s:
+            s.add_event(
+                "agent.lifecycle.activity_change",
+                {
+                    "agent.lifecycle.event": "activity-change",
+                    "agent.activity": "executing",
+                    "agent.activity.previous": "thinking",
+                    "gen_ai.tool.name": "Bash\x1b]0;owned\x07\x1b[2J",
+                },
+            )
+            hook = {
+                "agent.lifecycle_hook.name": "notify-a-rather-long-hook-name",
+                "agent.lifecycle_hook.event": "activity-change",
+                "agent.lifecycle_hook.outcome": "failed" if failure else "success",
+                "agent.lifecycle_hook.attempts": 4,
+            }
+            with tracer.start_as_current_span("agent.lifecycle_hook", attributes=hook) as span:
+                if failure:
+                    span.set_status(Status(StatusCode.ERROR, failure))
+        time.sleep(0.002)  # distinct start times
+    telemetry.shutdown()
+
+
+def test_at_80_columns_every_label_reads_whole_and_a_failure_shows_its_message(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["reviewer"], failure="HTTP 503 Service Unavailable from 127.0.0.1")
+    result = _run_cli(str(path), "--width", "80")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    hook = next(line for line in lines if "notify-a-rather-long-hook-name" in line)
+    assert "activity-change" in hook and "×4" in hook and "failed" in hook
+    assert any("✗ HTTP 503 Service Unavailable from 127.0.0.1" in line for line in lines)
+    assert any("thinking → executing" in line for line in lines)
+
+
+def test_agent_controlled_escape_sequences_are_shown_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["reviewer"], failure="bad \x1b[31mred\x1b[0m \x9b6n")
+    result = _run_cli(str(path), "--width", "200")
+    assert result.returncode == 0, result.stderr
+    assert (
+        "\x1b" not in result.stdout and "\x07" not in result.stdout and "\x9b" not in result.stdout
+    )
+    assert "Bash\\x1b]0;owned\\x07\\x1b[2J" in result.stdout
+    assert "bad \\x1b[31mred\\x1b[0m \\x9b6n" in result.stdout
+
+
+def test_the_newest_session_is_shown_with_its_start_time_and_last_n_shows_more(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["first", "second", "third"])
+    newest = _run_cli(str(path))
+    assert newest.returncode == 0, newest.stderr
+    titles = [line for line in newest.stdout.splitlines() if line.startswith("invoke_agent")]
+    assert [t.split()[1] for t in titles if "trace" in t] == ["third"]
+    assert re.search(
+        r"invoke_agent third  \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  trace [0-9a-f]{8} ", titles[0]
+    )
+    two = _run_cli(str(path), "--last", "2")
+    names = [line.split()[1] for line in two.stdout.splitlines() if " trace " in line]
+    assert names == ["second", "third"]
+    every = _run_cli(str(path), "--all")
+    assert [line.split()[1] for line in every.stdout.splitlines() if " trace " in line] == [
+        "first",
+        "second",
+        "third",
+    ]
+
+
+def test_the_short_id_a_title_shows_finds_its_trace(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["first", "second"])
+    every = _run_cli(str(path), "--all").stdout
+    first_title = next(line for line in every.splitlines() if line.startswith("invoke_agent first"))
+    short_id = re.search(r"trace ([0-9a-f]{8})", first_title).group(1)  # type: ignore[union-attr]
+    found = _run_cli(str(path), "--trace-id", short_id)
+    assert found.returncode == 0, found.stderr
+    assert "invoke_agent first" in found.stdout and "invoke_agent second" not in found.stdout
+
+
+def test_an_unknown_trace_id_says_which_traces_the_file_holds(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["first"])
+    missing = _run_cli(str(path), "--trace-id", "deadbeef")
+    assert missing.returncode == 1
+    assert "no trace 'deadbeef'" in missing.stderr and "(invoke_agent first)" in missing.stderr
+    assert "no spans" not in missing.stderr
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(trace_file: Path) -> None:
+    from otel_lifecycle_hooks.cli.console import wants_colour
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert wants_colour(Terminal(), {}) is True
+    assert wants_colour(Terminal(), {"NO_COLOR": "1"}) is False
+    assert wants_colour(io.StringIO(), {}) is False
+
+
+def test_json_gives_every_session_unless_last_narrows_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["first", "second"])
+    every = json.loads(_run_cli(str(path), "--json").stdout)["spans"]
+    assert {span["name"] for span in every} >= {"invoke_agent first", "invoke_agent second"}
+    newest = json.loads(_run_cli(str(path), "--json", "--last", "1").stdout)["spans"]
+    assert "invoke_agent first" not in {span["name"] for span in newest}

@@ -1,0 +1,236 @@
+"""What `run` tells the operator: one line per hook that fails, is refused, retries or is
+dropped (every execution with `-v`, nothing with `-q`), and a summary when the run ends.
+
+Where the lines go is decided once, at start: an agent that owns the terminal (its stdin and
+stdout are a terminal, and so is our stderr) draws its own screen, and a line written into it
+would corrupt it. Then the lines are held (bounded) and printed after the agent exited, just
+before the summary. Otherwise (stderr redirected, or an agent that is not interactive) each
+line goes to stderr as it happens. The hook log has every line either way.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import IO, TYPE_CHECKING
+
+from ..cli.console import RED, YELLOW, escape_control, paint, wants_colour
+from ..engine.recording import ExecutionWatcher
+
+if TYPE_CHECKING:
+    from ..actions.base import AttemptResult
+    from ..engine.model import Execution, LifecycleEvent
+    from ..spec.model import HookSpec
+
+PREFIX = "otel-lifecycle-hooks: "
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+# Lines held while an interactive agent owns the terminal; the rest are counted.
+HELD_LINES_LIMIT = 200
+# Failures named one by one in the summary.
+SUMMARY_FAILURES_LIMIT = 5
+# A message (which may quote a response) is cut to this in a line.
+MESSAGE_LIMIT = 160
+PROBLEM_OUTCOMES = ("failed", "timeout", "refused")
+
+
+def agent_owns_terminal(
+    stdin: IO[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None
+) -> bool:
+    """True when a line written to our stderr would land in an interactive agent's screen."""
+    streams = (stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr)
+    try:
+        return all(stream is not None and stream.isatty() for stream in streams)
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
+class RunReport(ExecutionWatcher):
+    """Counts every delivery of a run and writes the lines the operator should see."""
+
+    def __init__(
+        self,
+        verbosity: int = NORMAL,
+        stream: IO[str] | None = None,
+        hold: bool | None = None,  # None: hold while the agent owns the terminal
+    ) -> None:
+        self.verbosity = verbosity
+        self._stream = stream if stream is not None else sys.stderr
+        self._hold = agent_owns_terminal() if hold is None else hold
+        self._colour = wants_colour(self._stream)
+        self._lock = threading.Lock()
+        self._held: list[str] = []
+        self._held_over = 0
+        self.counts: dict[str, int] = {}
+        self.dropped_count = 0
+        self.failures: list[str] = []  # "notify-slack 503 after 4 attempts, history 42"
+
+    # -- ExecutionWatcher --
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None:
+        outcome = execution.outcome
+        with self._lock:
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+            if outcome in PROBLEM_OUTCOMES:
+                self.failures.append(_failure_summary(execution, history_id))
+        if outcome in PROBLEM_OUTCOMES:
+            self._line(_execution_line(execution, history_id), RED)
+        elif self.verbosity >= VERBOSE:
+            self._line(_execution_line(execution, history_id), None)
+
+    def retrying(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        attempt: int,
+        max_attempts: int,
+        delay: float,
+        result: AttemptResult,
+    ) -> None:
+        self._line(
+            f"{_who(hook.name, event.name)} attempt {attempt} of {max_attempts} failed: "
+            f"{_reason(result.status_code, result.exit_code, result.error_type, result.message)}"
+            f"; retrying in {_seconds(delay)}",
+            YELLOW,
+        )
+
+    def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None:
+        with self._lock:
+            self.dropped_count += 1
+        self._line(f"{_who(hook.name, event.name)} dropped: {reason}", YELLOW)
+
+    # -- the end --
+
+    def finish(self) -> None:
+        """Print what was held, then the summary (nothing at all with `-q`)."""
+        if self.verbosity <= QUIET:
+            return
+        with self._lock:
+            held, self._held, self._hold = self._held, [], False
+            over, self._held_over = self._held_over, 0
+        for text in held:
+            self._write(text)
+        if over:
+            self._write(f"{PREFIX}... {over} more lines in the hook log")
+        summary = self.summary()
+        if summary:
+            self._write(
+                paint(PREFIX + summary, RED, self._colour) if self.failures else PREFIX + summary
+            )
+
+    def summary(self) -> str:
+        """ "5 deliveries: 4 ok, 1 failed: notify-slack 503 after 4 attempts, history 42"."""
+        with self._lock:
+            counts = dict(self.counts)
+            failures = list(self.failures)
+            dropped = self.dropped_count
+        total = sum(count for outcome, count in counts.items() if outcome != "skipped")
+        if not total and not dropped and not counts:
+            return ""
+        parts = [f"{counts.get('success', 0)} ok"]
+        problems = sum(counts.get(outcome, 0) for outcome in PROBLEM_OUTCOMES)
+        if problems:
+            parts.append(f"{problems} failed")
+        if counts.get("skipped"):
+            parts.append(f"{counts['skipped']} skipped")
+        if dropped:
+            parts.append(f"{dropped} dropped")
+        text = f"{total} {'delivery' if total == 1 else 'deliveries'}: " + ", ".join(parts)
+        if failures:
+            named = failures[:SUMMARY_FAILURES_LIMIT]
+            text += ": " + "; ".join(named)
+            if len(failures) > len(named):
+                text += f"; and {len(failures) - len(named)} more (see `history --failed`)"
+        return text
+
+    # -- output --
+
+    def _line(self, text: str, colour: str | None) -> None:
+        if self.verbosity <= QUIET:
+            return
+        line = PREFIX + text
+        if colour is not None:
+            line = paint(line, colour, self._colour)
+        with self._lock:
+            if self._hold:
+                if len(self._held) < HELD_LINES_LIMIT:
+                    self._held.append(line)
+                else:
+                    self._held_over += 1
+                return
+        self._write(line)
+
+    def _write(self, line: str) -> None:
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except (OSError, ValueError):  # a closed stderr must not stop a hook
+            pass
+
+
+def _who(hook: str, event: str) -> str:
+    return f"hook {escape_control(hook)} ({event})"
+
+
+def _execution_line(execution: Execution, history_id: int | None) -> str:
+    """`hook NAME (EVENT) OUTCOME [after N attempts] in D [(history ID)]: REASON`"""
+    outcome = execution.outcome
+    text = f"{_who(execution.hook.name, execution.event.name)} {outcome}"
+    if execution.attempts > 1:
+        text += f" after {execution.attempts} attempts"
+    text += f" in {_seconds(execution.duration)}"
+    if history_id is not None:
+        text += f" (history {history_id})"
+    if outcome == "success":
+        if execution.status_code is not None:
+            text += f": {execution.status_code}"
+    elif outcome == "skipped":
+        text += f": {escape_control(_cut(execution.message))}" if execution.message else ""
+    else:
+        text += ": " + _reason(
+            execution.status_code, execution.exit_code, execution.error_type, execution.message
+        )
+    return text
+
+
+def _failure_summary(execution: Execution, history_id: int | None) -> str:
+    if execution.status_code is not None:
+        reason = str(execution.status_code)
+    elif execution.exit_code is not None:
+        reason = f"exit {execution.exit_code}"
+    else:
+        reason = escape_control(execution.error_type or execution.outcome)
+    text = f"{escape_control(execution.hook.name)} {reason}"
+    if execution.attempts > 1:
+        text += f" after {execution.attempts} attempts"
+    if history_id is not None:
+        text += f", history {history_id}"
+    return text
+
+
+def _reason(
+    status_code: int | None, exit_code: int | None, error_type: str | None, message: str
+) -> str:
+    """The status or exit code, then the error type and message: what went wrong, in a line."""
+    parts = []
+    if status_code is not None:
+        if str(status_code) not in message:
+            parts.append(str(status_code))
+    elif exit_code is not None:
+        parts.append(f"exit {exit_code}")
+    redundant = (f"http.{status_code}", f"exit.{exit_code}")
+    if error_type and error_type not in redundant and error_type not in message:
+        parts.append(error_type)
+    if message and message != f"exited with code {exit_code}":
+        parts.append(_cut(message))
+    return escape_control(" ".join(parts) or "failed")
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _seconds(value: float) -> str:
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    return f"{value:.1f}s".replace(".0s", "s")

@@ -1,0 +1,119 @@
+"""Which supervisors run, in which phase and activity: what `status` (with no signal) shows.
+
+Each `run` keeps one small JSON file, `<state>/otel-lifecycle-hooks/running/<pid>.json`
+(`$XDG_STATE_HOME`, default `~/.local/state`), rewritten (atomically) when its phase or activity
+changes and removed when it ends. A file whose process is gone (a killed supervisor) is
+ignored and removed by the next reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..engine.recording import ExecutionWatcher
+
+if TYPE_CHECKING:
+    from ..engine.model import LifecycleEvent
+
+
+def running_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    state_home = env.get("XDG_STATE_HOME") or str(
+        Path(env.get("HOME") or Path.home()) / ".local" / "state"
+    )
+    return Path(state_home) / "otel-lifecycle-hooks" / "running"
+
+
+class RunningFile(ExecutionWatcher):
+    """This supervisor's entry: its agent, and the phase and activity of the latest event."""
+
+    def __init__(self, metadata: Mapping[str, str], environ: Mapping[str, str] | None = None):
+        self.path = running_dir(environ) / f"{os.getpid()}.json"
+        self.state: dict[str, Any] = {
+            "pid": os.getpid(),
+            "agent_name": metadata.get("AGENT_NAME", ""),
+            "agent_id": metadata.get("AGENT_ID", ""),
+            "started_at": time.time(),
+            "phase": "created",
+            "activity": "idle",
+        }
+        self._write()
+
+    def event_recorded(self, event: LifecycleEvent) -> None:
+        phase = event.fields.get("PHASE") or self.state["phase"]
+        activity = event.fields.get("ACTIVITY") or self.state["activity"]
+        if (phase, activity) != (self.state["phase"], self.state["activity"]):
+            self.state.update(phase=phase, activity=activity)
+            self._write()
+
+    def remove(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+    def _write(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            partial = self.path.with_suffix(".tmp")
+            partial.write_text(json.dumps(self.state), encoding="utf-8")
+            os.replace(partial, self.path)
+        except OSError:  # status is a convenience: a read-only home must not stop a run
+            pass
+
+
+def running_supervisors(environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The entries of supervisors whose process still runs, oldest first."""
+    entries = []
+    directory = running_dir(environ)
+    try:
+        paths = sorted(directory.glob("*.json"))
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            pid = int(entry["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _alive(pid):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            continue
+        entries.append(entry)
+    return sorted(entries, key=lambda entry: float(entry.get("started_at") or 0))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it runs
+        return True
+    return True
+
+
+def describe_running(environ: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """(exit code, text) for `status` without a signal: 0 when a supervisor runs, else 1."""
+    from ..cli.console import escape_control
+
+    entries = running_supervisors(environ)
+    if not entries:
+        return 1, f"no supervisor is running (none registered in {running_dir(environ)})"
+    lines = []
+    for entry in entries:
+        started = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(entry["started_at"])))
+        lines.append(
+            f"supervisor pid {entry['pid']}: agent {escape_control(entry.get('agent_name', ''))}"
+            f", phase {escape_control(entry.get('phase', '?'))}"
+            f", activity {escape_control(entry.get('activity', '?'))}, since {started}"
+        )
+    return 0, "\n".join(lines)

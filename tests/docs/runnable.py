@@ -1,0 +1,221 @@
+"""Reading the runnable parts of a docs page, running them, and comparing what they print.
+
+A page opts in with `<!-- docs-test: runnable -->`. In such a page every fenced block is one of:
+
+- a block whose lines start with `$ `: each command runs (`sh -c`, in the page's sandbox) and
+  the lines after it, if any, are what it must print (stdout and stderr, as a terminal shows);
+- a `sh` block without prompts: each line is a command that must succeed;
+- a block after `<!-- docs-test: file NAME -->`: written to NAME in the sandbox;
+- a block after `<!-- docs-test: output-of CMD -->`: what CMD must print;
+- a block after `<!-- docs-test: skip REASON -->`: not run (the reason says why).
+
+Any other block of a runnable page is an error, so nothing a page shows escapes the test.
+
+Expected output is compared after both sides are normalized (timestamps, durations, short trace
+ids, bars and runs of spaces); a line `...` stands for any lines, and a line ending in `...`
+for any line starting with what precedes it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNNABLE = "<!-- docs-test: runnable -->"
+_MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>file|output-of|skip)\s*(?P<arg>.*?)\s*-->")
+_FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+)(?P<info>[^`]*)$")  # also in a list item
+
+
+@dataclass
+class Block:
+    """One fenced block of a page and what the page says to do with it."""
+
+    line: int  # 1-based line of the opening fence
+    info: str
+    text: str
+    marker: str | None = None  # file | output-of | skip
+    argument: str = ""
+
+
+@dataclass
+class Step:
+    """A command and what it must print (None: only that it succeeds)."""
+
+    where: str  # page:line
+    command: str
+    expected: list[str] | None
+    check_exit: bool = True
+
+
+def is_runnable(page: Path) -> bool:
+    return RUNNABLE in page.read_text(encoding="utf-8")
+
+
+def blocks(page: Path) -> list[Block]:
+    """The fenced blocks of a page, each with the marker right before it, if any."""
+    found: list[Block] = []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    marker: tuple[str, str] | None = None
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        match = _MARKER.search(line)
+        if match:
+            marker = (match.group("kind"), match.group("arg"))
+        fence = _FENCE.match(line)
+        if fence:
+            body: list[str] = []
+            start = index
+            index += 1
+            indent = len(fence.group("indent"))
+            while index < len(lines) and lines[index].strip() != fence.group("fence"):
+                body.append(lines[index][indent:])
+                index += 1
+            kind, argument = marker or (None, "")
+            found.append(
+                Block(
+                    start + 1, fence.group("info").strip(), "\n".join(body) + "\n", kind, argument
+                )
+            )
+            marker = None
+        elif line.strip() and not match:
+            marker = None  # a marker applies to the block right after it
+        index += 1
+    return found
+
+
+@dataclass
+class Sandbox:
+    """Where a page's commands run: its own HOME, state and files."""
+
+    root: Path
+    bin_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        home = self.root / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            "PATH": f"{self.bin_dir}:/usr/bin:/bin",
+            "HOME": str(home),
+            "NO_COLOR": "1",
+            # Output interleaves as on a terminal (a pipe would buffer stdout, not stderr).
+            "PYTHONUNBUFFERED": "1",
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(self.root),
+        }
+
+    def run(self, command: str, timeout: float = 120.0) -> tuple[int, str]:
+        result = subprocess.run(
+            ["sh", "-c", command],
+            cwd=self.root,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return result.returncode, result.stdout
+
+
+def steps(page: Path, sandbox: Sandbox) -> list[Step | str]:
+    """The page's steps, in order; a str is an error (a block with nothing to say how to run)."""
+    name = page.name
+    out: list[Step | str] = []
+    for block in blocks(page):
+        where = f"{name}:{block.line}"
+        if block.marker == "skip":
+            if not block.argument:
+                out.append(f"{where}: docs-test skip needs a reason")
+            continue
+        if block.marker == "file":
+            target = sandbox.root / block.argument
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.text, encoding="utf-8")
+            continue
+        if block.marker == "output-of":
+            out.append(Step(where, block.argument, block.text.splitlines(), check_exit=False))
+            continue
+        lines = block.text.splitlines()
+        if any(line.startswith("$ ") for line in lines):
+            out.extend(_prompt_steps(where, lines))
+        elif block.info in ("sh", "bash", "shell"):
+            for line in lines:
+                command = line.split(" #", 1)[0].strip()
+                if command and not command.startswith("#"):
+                    out.append(Step(where, command, None))
+        else:
+            out.append(
+                f"{where}: a ```{block.info} block of a runnable page needs a docs-test marker "
+                "(file NAME, output-of CMD or skip REASON) or $ prompts"
+            )
+    return out
+
+
+def _prompt_steps(where: str, lines: list[str]) -> list[Step | str]:
+    result: list[Step | str] = []
+    if not lines[0].startswith("$ "):
+        return [f"{where}: output before the first $ prompt"]
+    current: Step | None = None
+    for line in lines:
+        if line.startswith("$ "):
+            current = Step(where, line[2:], [], check_exit=False)
+            result.append(current)
+        elif current is not None and current.expected is not None:
+            current.expected.append(line)
+    return result
+
+
+_NORMALIZE = (
+    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?Z"), "<TIME>"),
+    (re.compile(r"\b\d+(\.\d+)?(ms|s)\b"), "<DURATION>"),
+    (re.compile(r"\btrace [0-9a-f]{8}\b"), "trace <ID>"),
+    (re.compile(r"█+"), "█"),
+    (re.compile(r"[ \t]+"), " "),
+)
+
+
+def normalize(line: str) -> str:
+    for pattern, replacement in _NORMALIZE:
+        line = pattern.sub(replacement, line)
+    return line.strip()
+
+
+def mismatch(expected: list[str], actual: str) -> str | None:
+    """Why `actual` is not what `expected` shows, or None when it is."""
+    want = [normalize(line) for line in expected]
+    got = [normalize(line) for line in actual.splitlines()]
+    while want and not want[-1]:
+        want.pop()
+    while got and not got[-1]:
+        got.pop()
+    if _matches(want, got):
+        return None
+    return "expected:\n  " + "\n  ".join(expected) + "\ngot:\n  " + "\n  ".join(actual.splitlines())
+
+
+def _matches(want: list[str], got: list[str]) -> bool:
+    if not want:
+        return not got
+    head = want[0]
+    if head == "...":
+        return any(_matches(want[1:], got[start:]) for start in range(len(got) + 1))
+    if not got:
+        return False
+    line = got[0]
+    fits = line.startswith(head[:-3].rstrip()) if head.endswith("...") else line == head
+    return fits and _matches(want[1:], got[1:])
+
+
+def bin_dir() -> Path:
+    """The directory of the interpreter running the tests, holding the console script."""
+    import sys
+
+    return Path(sys.executable).parent
+
+
+__all__ = ["Sandbox", "Step", "bin_dir", "blocks", "is_runnable", "mismatch", "steps"]

@@ -1,0 +1,73 @@
+"""The docs test's reader: markers, prompts and the comparison of outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.docs.runnable import Sandbox, Step, bin_dir, mismatch, normalize, steps
+
+PAGE = """\
+# A page
+<!-- docs-test: runnable -->
+
+<!-- docs-test: file hello.txt -->
+```text
+hello
+```
+
+```text
+$ cat hello.txt
+hello
+$ echo one; echo two; echo three
+one
+...
+```
+
+```sh
+true  # a comment
+```
+
+<!-- docs-test: output-of printf 'a 10ms\\nb\\n' -->
+```text
+a 7132ms
+b
+```
+
+<!-- docs-test: skip needs the network -->
+```sh
+curl https://example.com
+```
+
+```yaml
+unmarked: true
+```
+"""
+
+
+def test_a_page_is_read_into_files_commands_outputs_and_errors(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(PAGE)
+    sandbox = Sandbox(tmp_path / "sandbox", bin_dir())
+    found = steps(page, sandbox)
+    assert (sandbox.root / "hello.txt").read_text() == "hello\n"
+    commands = [step.command for step in found if isinstance(step, Step)]
+    assert commands == [
+        "cat hello.txt",
+        "echo one; echo two; echo three",
+        "true",
+        "printf 'a 10ms\\nb\\n'",
+    ]
+    errors = [step for step in found if isinstance(step, str)]
+    assert len(errors) == 1 and "page.md:32: a ```yaml block" in errors[0]
+    for step in found:
+        if isinstance(step, Step) and step.expected:
+            _, output = sandbox.run(step.command)
+            assert mismatch(step.expected, output) is None, step
+
+
+def test_outputs_compare_without_timestamps_durations_or_alignment() -> None:
+    assert normalize("2026-11-30T10:34:44.267Z  x   7.141s   ████") == "<TIME> x <DURATION> █"
+    assert mismatch(["a 3ms", "..."], "a 10ms\nb\nc\n") is None
+    assert mismatch(["valid events are ..."], "valid events are pre-start, post-start\n") is None
+    assert mismatch(["6:10: problem"], "3:10: problem\n") is not None
+    assert mismatch(["one", "two"], "one\n") is not None

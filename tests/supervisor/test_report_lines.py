@@ -1,0 +1,94 @@
+"""`run`'s report as lines: what each outcome says, the summary, held lines, escaping."""
+
+from __future__ import annotations
+
+import io
+
+from otel_lifecycle_hooks.actions.base import AttemptResult
+from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent
+from otel_lifecycle_hooks.spec.model import HookAction, HookSpec
+from otel_lifecycle_hooks.supervisor.report import HELD_LINES_LIMIT, QUIET, VERBOSE, RunReport
+
+EVENT = LifecycleEvent("session-end")
+
+
+def _execution(name: str, outcome: str, **values: object) -> Execution:
+    hook = HookSpec(name=name, on=("session-end",), action=HookAction(type="webhook"))
+    fields: dict[str, object] = {
+        "hook": hook,
+        "event": EVENT,
+        "session_id": "s",
+        "outcome": outcome,
+        "attempts": 1,
+        "duration": 0.25,
+        "started_at": 0.0,
+        "idempotency_key": "k",
+    }
+    fields.update(values)
+    return Execution(**fields)  # type: ignore[arg-type]
+
+
+def test_the_summary_counts_every_delivery_and_names_each_failure() -> None:
+    report = RunReport(stream=io.StringIO(), hold=False)
+    for name in ("a", "b", "c", "d"):
+        report.recorded(_execution(name, "success", status_code=200), None)
+    report.recorded(
+        _execution("notify-slack", "failed", status_code=503, attempts=4, message="HTTP 503"), 42
+    )
+    assert report.summary() == (
+        "5 deliveries: 4 ok, 1 failed: notify-slack 503 after 4 attempts, history 42"
+    )
+
+
+def test_quiet_writes_nothing_and_verbose_writes_successes() -> None:
+    quiet, loud = io.StringIO(), io.StringIO()
+    for stream, level in ((quiet, QUIET), (loud, VERBOSE)):
+        report = RunReport(level, stream=stream, hold=False)
+        report.recorded(_execution("ok", "success", status_code=204), 7)
+        report.recorded(_execution("bad", "failed", exit_code=3), 8)
+        report.finish()
+    assert quiet.getvalue() == ""
+    lines = loud.getvalue().splitlines()
+    assert lines == [
+        "otel-lifecycle-hooks: hook ok (session-end) success in 250ms (history 7): 204",
+        "otel-lifecycle-hooks: hook bad (session-end) failed in 250ms (history 8): exit 3",
+        "otel-lifecycle-hooks: 2 deliveries: 1 ok, 1 failed: bad exit 3, history 8",
+    ]
+
+
+def test_a_retry_line_says_which_attempt_of_how_many_and_the_wait() -> None:
+    stream = io.StringIO()
+    report = RunReport(stream=stream, hold=False)
+    hook = HookSpec(name="n", on=("session-end",), action=HookAction(type="webhook"))
+    result = AttemptResult(
+        "transient", 0.1, status_code=503, message="HTTP 503 Service Unavailable"
+    )
+    report.retrying(hook, EVENT, 2, 4, 2.0, result)
+    assert stream.getvalue() == (
+        "otel-lifecycle-hooks: hook n (session-end) attempt 2 of 4 failed: "
+        "HTTP 503 Service Unavailable; retrying in 2s\n"
+    )
+
+
+def test_held_lines_come_out_at_the_end_bounded() -> None:
+    stream = io.StringIO()
+    report = RunReport(stream=stream, hold=True)
+    for index in range(HELD_LINES_LIMIT + 5):
+        report.recorded(_execution(f"h{index}", "failed", exit_code=1), index)
+    assert stream.getvalue() == ""  # nothing while the agent owns the terminal
+    report.finish()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == HELD_LINES_LIMIT + 2
+    assert lines[-2] == "otel-lifecycle-hooks: ... 5 more lines in the hook log"
+    assert lines[-1].startswith(f"otel-lifecycle-hooks: {HELD_LINES_LIMIT + 5} deliveries: 0 ok")
+    assert "and 200 more (see `history --failed`)" in lines[-1]
+
+
+def test_what_an_endpoint_wrote_is_escaped_in_a_line() -> None:
+    stream = io.StringIO()
+    report = RunReport(stream=stream, hold=False)
+    report.recorded(
+        _execution("n", "failed", error_type="http.500", status_code=500, message="\x1b]0;x\x07"),
+        None,
+    )
+    assert "\x1b" not in stream.getvalue() and "\\x1b]0;x\\x07" in stream.getvalue()
