@@ -125,6 +125,7 @@ class Supervisor:
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
+        self._harness_session_id = ""
 
     # -- the run --
 
@@ -383,9 +384,13 @@ class Supervisor:
         if self._tracker is None:
             # Made with the first message: an agent that never reports its activity (no
             # harness hooks) does not pay for the tracker's rules at start-up.
-            from ..harness.activity import ActivityTracker
+            from ..harness.activity import ActivityTracker, turn_end_completes_task
 
-            self._tracker = ActivityTracker()
+            self._tracker = ActivityTracker(
+                turn_end_completes_task=turn_end_completes_task(
+                    self.options.environ, self.options.template.env
+                )
+            )
         kind = message.get("kind")
         if kind == "status":
             derived = self._tracker.signal(
@@ -398,6 +403,7 @@ class Supervisor:
                 log.warning("event socket: malformed event ignored: %s", exc)
                 return
             derived = self._tracker.observe(normalized)
+            self._note_harness_session(normalized.session_id)
         else:
             log.warning("event socket: unknown message kind %r ignored", kind)
             return
@@ -409,6 +415,14 @@ class Supervisor:
         hit = self.limits.exceeded(self._tracker.turns, self._tracker.model_calls)
         if hit is not None:
             self._limit_exceeded(*hit)
+
+    def _note_harness_session(self, harness_session_id: str) -> None:
+        """The harness's own id for this session, kept on the session span: SESSION_ID (and
+        `gen_ai.conversation.id`) stay the supervisor's, one for every hook of the run."""
+        if harness_session_id and harness_session_id != self._harness_session_id:
+            self._harness_session_id = harness_session_id
+            if self.session is not None:
+                self.session.set_attribute(ev.ATTR_HARNESS_SESSION_ID, harness_session_id)
 
     def _limit_exceeded(self, name: str, count: int) -> None:
         if self._limit_hit is not None:

@@ -90,6 +90,8 @@ TEMPLATE_EVENTS = (
 RUNTIME_EVENTS = ("session-start", "prompt-submit", "tool-start", "tool-end", "agent-end")
 RECORDED_FIELDS = (
     "EVENT",
+    "SESSION_ID",
+    "HARNESS_SESSION_ID",
     "PHASE",
     "PREVIOUS_PHASE",
     "ACTIVITY",
