@@ -32,6 +32,7 @@ from ..engine.session import AgentSession
 from ..spec.model import Template
 from .legacy import run_legacy_hooks
 from .limits import Limits
+from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
 from .recovery import recover_orphaned_sessions
 from .server import SOCKET_ENV, EventServer
 
@@ -43,6 +44,8 @@ DEFAULT_GRACE_PERIOD = 10.0
 # Socket messages waiting for the main loop; past this the socket reader waits (backpressure
 # on the senders) instead of growing memory: every event still reaches the activity tracker.
 MAX_PENDING_MESSAGES = 1024
+# How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
+REAP_INTERVAL = 1.0
 # Variables that carry agent metadata into the supervisor (Scion sets them in the container).
 METADATA_ENV = {
     "AGENT_NAME": "SCION_AGENT_NAME",
@@ -126,6 +129,10 @@ class Supervisor:
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
         self._harness_session_id = ""
+        self._processes: AgentProcesses | None = None  # set once the agent is started
+        self._stop_deadline: float | None = None
+        self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
+        self._set_subreaper = False  # this run made the process a subreaper: undo at the end
 
     # -- the run --
 
@@ -192,6 +199,9 @@ class Supervisor:
         if not result.ok:
             return self._fail_transition("pre-start", result)
         self._set_phase("starting")
+        # Orphans of the agent's tools come to us, not to init, so that stop can reach them.
+        if not is_subreaper():
+            self._set_subreaper = set_subreaper(True)
         try:
             self._child = self._spawn(options.command)
         except (OSError, LookupError) as exc:
@@ -200,6 +210,8 @@ class Supervisor:
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__)
         self._child_started = time.monotonic()
+        self._processes = AgentProcesses(self._child.pid, self._agent_tag)
+        self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
         self._set_phase("running")
         self._legacy("post-start")
@@ -219,6 +231,7 @@ class Supervisor:
             else None
         )
         stop_deadline: float | None = None
+        next_reap = time.monotonic() + REAP_INTERVAL
         while True:
             timeout = 0.2
             if duration_deadline is not None and self._stop_requested is None:
@@ -229,6 +242,9 @@ class Supervisor:
                 kind, value = "tick", None
             if kind == "message":
                 self._message_slots.release()
+            if time.monotonic() >= next_reap:
+                self._reap_orphans()
+                next_reap = time.monotonic() + REAP_INTERVAL
             if kind == "exit":
                 return self._finish(exit_code=value, error=self._crash_message(value))
             if kind == "signal":
@@ -258,6 +274,7 @@ class Supervisor:
         """pre-stop (legacy scripts, then hooks), then TERM; returns when to KILL."""
         self._stop_requested = reason
         deadline = self._grace_deadline()
+        self._stop_deadline = deadline
         self._set_phase("stopping")
         self._legacy("pre-stop", deadline=deadline)
         self._record("pre-stop", deadline=deadline)
@@ -279,10 +296,40 @@ class Supervisor:
         if self._child is not None and self._child.poll() is None:
             log.warning("grace period spent: killing the agent")
             self._signal_group(signal.SIGKILL)
+        if self._processes is not None and self._processes.signal(signal.SIGKILL):
+            log.warning("grace period spent: killed the processes the agent left")
 
     def _forward(self, signum: int) -> None:
         if self._child is not None and self._child.poll() is None:
             self._signal_group(signum)
+        if signum != signal.SIGHUP and self._processes is not None:
+            # Those that left the agent's group or session (setsid) are signalled one by one.
+            self._processes.signal(signum)
+
+    def _end_leftovers(self) -> None:
+        """After the agent exited: TERM what it left running, KILL it at the grace deadline,
+        and reap it, so that nothing the agent started outlives `run`."""
+        if self._processes is None:
+            return
+        deadline = self._stop_deadline
+        if deadline is None:
+            deadline = self._grace_deadline()
+            if self._processes.signal(signal.SIGTERM):
+                log.warning("the agent exited and left processes running: stopping them")
+        while self._processes.alive() and time.monotonic() < deadline:
+            self._reap_orphans()
+            time.sleep(0.05)
+        if self._processes.signal(signal.SIGKILL):
+            log.warning("grace period spent: killed the processes the agent left")
+        for _ in range(100):  # a killed process takes a moment to become a zombie
+            self._reap_orphans()
+            if not self._processes.alive():
+                break
+            time.sleep(0.01)
+
+    def _reap_orphans(self) -> None:
+        if self._processes is not None:
+            self._processes.reap()
 
     def _signal_group(self, signum: int) -> None:
         assert self._child is not None
@@ -297,6 +344,7 @@ class Supervisor:
     # -- the end --
 
     def _finish(self, exit_code: int, error: str | None) -> int:
+        self._end_leftovers()
         if error:
             self._set_phase("error")
             self._record(
@@ -323,6 +371,8 @@ class Supervisor:
         """The supervisor's own failure: phase error, `error`, then session-end; exit 1."""
         if self._child is not None and self._child.poll() is None:
             self._stop_child(self._grace_deadline())  # an agent is never left unsupervised
+        if self._child is not None:
+            self._end_leftovers()
         if self.phase != "error":
             self._set_phase("error")
             self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": error_type})
@@ -350,6 +400,8 @@ class Supervisor:
         return None
 
     def _close(self) -> None:
+        if self._set_subreaper:
+            set_subreaper(False)  # the process may live on (a library caller, a test)
         if self._server is not None:
             self._server.close()
         if self.session is not None:
@@ -443,6 +495,7 @@ class Supervisor:
                 env.setdefault(key, value)
         if self._server is not None:
             env[SOCKET_ENV] = self._server.path
+        env[AGENT_TAG_ENV] = self._agent_tag
         traceparent = self._traceparent()
         if traceparent:
             env["TRACEPARENT"] = traceparent
@@ -454,6 +507,10 @@ class Supervisor:
             from ..actions.script import user_process_options
 
             kwargs.update(user_process_options(self.options.user, env))
+        # The agent dies with a killed supervisor, instead of running on unsupervised.
+        preexec = die_with_parent(os.getpid())
+        if preexec is not None:
+            kwargs["preexec_fn"] = preexec
         return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
 
     def _traceparent(self) -> str | None:
