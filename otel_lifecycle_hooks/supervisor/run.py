@@ -133,6 +133,8 @@ class Supervisor:
         self._stop_deadline: float | None = None
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
+        self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
+        self._undelivered = 0  # deliveries the grace period left undone (journaled: dropped)
 
     # -- the run --
 
@@ -313,7 +315,7 @@ class Supervisor:
             return
         deadline = self._stop_deadline
         if deadline is None:
-            deadline = self._grace_deadline()
+            deadline = self._exit_deadline or self._grace_deadline()
             if self._processes.signal(signal.SIGTERM):
                 log.warning("the agent exited and left processes running: stopping them")
         while self._processes.alive() and time.monotonic() < deadline:
@@ -344,6 +346,9 @@ class Supervisor:
     # -- the end --
 
     def _finish(self, exit_code: int, error: str | None) -> int:
+        # From the agent's exit, the grace period bounds the rest: what it left running, and
+        # the deliveries still queued (session-end's own hooks get their timeout after it).
+        self._exit_deadline = self._stop_deadline or self._grace_deadline()
         self._end_leftovers()
         if error:
             self._set_phase("error")
@@ -382,11 +387,26 @@ class Supervisor:
 
     def _end_session(self, exit_code: int) -> None:
         self._ended = True
+        if self.engine is not None:
+            # session-end follows the session's earlier events; what the grace period left
+            # queued is journaled as dropped instead of holding the exit.
+            self._undelivered = self.engine.dispatcher.settle(
+                self._exit_deadline or self._grace_deadline()
+            )
         self._legacy("session-end")
         self._record("session-end", {"EXIT_CODE": str(exit_code)})
         self._journal_call(
             "close_session", self.session.session_id if self.session else "", exit_code
         )
+
+    def _drain_timeout(self) -> float:
+        """How long the engine may take to finish at exit: what is left of the grace period,
+        then the session-end hooks' own timeout (their deliveries are owed)."""
+        if self._exit_deadline is None:
+            return max(self.options.grace_period, 5.0)
+        session_end = self.options.template.hooks_for("session-end")
+        budget = max((hook.timeout for hook in session_end), default=0.0)
+        return max(0.0, self._exit_deadline - time.monotonic()) + budget + 0.5
 
     def _crash_message(self, exit_code: int) -> str | None:
         """An agent killed by a signal nobody asked for has crashed."""
@@ -407,7 +427,7 @@ class Supervisor:
         if self.session is not None:
             self.session.end()
         if self.engine is not None:
-            self.engine.shutdown(max(self.options.grace_period, 5.0))
+            self.engine.shutdown(self._drain_timeout())
         if self._telemetry is not None:
             self._telemetry.shutdown()
 
