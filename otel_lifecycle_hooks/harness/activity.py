@@ -30,9 +30,9 @@ The rules start from Scion's status handler, corrected by what the real harnesse
 
 Completion: a `response-complete` that moves the activity to completed emits `task-completed`
 with TASK_SUMMARY (the assistant's text). An end of turn (`agent-end`) does not, unless the
-tracker was made with `turn_end_completes_task=True` (the `TURN_END_COMPLETES_TASK` setting,
-meant for headless runs whose one turn is the task): then a turn that ends without an error
-completes the task with the turn's final text. Otherwise the agent says a task is done with
+tracker was made with `turn_end_completes_task=True` (the setting
+`LIFECYCLE_HOOKS_TURN_END_COMPLETES_TASK`, meant for headless runs whose one turn is the
+task): then a turn that ends without an error completes the task with the turn's final text. Otherwise the agent says a task is done with
 `status task_completed`, as under Scion.
 
 Explicit status signals (`signal`): ask_user -> waiting_for_input, blocked -> blocked,
@@ -72,7 +72,7 @@ STATUS_SIGNALS: dict[str, str] = {
 
 # The setting (an environment variable, or the template's `env:`) that makes an end of turn a
 # completed task; "true", "1" or "yes" turn it on.
-TURN_END_COMPLETES_TASK = "TURN_END_COMPLETES_TASK"
+TURN_END_COMPLETES_TASK = "LIFECYCLE_HOOKS_TURN_END_COMPLETES_TASK"
 
 _NEW_WORK: dict[str, str] = {
     "prompt-submit": "thinking",
@@ -99,7 +99,7 @@ class Derived:
 
 
 def turn_end_completes_task(*sources: Mapping[str, str]) -> bool:
-    """The `TURN_END_COMPLETES_TASK` setting from the first of `sources` that sets it."""
+    """`LIFECYCLE_HOOKS_TURN_END_COMPLETES_TASK` from the first of `sources` that sets it."""
     for source in sources:
         value = source.get(TURN_END_COMPLETES_TASK)
         if value:

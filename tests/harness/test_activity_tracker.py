@@ -7,6 +7,8 @@ import pytest
 from otel_lifecycle_hooks.harness.activity import ActivityTracker, Derived, turn_end_completes_task
 from otel_lifecycle_hooks.harness.normalized import NormalizedEvent
 
+SETTING = "LIFECYCLE_HOOKS_TURN_END_COMPLETES_TASK"
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -236,9 +238,9 @@ def test_with_the_turn_end_setting_a_failed_turn_is_no_completed_task() -> None:
     ("environ", "template_env", "expected"),
     [
         ({}, {}, False),
-        ({}, {"TURN_END_COMPLETES_TASK": "true"}, True),
-        ({"TURN_END_COMPLETES_TASK": "no"}, {"TURN_END_COMPLETES_TASK": "true"}, False),
-        ({"TURN_END_COMPLETES_TASK": "1"}, {}, True),
+        ({}, {SETTING: "true"}, True),
+        ({SETTING: "no"}, {SETTING: "true"}, False),
+        ({SETTING: "1"}, {}, True),
     ],
 )
 def test_the_turn_end_setting_comes_from_the_environment_then_the_template(
