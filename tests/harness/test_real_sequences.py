@@ -49,6 +49,17 @@ CASES = {
         ["session-start", "prompt-submit", "tool-start", "tool-end", "agent-end"],
         ["thinking", "executing", "thinking", "idle"],
     ),
+    # Headless Claude refuses a call that needs permission when no hook answers: the turn
+    # ends with no tool-end, and its end ends the wait.
+    "claude-2.1.332-headless-permission-refused.jsonl": (
+        ["session-start", "prompt-submit", "tool-start", "notification", "agent-end"],
+        ["thinking", "executing", "waiting_for_input", "idle"],
+    ),
+    # Allowed by a PermissionRequest hook: the tool's end shows work resumed.
+    "claude-2.1.332-headless-permission-allowed.jsonl": (
+        ["session-start", "prompt-submit", "tool-start", "notification", "tool-end", "agent-end"],
+        ["thinking", "executing", "waiting_for_input", "thinking", "idle"],
+    ),
     # PreCompress (trigger auto) came before both model calls; nothing was compacted.
     "gemini-0.61.0-headless-yolo-shell.jsonl": (
         ["session-start", "agent-start", "model-start", "model-end", "tool-start", "tool-end"]
