@@ -17,18 +17,23 @@ they stay visible under it. `AgentProcesses` follows them:
 - `signal(sig)` sends `sig` to every known live one.
 
 The agent child itself gets PR_SET_PDEATHSIG (SIGKILL): if the supervisor is killed outright,
-the kernel ends the agent too, so it never runs on unsupervised.
+the kernel ends the agent too, so it never runs on unsupervised. A small launcher sets it and
+then execs the agent (same pid, and the setting survives the exec): a `preexec_fn` would make
+subprocess fork the whole supervisor and run Python in the child, where the at-fork handlers of
+libraries with threads (gRPC's exporter) can hang it.
 
 Linux only; elsewhere every function here is a no-op that reports it did nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal as signals
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -84,19 +89,67 @@ def set_subreaper(on: bool) -> bool:
     return True
 
 
-def die_with_parent(parent_pid: int) -> Callable[[], None] | None:
-    """A `preexec_fn` that has the child killed when `parent_pid` (this process) dies; None
-    where the platform has no PR_SET_PDEATHSIG."""
-    prctl = _libc_prctl()  # looked up here: the child between fork and exec loads nothing
-    if prctl is None:
-        return None
+# argv: parent pid, uid, gid, groups (comma-separated; "-" for no change of user), the
+# program's path, then the command's own argv (argv[0] kept). The user is changed before the
+# setting, since a change of credentials clears it.
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    "parent, uid, gid, groups, program = sys.argv[1:6]\n"
+    "if uid != '-':\n"
+    "    os.setgroups([int(g) for g in groups.split(',') if g])\n"
+    "    os.setgid(int(gid))\n"
+    "    os.setuid(int(uid))\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(signals.SIGKILL)}, 0, 0, 0)\n"
+    "if os.getppid() != int(parent):\n"
+    "    os._exit(1)  # the supervisor died before the setting took: never run unsupervised\n"
+    "os.execv(program, sys.argv[6:])\n"
+)
 
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signals.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)  # the parent died before the setting took: never run unsupervised
 
-    return preexec
+def die_with_parent(
+    command: Sequence[str], env: Mapping[str, str], identity: Mapping[str, Any] | None = None
+) -> tuple[list[str], dict[str, Any]]:
+    """`command` started so that it is killed when this process dies, and the Popen options
+    that go with it. Where the platform has PR_SET_PDEATHSIG: through the launcher, which also
+    takes over `identity` (Popen's `user`, `group`, `extra_groups`); else as it is, with
+    `identity` for Popen. The program is looked up here, on the `PATH` of `env` (as subprocess
+    does), so that a missing one fails as it would without the launcher: `FileNotFoundError`
+    or `PermissionError`, raised before anything starts."""
+    identity = dict(identity or {})
+    if _libc_prctl() is None or not command or not sys.executable:
+        return list(command), identity
+    program = command[0]
+    found = _find_program(program, env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    uid, gid = identity.pop("user", None), identity.pop("group", None)
+    groups = identity.pop("extra_groups", None) or ()
+    user = (
+        ["-", "-", ""]
+        if uid is None
+        else [
+            str(uid),
+            str(gid if gid is not None else os.getgid()),
+            ",".join(str(g) for g in groups),
+        ]
+    )
+    # -S and -I: no site packages and no PYTHON* variables, for a few milliseconds' start.
+    launcher = [sys.executable, "-S", "-I", "-c", _LAUNCHER, str(os.getpid()), *user, found]
+    return [*launcher, *command], identity
+
+
+def _find_program(program: str, path: str) -> str | None:
+    """Where execvp would find `program` on `path` (what subprocess does; shutil costs the
+    start-up of every `run` a few imports)."""
+    if os.sep in program:
+        return program if os.path.exists(program) else None
+    candidates = [os.path.join(d or os.curdir, program) for d in path.split(os.pathsep)]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return next((c for c in candidates if os.path.exists(c)), None)
 
 
 class ProcessInfo:

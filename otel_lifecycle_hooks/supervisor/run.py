@@ -134,7 +134,6 @@ class Supervisor:
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
-        self._undelivered = 0  # deliveries the grace period left undone (journaled: dropped)
 
     # -- the run --
 
@@ -390,9 +389,7 @@ class Supervisor:
         if self.engine is not None:
             # session-end follows the session's earlier events; what the grace period left
             # queued is journaled as dropped instead of holding the exit.
-            self._undelivered = self.engine.dispatcher.settle(
-                self._exit_deadline or self._grace_deadline()
-            )
+            self.engine.dispatcher.settle(self._exit_deadline or self._grace_deadline())
         self._legacy("session-end")
         self._record("session-end", {"EXIT_CODE": str(exit_code)})
         self._journal_call(
@@ -528,10 +525,8 @@ class Supervisor:
 
             kwargs.update(user_process_options(self.options.user, env))
         # The agent dies with a killed supervisor, instead of running on unsupervised.
-        preexec = die_with_parent(os.getpid())
-        if preexec is not None:
-            kwargs["preexec_fn"] = preexec
-        return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
+        argv, identity = die_with_parent(command, env, kwargs)
+        return subprocess.Popen(argv, env=env, start_new_session=True, **identity)
 
     def _traceparent(self) -> str | None:
         from ..tracecontext import traceparent
