@@ -24,6 +24,13 @@ def load(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return header, calls
 
 
+def final_text(name: str) -> str:
+    _, calls = load(name)
+    stop = [c["stdin"] for c in calls if c.get("stdin", {}).get("hook_event_name") == "Stop"]
+    after = [c["stdin"] for c in calls if c.get("stdin", {}).get("hook_event_name") == "AfterAgent"]
+    return stop[0]["last_assistant_message"] if stop else after[0]["prompt_response"]
+
+
 def derive(name: str, **options: Any) -> list[Derived]:
     header, calls = load(name)
     dialect = get_dialect(header["harness"])
@@ -59,6 +66,17 @@ CASES = {
     "claude-2.1.332-headless-permission-allowed.jsonl": (
         ["session-start", "prompt-submit", "tool-start", "notification", "tool-end", "agent-end"],
         ["thinking", "executing", "waiting_for_input", "thinking", "idle"],
+    ),
+    "claude-2.1.332-run-permission-answered.jsonl": (
+        ["session-start", "prompt-submit", "tool-start", "notification", "tool-end", "agent-end"],
+        ["thinking", "executing", "waiting_for_input", "thinking", "idle"],
+    ),
+    # The approval is asked after PreToolUse: the tool's end shows work resumed, so the task
+    # completes at agent-turn-complete instead of staying waiting_for_input.
+    "codex-0.171.0-run-permission-answered.jsonl": (
+        ["session-start", "prompt-submit", "model-start", "tool-start", "notification"]
+        + ["tool-end", "model-start", "agent-end", "response-complete"],
+        ["thinking", "executing", "waiting_for_input", "thinking", "idle", "completed"],
     ),
     # PreCompress (trigger auto) came before both model calls; nothing was compacted.
     "gemini-0.61.0-headless-yolo-shell.jsonl": (
@@ -108,13 +126,14 @@ def test_each_recorded_session_keeps_its_harness_session_id(name: str) -> None:
         "claude-2.1.332-headless-shell.jsonl",
         "gemini-0.61.0-headless-yolo-shell.jsonl",
         "codex-0.171.0-exec-bypass-shell.jsonl",
+        "codex-0.171.0-run-permission-answered.jsonl",
     ],
 )
 def test_a_headless_run_completes_its_task_with_the_final_text_when_asked(name: str) -> None:
     derived = derive(name, turn_end_completes_task=True)
     completed = [d.fields for d in derived if d.event == "task-completed"]
     assert [(c["TASK_SUMMARY"], c["ASSISTANT_TEXT"]) for c in completed] == [
-        ("All tests pass.", "All tests pass.")
+        (final_text(name), final_text(name))
     ]
     assert activities(derived)[-1] == "completed"
 
