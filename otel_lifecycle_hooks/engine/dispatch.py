@@ -119,6 +119,7 @@ class HookQueue:
         self._closing = False
         self._drain_deadline: float | None = None
         self._thread: threading.Thread | None = None
+        self.current: _Job | None = None  # the job being run, by the worker or a caller
 
     # -- producers --
 
@@ -275,6 +276,8 @@ class HookQueue:
         deadline = job.deadline
         if self._drain_deadline is not None:
             deadline = min(deadline or self._drain_deadline, self._drain_deadline)
+        with self._cond:
+            self.current = job
         try:
             execution = self._executor.run(self.hook, job.event, job.session, deadline)
         except BaseException as exc:  # never leave a waiting caller hanging
@@ -287,6 +290,7 @@ class HookQueue:
         finally:
             with self._cond:
                 self._running = False
+                self.current = None
                 self._cond.notify_all()
 
     # -- shutdown --
@@ -444,7 +448,16 @@ class Dispatcher:
             queue.join(deadline - clock.monotonic())
         self.executor.stopping.set()
         for queue in self._queues.values():
-            queue.join(0.5)
+            if not queue.join(0.5) and queue.current is not None:
+                # Still in flight: the process may end before it does, and then its own record
+                # would never be written. It may yet have reached its target: `interrupted`.
+                self._undelivered(
+                    queue,
+                    queue.current,
+                    "shutdown",
+                    "still running at the shutdown deadline",
+                    outcome="interrupted",
+                )
             for job in queue.abandon():
                 self._undelivered(queue, job, "shutdown", "the shutdown deadline came first")
                 log.error(
@@ -475,12 +488,16 @@ class Dispatcher:
             )
         return dropped
 
-    def _undelivered(self, queue: HookQueue, job: _Job, reason: str, why: str) -> None:
+    def _undelivered(
+        self, queue: HookQueue, job: _Job, reason: str, why: str, outcome: str = "dropped"
+    ) -> None:
         from .undelivered import record_undelivered
 
         self.listener.dropped(queue.hook, job.event, reason)
         try:
-            record_undelivered(self.executor, queue.hook, job.event, job.session, why)
+            record_undelivered(
+                self.executor, queue.hook, job.event, job.session, why, outcome=outcome
+            )
         except Exception:  # never lose the count over a record that could not be made
             log.exception("hook %s: recording an undelivered event failed", queue.hook.name)
 

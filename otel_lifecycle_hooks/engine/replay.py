@@ -197,8 +197,8 @@ class Replayer:
     def _check_replayable(self, row: ExecutionRow) -> None:
         if row.outcome not in FAILED_OUTCOMES:
             raise ReplayRefused(
-                f"execution {row.id} ended {row.outcome}; only failed, timed-out or dropped "
-                "deliveries are replayed"
+                f"execution {row.id} ended {row.outcome}; only failed, timed-out, dropped or "
+                "interrupted deliveries are replayed"
             )
         if row.id in self.journal.delivered_by_replay():
             raise ReplayRefused(f"execution {row.id} was already delivered by an earlier replay")

@@ -1,8 +1,10 @@
-"""Deliveries that never ran: a run's grace period ended while they were still queued.
+"""Deliveries that did not finish: a run's grace period ended while they were still queued
+(`dropped`), or the engine shut down while one was still in flight (`interrupted`: it may
+have reached its target, or not).
 
-They are recorded like any execution (metrics, hook log, journal) with the outcome `dropped`
-and the request they would have sent, rendered and redacted, so that `replay` can send them
-later with the same idempotency key. No hook span is made: nothing was attempted.
+They are recorded like any execution (metrics, hook log, journal) with that outcome and the
+request, rendered and redacted, so that `replay` can send it with the same idempotency key (a
+receiver that saw it already can tell). No hook span is made here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .model import Execution, LifecycleEvent, SessionInfo
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 DROPPED = "dropped"
+INTERRUPTED = "interrupted"
 
 
 def record_undelivered(
@@ -25,8 +28,10 @@ def record_undelivered(
     event: LifecycleEvent,
     session: SessionInfo,
     reason: str,
+    outcome: str = DROPPED,
 ) -> Execution:
-    """Record that `hook` was never run for `event` (`reason` says why) and return the record."""
+    """Record that `hook` did not finish for `event` (`reason` says why) and return the
+    record; `outcome` is DROPPED or INTERRUPTED."""
     variables = executor.variables_for(hook, event, session)
     hook_id = hook_id_header(variables, hook.name, event.name)[1]
     request = None
@@ -41,13 +46,13 @@ def record_undelivered(
         hook=hook,
         event=event,
         session_id=session.session_id,
-        outcome=DROPPED,
-        attempts=0,
+        outcome=outcome,
+        attempts=0 if outcome == DROPPED else 1,
         duration=0.0,
         started_at=executor.clock.wall(),
         idempotency_key=hook_id,
-        error_type="NotDelivered",
-        message=f"not delivered: {reason}",
+        error_type="NotDelivered" if outcome == DROPPED else "Interrupted",
+        message=f"not delivered: {reason}" if outcome == DROPPED else f"interrupted: {reason}",
         request=request,
         agent_id=session.metadata.get("AGENT_ID"),
     )
