@@ -97,6 +97,8 @@ OPERATION_INVOKE_AGENT = "invoke_agent"
 ATTR_AGENT_NAME = "gen_ai.agent.name"
 ATTR_AGENT_ID = "gen_ai.agent.id"
 ATTR_CONVERSATION_ID = "gen_ai.conversation.id"
+# The harness's own session id (Claude Code's session_id, ...), beside the supervisor's.
+ATTR_HARNESS_SESSION_ID = "scion.harness.session_id"
 
 # Span event attributes, keyed by the variable that carries the same value.
 EVENT_ATTRIBUTES: dict[str, str] = {
@@ -112,6 +114,7 @@ EVENT_ATTRIBUTES: dict[str, str] = {
     "ASSISTANT_TEXT": "agent.assistant_text",
     "LIMIT_NAME": "agent.limit.name",
     "LIMIT_COUNT": "agent.limit.count",
+    "HARNESS_SESSION_ID": ATTR_HARNESS_SESSION_ID,
 }
 
 # Agent metadata, as resource or session span attributes, keyed by variable.

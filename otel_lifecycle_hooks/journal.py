@@ -50,8 +50,9 @@ COMMIT_AFTER_SECONDS = 0.1
 COMMIT_AFTER_ROWS = 64
 JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 
-# Outcomes a replay may re-send.
-FAILED_OUTCOMES = ("failed", "timeout")
+# Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended;
+# `interrupted`: still in flight when the engine shut down).
+FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (

@@ -119,6 +119,7 @@ class HookQueue:
         self._closing = False
         self._drain_deadline: float | None = None
         self._thread: threading.Thread | None = None
+        self.current: _Job | None = None  # the job being run, by the worker or a caller
 
     # -- producers --
 
@@ -275,6 +276,8 @@ class HookQueue:
         deadline = job.deadline
         if self._drain_deadline is not None:
             deadline = min(deadline or self._drain_deadline, self._drain_deadline)
+        with self._cond:
+            self.current = job
         try:
             execution = self._executor.run(self.hook, job.event, job.session, deadline)
         except BaseException as exc:  # never leave a waiting caller hanging
@@ -287,6 +290,7 @@ class HookQueue:
         finally:
             with self._cond:
                 self._running = False
+                self.current = None
                 self._cond.notify_all()
 
     # -- shutdown --
@@ -323,6 +327,18 @@ class HookQueue:
             self._jobs.clear()
             self._pending = None
         return left
+
+    def take_droppable(self) -> list[_Job]:
+        """Remove and return the queued (and pending) jobs that no caller waits for and that
+        are no lifecycle event: what a bounded exit may leave undelivered."""
+        with self._cond:
+            taken = [job for job in self._jobs if job.droppable]
+            self._jobs = deque(job for job in self._jobs if not job.droppable)
+            if self._pending is not None and self._pending.droppable:
+                taken.append(self._pending)
+                self._pending, self._window_closes = None, None
+            self._cond.notify_all()
+        return taken
 
     def wait_idle(self, deadline: float) -> bool:
         clock = self._executor.clock
@@ -432,14 +448,58 @@ class Dispatcher:
             queue.join(deadline - clock.monotonic())
         self.executor.stopping.set()
         for queue in self._queues.values():
-            queue.join(0.5)
+            if not queue.join(0.5) and queue.current is not None:
+                # Still in flight: the process may end before it does, and then its own record
+                # would never be written. It may yet have reached its target: `interrupted`.
+                self._undelivered(
+                    queue,
+                    queue.current,
+                    "shutdown",
+                    "still running at the shutdown deadline",
+                    outcome="interrupted",
+                )
             for job in queue.abandon():
-                self.listener.dropped(queue.hook, job.event, "shutdown")
+                self._undelivered(queue, job, "shutdown", "the shutdown deadline came first")
                 log.error(
                     "hook %s: %s event not delivered before shutdown deadline",
                     queue.hook.name,
                     job.event.name,
                 )
+
+    def settle(self, deadline: float) -> int:
+        """Let what is queued be delivered until `deadline` (monotonic), so that what comes
+        next (session-end) follows it; then drop the non-blocking runtime-event deliveries
+        still queued, recording each as `dropped` (replayable). Returns how many."""
+        # Every queue waits (and flushes its debounced event) until the same deadline: no
+        # short-circuit past the first busy one.
+        idle = [queue.wait_idle(deadline) for queue in self._queues.values()]
+        if all(idle):
+            return 0
+        dropped = 0
+        for queue in self._queues.values():
+            for job in queue.take_droppable():
+                self._undelivered(queue, job, "grace_period", "the grace period ended first")
+                dropped += 1
+        if dropped:
+            log.warning(
+                "%d queued hook deliveries not made before the grace period ended: journaled "
+                "as dropped (otel-lifecycle-hooks replay sends them)",
+                dropped,
+            )
+        return dropped
+
+    def _undelivered(
+        self, queue: HookQueue, job: _Job, reason: str, why: str, outcome: str = "dropped"
+    ) -> None:
+        from .undelivered import record_undelivered
+
+        self.listener.dropped(queue.hook, job.event, reason)
+        try:
+            record_undelivered(
+                self.executor, queue.hook, job.event, job.session, why, outcome=outcome
+            )
+        except Exception:  # never lose the count over a record that could not be made
+            log.exception("hook %s: recording an undelivered event failed", queue.hook.name)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no hook has queued, pending or running work (for force_flush); a

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..journal import ExecutionRow, Journal
+from ..journal import FAILED_OUTCOMES, ExecutionRow, Journal
 from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
 from ..render import (
     HOOK_ID_HEADER,
@@ -195,9 +195,10 @@ class Replayer:
     # -- the steps --
 
     def _check_replayable(self, row: ExecutionRow) -> None:
-        if row.outcome not in ("failed", "timeout"):
+        if row.outcome not in FAILED_OUTCOMES:
             raise ReplayRefused(
-                f"execution {row.id} ended {row.outcome}; only failed or timed-out deliveries are replayed"
+                f"execution {row.id} ended {row.outcome}; only failed, timed-out, dropped or "
+                "interrupted deliveries are replayed"
             )
         if row.id in self.journal.delivered_by_replay():
             raise ReplayRefused(f"execution {row.id} was already delivered by an earlier replay")

@@ -1,11 +1,20 @@
 """Firing hooks from `hook --dialect` when no supervisor is running: one short-lived engine per
-harness event, the session carried between invocations by the harness state file."""
+harness event, the session carried between invocations by the harness state file.
+
+One harness session stays one session: `entry` (the session's part of the state file) keeps
+the SESSION_ID every call's hooks see, the agent's name, and the trace id and span id of the
+session's first `invoke_agent` span. Each later call records its events on an `invoke_agent`
+span of its own whose parent is that first span (a remote parent), so the whole session is one
+trace, written to one trace file named after SESSION_ID.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
@@ -14,28 +23,77 @@ log = logging.getLogger("otel_lifecycle_hooks.engine")
 DRAIN_TIMEOUT = 15.0
 
 
-def fire(template_paths: Sequence[str], derived: Sequence[Any], state: dict[str, Any]) -> None:
-    """Fire each derived event (`.event`, `.fields`) through the template's hooks."""
+@functools.lru_cache(maxsize=4)
+def _template(paths: tuple[str, ...]) -> Any:
     from ..spec.loader import load_templates
+
+    return load_templates(list(paths))
+
+
+def template_env(template_paths: Sequence[str]) -> Mapping[str, str]:
+    """The templates' `env:` (read once per process; `fire` reuses the loaded templates)."""
+    env: Mapping[str, str] = _template(tuple(template_paths)).env
+    return env
+
+
+def agent_name(template: Any, entry: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    """`SCION_AGENT_NAME`, else the template's agent or harness name, else the harness the
+    events came from (`claude`, `gemini`, ...), else "agent"."""
+    return (
+        environ.get("SCION_AGENT_NAME")
+        or template.metadata.get("AGENT_NAME")
+        or template.metadata.get("HARNESS_NAME")
+        or str(entry.get("dialect") or "")
+        or "agent"
+    )
+
+
+def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str, Any]) -> None:
+    """Fire each derived event (`.event`, `.fields`) through the template's hooks, on the
+    session that `entry` holds (made on the first call)."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
     from ..telemetry.setup import configure_telemetry
     from .engine import HookEngine
     from .session import AgentSession
 
-    template = load_templates(list(template_paths))
-    telemetry = configure_telemetry(template.env, dict(os.environ))
+    environ = dict(os.environ)
+    template = _template(tuple(template_paths))
+    session_id = entry.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        session_id = uuid.uuid4().hex
+    name = entry.get("agent_name")
+    if not isinstance(name, str) or not name:
+        name = agent_name(template, entry, environ)
+    metadata = {"AGENT_NAME": name}
+    if entry.get("dialect"):
+        metadata["HARNESS_NAME"] = str(entry["dialect"])
+    telemetry = configure_telemetry(template.env, environ, session_id=session_id)
     engine = HookEngine(
         template, tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
     )
-    session_id = state.get("session_id") or None
+    parent = _parent_context(entry, SpanContext, TraceFlags)
     session = AgentSession(
         engine,
-        agent_name=os.environ.get("SCION_AGENT_NAME")
-        or template.metadata.get("AGENT_NAME")
-        or "agent",
+        agent_name=name,
+        metadata=metadata,
         session_id=session_id,
         tracer_provider=telemetry.tracer_provider,
+        parent=parent,
     )
-    state["session_id"] = session.session_id
+    harness_session_id = entry.get("harness_session_id")
+    if isinstance(harness_session_id, str) and harness_session_id:
+        from ..events import ATTR_HARNESS_SESSION_ID
+
+        session.set_attribute(ATTR_HARNESS_SESSION_ID, harness_session_id)
+    entry["session_id"] = session.session_id
+    entry["agent_name"] = name
+    if parent is None:
+        context = session.span.get_span_context()
+        if context.is_valid:
+            entry["trace_id"] = format(context.trace_id, "032x")
+            entry["span_id"] = format(context.span_id, "016x")
+            entry["trace_flags"] = int(context.trace_flags)
     try:
         for item in derived:
             session.record(item.event, dict(item.fields))
@@ -43,3 +101,19 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], state: dict[str,
         session.end()
         engine.shutdown(DRAIN_TIMEOUT)
         telemetry.shutdown()
+
+
+def _parent_context(entry: Mapping[str, Any], span_context: Any, trace_flags: Any) -> Any:
+    """The session's first span, as a remote parent; None on the first call (or a bad entry)."""
+    try:
+        trace_id = int(str(entry.get("trace_id")), 16)
+        span_id = int(str(entry.get("span_id")), 16)
+    except ValueError:
+        return None
+    flags = entry.get("trace_flags")
+    # The first span's sampling decision holds for the whole session.
+    sampled = flags if isinstance(flags, int) and 0 <= flags <= 0xFF else trace_flags.SAMPLED
+    context = span_context(
+        trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=trace_flags(sampled)
+    )
+    return context if context.is_valid else None

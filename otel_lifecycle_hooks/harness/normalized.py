@@ -20,6 +20,10 @@ hook can use, keyed by the template variable that will hold it:
 | `SOURCE`, `REASON`  | why a session started / ended, or a compaction's trigger         |
 | `TRANSCRIPT_PATH`   | where the harness keeps its transcript                           |
 
+The harness's own session id travels beside the fields (`session_id`); the activity tracker
+hands it on as `HARNESS_SESSION_ID`, so that `SESSION_ID` names one supervised session for
+every hook.
+
 `PROMPT`, `ASSISTANT_TEXT` and `TASK_SUMMARY` are text that a user or the model wrote: a hook may
 forward them, but they are data, never trusted configuration. Every value is cut to
 `MAX_FIELD_CHARS` so that one event stays one small line on the wire.
@@ -57,6 +61,7 @@ PROMPT = "PROMPT"
 SOURCE = "SOURCE"
 REASON = "REASON"
 TRANSCRIPT_PATH = "TRANSCRIPT_PATH"
+HARNESS_SESSION_ID = "HARNESS_SESSION_ID"
 
 _RUNTIME_EVENTS = frozenset(RUNTIME_EVENTS)
 

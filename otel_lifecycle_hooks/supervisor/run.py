@@ -31,6 +31,7 @@ from ..engine.session import AgentSession
 from ..spec.model import Template
 from .legacy import run_legacy_hooks
 from .limits import Limits
+from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
 from .recovery import recover_orphaned_sessions
 from .server import SOCKET_ENV, EventServer
 
@@ -42,6 +43,8 @@ DEFAULT_GRACE_PERIOD = 10.0
 # Socket messages waiting for the main loop; past this the socket reader waits (backpressure
 # on the senders) instead of growing memory: every event still reaches the activity tracker.
 MAX_PENDING_MESSAGES = 1024
+# How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
+REAP_INTERVAL = 1.0
 # Variables that carry agent metadata into the supervisor (Scion sets them in the container).
 METADATA_ENV = {
     "AGENT_NAME": "SCION_AGENT_NAME",
@@ -136,6 +139,12 @@ class Supervisor:
         self._ended = False  # session-end fired
         self._dispatching = False  # the main thread is firing hooks
         self._interrupted = False  # a second stop signal came
+        self._harness_session_id = ""
+        self._processes: AgentProcesses | None = None  # set once the agent is started
+        self._stop_deadline: float | None = None
+        self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
+        self._set_subreaper = False  # this run made the process a subreaper: undo at the end
+        self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
 
@@ -204,6 +213,9 @@ class Supervisor:
         if not result.ok:
             return self._fail_transition("pre-start", result)
         self._set_phase("starting")
+        # Orphans of the agent's tools come to us, not to init, so that stop can reach them.
+        if not is_subreaper():
+            self._set_subreaper = set_subreaper(True)
         try:
             self._child = self._spawn(options.command)
         except (OSError, LookupError) as exc:
@@ -212,6 +224,8 @@ class Supervisor:
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__)
         self._child_started = time.monotonic()
+        self._processes = AgentProcesses(self._child.pid, self._agent_tag)
+        self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
         self._set_phase("running")
         self._legacy("post-start")
@@ -231,6 +245,7 @@ class Supervisor:
             else None
         )
         stop_deadline: float | None = None
+        next_reap = time.monotonic() + REAP_INTERVAL
         while True:
             timeout = 0.2
             if duration_deadline is not None and self._stop_requested is None:
@@ -241,6 +256,9 @@ class Supervisor:
                 kind, value = "tick", None
             if kind == "message":
                 self._message_slots.release()
+            if time.monotonic() >= next_reap:
+                self._reap_orphans()
+                next_reap = time.monotonic() + REAP_INTERVAL
             if kind == "exit":
                 return self._finish(exit_code=value, error=self._crash_message(value))
             if kind == "signal":
@@ -270,6 +288,7 @@ class Supervisor:
         """pre-stop (legacy scripts, then hooks), then TERM; returns when to KILL."""
         self._stop_requested = reason
         deadline = self._grace_deadline()
+        self._stop_deadline = deadline
         self._set_phase("stopping")
         self._legacy("pre-stop", deadline=deadline)
         self._record("pre-stop", deadline=deadline)
@@ -291,10 +310,40 @@ class Supervisor:
         if self._child is not None and self._child.poll() is None:
             log.warning("grace period spent: killing the agent")
             self._signal_group(signal.SIGKILL)
+        if self._processes is not None and self._processes.signal(signal.SIGKILL):
+            log.warning("grace period spent: killed the processes the agent left")
 
     def _forward(self, signum: int) -> None:
         if self._child is not None and self._child.poll() is None:
             self._signal_group(signum)
+        if signum != signal.SIGHUP and self._processes is not None:
+            # Those that left the agent's group or session (setsid) are signalled one by one.
+            self._processes.signal(signum)
+
+    def _end_leftovers(self) -> None:
+        """After the agent exited: TERM what it left running, KILL it at the grace deadline,
+        and reap it, so that nothing the agent started outlives `run`."""
+        if self._processes is None:
+            return
+        deadline = self._stop_deadline
+        if deadline is None:
+            deadline = self._exit_deadline or self._grace_deadline()
+            if self._processes.signal(signal.SIGTERM):
+                log.warning("the agent exited and left processes running: stopping them")
+        while self._processes.alive() and time.monotonic() < deadline:
+            self._reap_orphans()
+            time.sleep(0.05)
+        if self._processes.signal(signal.SIGKILL):
+            log.warning("grace period spent: killed the processes the agent left")
+        for _ in range(100):  # a killed process takes a moment to become a zombie
+            self._reap_orphans()
+            if not self._processes.alive():
+                break
+            time.sleep(0.01)
+
+    def _reap_orphans(self) -> None:
+        if self._processes is not None:
+            self._processes.reap()
 
     def _signal_group(self, signum: int) -> None:
         assert self._child is not None
@@ -309,6 +358,10 @@ class Supervisor:
     # -- the end --
 
     def _finish(self, exit_code: int, error: str | None) -> int:
+        # From the agent's exit, the grace period bounds the rest: what it left running, and
+        # the deliveries still queued (session-end's own hooks get their timeout after it).
+        self._exit_deadline = self._stop_deadline or self._grace_deadline()
+        self._end_leftovers()
         if error:
             self._set_phase("error")
             self._record(
@@ -335,6 +388,8 @@ class Supervisor:
         """The supervisor's own failure: phase error, `error`, then session-end; exit 1."""
         if self._child is not None and self._child.poll() is None:
             self._stop_child(self._grace_deadline())  # an agent is never left unsupervised
+        if self._child is not None:
+            self._end_leftovers()
         if self.phase != "error":
             self._set_phase("error")
             self._record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": error_type})
@@ -344,11 +399,24 @@ class Supervisor:
 
     def _end_session(self, exit_code: int) -> None:
         self._ended = True
+        if self.engine is not None:
+            # session-end follows the session's earlier events; what the grace period left
+            # queued is journaled as dropped instead of holding the exit.
+            self.engine.dispatcher.settle(self._exit_deadline or self._grace_deadline())
         self._legacy("session-end")
         self._record("session-end", {"EXIT_CODE": str(exit_code)})
         self._journal_call(
             "close_session", self.session.session_id if self.session else "", exit_code
         )
+
+    def _drain_timeout(self) -> float:
+        """How long the engine may take to finish at exit: what is left of the grace period,
+        then the session-end hooks' own timeout (their deliveries are owed)."""
+        if self._exit_deadline is None:
+            return max(self.options.grace_period, 5.0)
+        session_end = self.options.template.hooks_for("session-end")
+        budget = max((hook.timeout for hook in session_end), default=0.0)
+        return max(0.0, self._exit_deadline - time.monotonic()) + budget + 0.5
 
     def _crash_message(self, exit_code: int) -> str | None:
         """An agent killed by a signal nobody asked for has crashed."""
@@ -362,12 +430,14 @@ class Supervisor:
         return None
 
     def _close(self) -> None:
+        if self._set_subreaper:
+            set_subreaper(False)  # the process may live on (a library caller, a test)
         if self._server is not None:
             self._server.close()
         if self.session is not None:
             self.session.end()
         if self.engine is not None:
-            self.engine.shutdown(0.5 if self._interrupted else max(self.options.grace_period, 5.0))
+            self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
         if self._telemetry is not None:
             self._telemetry.shutdown()
 
@@ -400,9 +470,13 @@ class Supervisor:
         if self._tracker is None:
             # Made with the first message: an agent that never reports its activity (no
             # harness hooks) does not pay for the tracker's rules at start-up.
-            from ..harness.activity import ActivityTracker
+            from ..harness.activity import ActivityTracker, turn_end_completes_task
 
-            self._tracker = ActivityTracker()
+            self._tracker = ActivityTracker(
+                turn_end_completes_task=turn_end_completes_task(
+                    self.options.environ, self.options.template.env
+                )
+            )
         kind = message.get("kind")
         if kind == "status":
             derived = self._tracker.signal(
@@ -415,6 +489,7 @@ class Supervisor:
                 log.warning("event socket: malformed event ignored: %s", exc)
                 return
             derived = self._tracker.observe(normalized)
+            self._note_harness_session(normalized.session_id)
         else:
             log.warning("event socket: unknown message kind %r ignored", kind)
             return
@@ -426,6 +501,14 @@ class Supervisor:
         hit = self.limits.exceeded(self._tracker.turns, self._tracker.model_calls)
         if hit is not None:
             self._limit_exceeded(*hit)
+
+    def _note_harness_session(self, harness_session_id: str) -> None:
+        """The harness's own id for this session, kept on the session span: SESSION_ID (and
+        `gen_ai.conversation.id`) stay the supervisor's, one for every hook of the run."""
+        if harness_session_id and harness_session_id != self._harness_session_id:
+            self._harness_session_id = harness_session_id
+            if self.session is not None:
+                self.session.set_attribute(ev.ATTR_HARNESS_SESSION_ID, harness_session_id)
 
     def _limit_exceeded(self, name: str, count: int) -> None:
         if self._limit_hit is not None:
@@ -446,6 +529,7 @@ class Supervisor:
                 env.setdefault(key, value)
         if self._server is not None:
             env[SOCKET_ENV] = self._server.path
+        env[AGENT_TAG_ENV] = self._agent_tag
         traceparent = self._traceparent()
         if traceparent:
             env["TRACEPARENT"] = traceparent
@@ -457,7 +541,9 @@ class Supervisor:
             from ..actions.script import user_process_options
 
             kwargs.update(user_process_options(self.options.user, env))
-        return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
+        # The agent dies with a killed supervisor, instead of running on unsupervised.
+        argv, identity = die_with_parent(command, env, kwargs)
+        return subprocess.Popen(argv, env=env, start_new_session=True, **identity)
 
     def _traceparent(self) -> str | None:
         from ..tracecontext import traceparent

@@ -33,7 +33,9 @@ def template(text: str, **values: str):
     return load_template_text(textwrap.dedent(text).format(**values))
 
 
-def http_hook(url: str, on_error: str = "log", timeout: str = "2s", blocking: bool = True, event="post-start"):
+def http_hook(
+    url: str, on_error: str = "log", timeout: str = "2s", blocking: bool = True, event="post-start"
+):
     return template(
         """
         lifecycle_hooks:
@@ -103,7 +105,11 @@ def test_a_4xx_is_not_retried_even_under_on_error_retry(spans, target_server):
     clock = FakeClock()
     _, result = run_once(http_hook(target_server.url("/hook"), on_error="retry"), provider, clock)
     execution = result.executions[0]
-    assert (execution.outcome, execution.attempts, execution.error_type) == ("failed", 1, "http.404")
+    assert (execution.outcome, execution.attempts, execution.error_type) == (
+        "failed",
+        1,
+        "http.404",
+    )
     assert clock.sleeps == []
     span = hook_span(exporter)
     assert span.attributes["error.type"] == "http.404"
@@ -121,7 +127,10 @@ def test_503_then_200_is_retried_once_after_1s(spans, target_server):
     assert [(e.attributes["attempt"], e.attributes["delay"]) for e in retries] == [(2, 1.0)]
     assert len(target_server.requests) == 2
     # The idempotency key is the same on every attempt.
-    assert target_server.requests[0].headers["x-scion-hook-id"] == target_server.requests[1].headers["x-scion-hook-id"]
+    assert (
+        target_server.requests[0].headers["x-scion-hook-id"]
+        == target_server.requests[1].headers["x-scion-hook-id"]
+    )
 
 
 def test_an_always_503_target_is_retried_after_1s_2s_4s_then_logged(spans, target_server):
@@ -167,7 +176,9 @@ def test_a_target_hanging_past_the_timeout_ends_in_timeout(spans, target_server)
 def test_a_fail_hook_that_times_out_fails_the_transition(spans, target_server):
     provider, _ = spans
     target_server.always("/hook", Reply.hang())
-    _, result = run_once(http_hook(target_server.url("/hook"), on_error="fail", timeout="300ms"), provider)
+    _, result = run_once(
+        http_hook(target_server.url("/hook"), on_error="fail", timeout="300ms"), provider
+    )
     assert not result.ok
     assert result.failed.hook.name == "target"
     assert result.failed.outcome == "timeout"
@@ -176,7 +187,9 @@ def test_a_fail_hook_that_times_out_fails_the_transition(spans, target_server):
 def test_connection_refused_is_retried_then_failed(spans, free_port):
     provider, _ = spans
     clock = FakeClock()
-    _, result = run_once(http_hook(f"http://127.0.0.1:{free_port}/hook", on_error="retry"), provider, clock)
+    _, result = run_once(
+        http_hook(f"http://127.0.0.1:{free_port}/hook", on_error="retry"), provider, clock
+    )
     execution = result.executions[0]
     assert (execution.outcome, execution.attempts) == ("failed", 4)
     assert execution.error_type == "ConnectError"
@@ -212,7 +225,9 @@ def script_hook(code: str, on_error: str = "log", timeout: str = "5s"):
 def test_a_script_exiting_1_is_retried_after_1s_2s_4s_under_retry_then_logged(spans):
     provider, exporter = spans
     clock = FakeClock()
-    _, result = run_once(script_hook("import sys; sys.exit(1)", on_error="retry"), provider, clock, "pre-stop")
+    _, result = run_once(
+        script_hook("import sys; sys.exit(1)", on_error="retry"), provider, clock, "pre-stop"
+    )
     execution = result.executions[0]
     assert (execution.outcome, execution.attempts, execution.exit_code) == ("failed", 4, 1)
     assert clock.sleeps == [1.0, 2.0, 4.0]
@@ -225,7 +240,9 @@ def test_a_script_exiting_1_is_retried_after_1s_2s_4s_under_retry_then_logged(sp
 def test_a_script_exiting_1_under_log_is_one_attempt(spans):
     provider, _ = spans
     clock = FakeClock()
-    _, result = run_once(script_hook("import sys; sys.exit(1)", on_error="log"), provider, clock, "pre-stop")
+    _, result = run_once(
+        script_hook("import sys; sys.exit(1)", on_error="log"), provider, clock, "pre-stop"
+    )
     assert (result.executions[0].outcome, result.executions[0].attempts) == ("failed", 1)
     assert clock.sleeps == []
 
@@ -248,19 +265,27 @@ def test_a_missing_script_is_never_retried(spans, tmp_path):
     )
     _, result = run_once(tmpl, provider, clock, "pre-stop")
     execution = result.executions[0]
-    assert (execution.outcome, execution.attempts, execution.error_type) == ("failed", 1, "FileNotFoundError")
+    assert (execution.outcome, execution.attempts, execution.error_type) == (
+        "failed",
+        1,
+        "FileNotFoundError",
+    )
 
 
 def test_a_script_exiting_1_under_fail_aborts_the_transition(spans):
     provider, _ = spans
-    _, result = run_once(script_hook("import sys; sys.exit(1)", on_error="fail"), provider, event="pre-stop")
+    _, result = run_once(
+        script_hook("import sys; sys.exit(1)", on_error="fail"), provider, event="pre-stop"
+    )
     assert result.failed is not None and result.failed.exit_code == 1
 
 
 def test_a_hanging_script_is_ended_at_its_timeout(spans):
     provider, exporter = spans
     started = time.monotonic()
-    _, result = run_once(script_hook("import time; time.sleep(60)", timeout="500ms"), provider, event="pre-stop")
+    _, result = run_once(
+        script_hook("import time; time.sleep(60)", timeout="500ms"), provider, event="pre-stop"
+    )
     assert time.monotonic() - started < 10
     assert result.executions[0].outcome == "timeout"
     assert hook_span(exporter).attributes["agent.lifecycle_hook.outcome"] == "timeout"
@@ -273,7 +298,12 @@ def test_a_script_reads_the_event_on_stdin_and_gets_traceparent(spans, tmp_path)
         "import json, os, sys; e = json.load(sys.stdin); "
         f"open({str(out)!r}, 'w').write(json.dumps([e, os.environ.get('TRACEPARENT')]))"
     )
-    _, result = run_once(script_hook(code.replace('"', '\\"')), provider, event="pre-stop", fields={"ACTIVITY": "idle"})
+    _, result = run_once(
+        script_hook(code.replace('"', '\\"')),
+        provider,
+        event="pre-stop",
+        fields={"ACTIVITY": "idle"},
+    )
     assert result.executions[0].outcome == "success"
     import json
 

@@ -43,13 +43,17 @@ def test_a_503_is_retried_after_1s_2s_and_4s_then_given_up():
 
 
 def test_503_then_200_stops_after_the_success():
-    delays, reason = delays_until_stop(RetryPolicy(), [transient(), AttemptResult("ok", 0.01, status_code=200)])
+    delays, reason = delays_until_stop(
+        RetryPolicy(), [transient(), AttemptResult("ok", 0.01, status_code=200)]
+    )
     assert delays == [1.0]
     assert reason == "succeeded"
 
 
 def test_a_4xx_is_permanent_and_never_retried():
-    delays, _ = delays_until_stop(RetryPolicy(), [AttemptResult("permanent", 0.01, status_code=404)])
+    delays, _ = delays_until_stop(
+        RetryPolicy(), [AttemptResult("permanent", 0.01, status_code=404)]
+    )
     assert delays == []
 
 

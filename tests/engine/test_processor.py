@@ -22,8 +22,9 @@ from tests.support.target_server import TargetServer
 def activity_template(url: str, debounce: str | None = None, blocking: bool = False) -> str:
     extra = f"    debounce: {debounce}\n" if debounce else ""
     extra += "    blocking: true\n" if blocking else ""
-    return textwrap.dedent(
-        f"""
+    return (
+        textwrap.dedent(
+            f"""
         lifecycle_hooks:
           - name: activity
             on: [activity-change]
@@ -34,11 +35,15 @@ def activity_template(url: str, debounce: str | None = None, blocking: bool = Fa
               body: '{{"activity": "${{ACTIVITY}}", "previous": "${{PREVIOUS_ACTIVITY}}"}}'
             timeout: 2s
         """
-    ) + extra
+        )
+        + extra
+    )
 
 
 def engine_for(text: str, provider=None) -> HookEngine:
-    return HookEngine(load_template_text(text), tracer_provider=provider, journal=False, hook_log=False)
+    return HookEngine(
+        load_template_text(text), tracer_provider=provider, journal=False, hook_log=False
+    )
 
 
 def session_attributes(name: str = "agent-1") -> dict:
@@ -48,11 +53,15 @@ def session_attributes(name: str = "agent-1") -> dict:
 def test_a_plain_span_add_event_fires_the_hook_exactly_once(target_server: TargetServer):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    processor = LifecycleHookProcessor(
+        engine_for(activity_template(target_server.url("/a")), provider)
+    )
     provider.add_span_processor(processor)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("an-app-that-knows-nothing-of-the-package")
-    with tracer.start_as_current_span("invoke_agent agent-1", attributes=session_attributes()) as span:
+    with tracer.start_as_current_span(
+        "invoke_agent agent-1", attributes=session_attributes()
+    ) as span:
         span.add_event(
             "agent.lifecycle.activity_change",
             {"agent.activity": "thinking", "agent.activity.previous": "idle"},
@@ -60,14 +69,21 @@ def test_a_plain_span_add_event_fires_the_hook_exactly_once(target_server: Targe
     processor.force_flush()
     provider.shutdown()
     assert len(target_server.requests) == 1
-    assert json.loads(target_server.requests[0].body) == {"activity": "thinking", "previous": "idle"}
+    assert json.loads(target_server.requests[0].body) == {
+        "activity": "thinking",
+        "previous": "idle",
+    }
     hook_spans = [s for s in exporter.get_finished_spans() if s.name == "agent.lifecycle_hook"]
     assert len(hook_spans) == 1
 
 
-def test_an_event_recorded_through_the_api_on_an_observed_span_fires_once(target_server: TargetServer):
+def test_an_event_recorded_through_the_api_on_an_observed_span_fires_once(
+    target_server: TargetServer,
+):
     provider = TracerProvider()
-    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    processor = LifecycleHookProcessor(
+        engine_for(activity_template(target_server.url("/a")), provider)
+    )
     provider.add_span_processor(processor)
     session = AgentSession(processor, agent_name="agent-1", tracer_provider=provider)
     session.record("activity-change", {"ACTIVITY": "executing", "PREVIOUS_ACTIVITY": "thinking"})
@@ -81,7 +97,9 @@ def test_an_event_recorded_through_the_api_on_an_observed_span_fires_once(target
 
 def test_spans_that_are_not_sessions_never_fire_hooks(target_server: TargetServer):
     provider = TracerProvider()
-    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    processor = LifecycleHookProcessor(
+        engine_for(activity_template(target_server.url("/a")), provider)
+    )
     provider.add_span_processor(processor)
     with provider.get_tracer("app").start_as_current_span("GET /index") as span:
         span.add_event("agent.lifecycle.activity_change", {"agent.activity": "thinking"})
@@ -94,7 +112,9 @@ def test_hooks_run_when_the_session_is_sampled_out(target_server: TargetServer):
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ALWAYS_OFF)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    processor = LifecycleHookProcessor(
+        engine_for(activity_template(target_server.url("/a")), provider)
+    )
     provider.add_span_processor(processor)
     session = AgentSession(processor, agent_name="agent-1", tracer_provider=provider)
     assert not session.span.is_recording()
@@ -112,7 +132,9 @@ def test_plain_add_event_on_a_sampled_out_session_fires_under_the_session_record
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=SessionRecordingSampler(TraceIdRatioBased(0.0)))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    processor = LifecycleHookProcessor(
+        engine_for(activity_template(target_server.url("/a")), provider)
+    )
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("app")
     with tracer.start_as_current_span("invoke_agent a", attributes=session_attributes()) as span:
@@ -207,15 +229,15 @@ def test_hooks_of_one_event_start_in_declaration_order(target_server: TargetServ
         lifecycle_hooks:
           - name: first
             on: [pre-stop]
-            action: {{type: http, method: POST, url: "{target_server.url('/1')}"}}
+            action: {{type: http, method: POST, url: "{target_server.url("/1")}"}}
             blocking: true
           - name: second
             on: [pre-stop]
-            action: {{type: http, method: POST, url: "{target_server.url('/2')}"}}
+            action: {{type: http, method: POST, url: "{target_server.url("/2")}"}}
             blocking: true
           - name: third
             on: [pre-stop]
-            action: {{type: http, method: POST, url: "{target_server.url('/3')}"}}
+            action: {{type: http, method: POST, url: "{target_server.url("/3")}"}}
             blocking: true
         """
     )
@@ -239,10 +261,14 @@ def test_a_false_condition_skips_the_hook(target_server: TargetServer):
 
 def test_a_plain_session_span_without_an_agent_id_uses_its_session_id(target_server: TargetServer):
     provider = TracerProvider()
-    processor = LifecycleHookProcessor(engine_for(activity_template(target_server.url("/a")), provider))
+    processor = LifecycleHookProcessor(
+        engine_for(activity_template(target_server.url("/a")), provider)
+    )
     provider.add_span_processor(processor)
     attributes = {**session_attributes(), "gen_ai.conversation.id": "conv-42"}
-    with provider.get_tracer("app").start_as_current_span("invoke_agent a", attributes=attributes) as span:
+    with provider.get_tracer("app").start_as_current_span(
+        "invoke_agent a", attributes=attributes
+    ) as span:
         span.add_event("agent.lifecycle.activity_change", {"agent.activity": "thinking"})
     processor.force_flush()
     provider.shutdown()

@@ -203,11 +203,11 @@ GEMINI_CASES = {
         "Notification",
         {
             "MESSAGE": "Allow run_shell_command?",
-            "NOTIFICATION_TYPE": "ToolPermission",
+            "NOTIFICATION_TYPE": "permission_prompt",
             "TOOL_NAME": "run_shell_command",
         },
     ),
-    "pre_compress": ("pre-compact", "PreCompress", {"SOURCE": "auto"}),
+    "pre_compress_manual": ("pre-compact", "PreCompress", {"SOURCE": "manual"}),
 }
 
 
@@ -226,6 +226,12 @@ def test_gemini_counts_a_streamed_model_call_once(load_payload: Loader) -> None:
     assert [e for e, _, _ in translate("gemini", load_payload("gemini", "after_model_final"))] == [
         "model-end"
     ]
+
+
+def test_gemini_automatic_pre_compress_is_not_a_compaction(load_payload: Loader) -> None:
+    # Gemini CLI fires PreCompress (trigger auto) before every model call, whether or not the
+    # history is over the compression threshold: only /compress (manual) surely compacts.
+    assert translate("gemini", load_payload("gemini", "pre_compress")) == []
 
 
 def test_gemini_session_end_is_left_to_the_supervisor(load_payload: Loader) -> None:
@@ -263,6 +269,30 @@ def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
     ]
     assert translate("codex", load_payload("codex", "stop")) == [
         ("agent-end", "Stop", {"ASSISTANT_TEXT": "Fixed: the test now passes."})
+    ]
+
+
+def test_codex_model_requests_and_approval_prompts_are_mapped(load_payload: Loader) -> None:
+    assert translate("codex", load_payload("codex", "pre_model_request")) == [
+        ("model-start", "PreModelRequest", {})
+    ]
+    assert translate("codex", load_payload("codex", "permission_request")) == [
+        (
+            "notification",
+            "PermissionRequest",
+            {
+                "TOOL_NAME": "Bash",
+                "MESSAGE": "Permission requested for Bash",
+                "NOTIFICATION_TYPE": "permission_prompt",
+            },
+        )
+    ]
+
+
+def test_codex_notify_approval_is_the_same_permission_prompt() -> None:
+    events = get_dialect("codex").translate({}, ['{"type": "approval-requested"}'])
+    assert [(e.event, e.fields.get("NOTIFICATION_TYPE")) for e in events] == [
+        ("notification", "permission_prompt")
     ]
 
 

@@ -225,12 +225,16 @@ class FakeEngine:
     def fire(self, templates: list[str], derived: list[Any], state: dict[str, Any]) -> None:
         self.calls.append((templates, list(derived), json.loads(json.dumps(state))))
 
+    def template_env(self, templates: list[str]) -> dict[str, str]:
+        return {}
+
 
 @pytest.fixture
 def fake_engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     engine = FakeEngine()
     module = types.ModuleType("otel_lifecycle_hooks.engine.standalone")
     module.fire = engine.fire  # type: ignore[attr-defined]
+    module.template_env = engine.template_env  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.engine.standalone", module)
     return engine
 
@@ -250,7 +254,9 @@ def test_without_a_supervisor_a_template_fires_in_process_and_state_carries_over
     assert second[1].fields["PREVIOUS_ACTIVITY"] == "thinking"  # read back from the state file
     assert state["tracker"]["activity"] == "executing"
     saved = json.loads((tmp_path / "state.json").read_text())
-    assert saved["tracker"]["activity"] == "executing"
+    session_id = load_payload("claude", "pre_tool_use")["session_id"]
+    assert saved["current"] == session_id
+    assert saved["sessions"][session_id]["tracker"]["activity"] == "executing"
 
 
 def test_a_missing_engine_is_logged_and_exits_0(

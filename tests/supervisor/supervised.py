@@ -25,6 +25,10 @@ from typing import IO, Any
 #   hup_file        on SIGHUP, append "HUP" to this file
 #   exit            exit with this code instead of waiting to be stopped
 #   kill_self       die of this signal instead of waiting to be stopped (a crash)
+#   detach          [pid_file, ignore_term, seconds=30]: start a sleeper in a session of its
+#                   own (as Gemini's setsid shell tool), through a launcher that exits at
+#                   once, so it is orphaned; it writes its pid to pid_file, ignoring SIGTERM
+#                   if asked
 AGENT_PROGRAM = r"""
 import json, os, signal, subprocess, sys, time
 
@@ -56,6 +60,22 @@ if plan.get("env_file"):
         "HOME": os.environ.get("HOME", ""),
         "uid": os.getuid(),
     }))
+if plan.get("detach"):
+    detached_pid_file, ignore_term, *seconds = plan["detach"]
+    sleeper = (
+        "import os, signal, time\n"
+        + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_term else "")
+        + f"open({detached_pid_file!r} + '.tmp', 'w').write(str(os.getpid()))\n"
+        + f"os.replace({detached_pid_file!r} + '.tmp', {detached_pid_file!r})\n"
+        + f"time.sleep({seconds[0] if seconds else 30})\n"
+    )
+    launcher = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {sleeper!r}], start_new_session=True)\n"
+    )
+    subprocess.run([sys.executable, "-c", launcher], check=True)  # exits at once: an orphan
+    while not os.path.exists(detached_pid_file):
+        time.sleep(0.01)
 if plan.get("touch"):
     write(plan["touch"], "started")
 for payload in plan.get("claude", []):
@@ -90,6 +110,8 @@ TEMPLATE_EVENTS = (
 RUNTIME_EVENTS = ("session-start", "prompt-submit", "tool-start", "tool-end", "agent-end")
 RECORDED_FIELDS = (
     "EVENT",
+    "SESSION_ID",
+    "HARNESS_SESSION_ID",
     "PHASE",
     "PREVIOUS_PHASE",
     "ACTIVITY",
@@ -251,8 +273,9 @@ class Workspace:
                 run.process.kill()
                 run.process.wait(timeout=10)
             run.stderr_file.close()
-        # Agents orphaned by a killed supervisor (their own session: out of its group).
-        for pid_file in self.root.glob("agent-*.pid"):
+        # Agents orphaned by a killed supervisor (their own session: out of its group), and
+        # the processes they detached.
+        for pid_file in self.root.glob("*.pid"):
             try:
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
             except (ValueError, ProcessLookupError, PermissionError):

@@ -47,9 +47,10 @@ EXPECTED = [
     ("activity-change", "running", "thinking"),
     ("tool-start", "running", "executing"),
     ("activity-change", "running", "executing"),
-    ("tool-end", "running", "idle"),
-    ("activity-change", "running", "idle"),
+    ("tool-end", "running", "thinking"),
+    ("activity-change", "running", "thinking"),
     ("agent-end", "running", "idle"),
+    ("activity-change", "running", "idle"),
     ("activity-change", "running", "completed"),
     ("task-completed", "running", "completed"),
     ("phase-change", "stopping", "completed"),
@@ -116,6 +117,12 @@ def test_a_claude_session_fires_every_event_in_order_in_one_trace(
     assert {s["parent_span_id"] for s in hook_spans} == {session["span_id"]}
     span_events = [e["attributes"]["agent.lifecycle.event"] for e in session["events"]]
     assert span_events == [event for event, _, _ in EXPECTED]
+
+    # One session id for every hook, the supervisor's; the harness's own id kept beside it.
+    assert {e["SESSION_ID"] for e in events} == {session["attributes"]["gen_ai.conversation.id"]}
+    assert session["attributes"]["scion.harness.session_id"] == "claude-session-1"
+    runtime = [e for e in events if e["EVENT"] in ("session-start", "tool-start", "agent-end")]
+    assert {e["HARNESS_SESSION_ID"] for e in runtime} == {"claude-session-1"}
 
     child_traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
     assert child_traceparent.split("-")[1] == session["trace_id"]

@@ -2,7 +2,9 @@
 
 Hooks (https://developers.openai.com/codex/hooks) send a Claude-shaped object on stdin
 (`hook_event_name`, `session_id`, `turn_id`, `transcript_path`, `model`, ...), translated as the
-claude dialect does. The legacy `notify = [...]` program instead receives one JSON object as its
+claude dialect does, plus `PreModelRequest` (before each model request) as `model-start`.
+`PermissionRequest` is the approval prompt, a `notification` as for Claude. `SessionEnd` is not
+translated, for the reason given in the claude dialect. The legacy `notify = [...]` program instead receives one JSON object as its
 LAST argv element: `{"type": "agent-turn-complete", "thread-id": ..., "turn-id": ...,
 "input-messages": [...], "last-assistant-message": ...}`; that one becomes `response-complete`,
 as Scion maps it. Already-normalized names (`tool-start`, ...) in `type` or `event` pass through.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 
 from ...events import RUNTIME_EVENTS
-from ..normalized import ASSISTANT_TEXT, MESSAGE, TOOL_NAME, NormalizedEvent
+from ..normalized import ASSISTANT_TEXT, MESSAGE, NOTIFICATION_TYPE, TOOL_NAME, NormalizedEvent
 from ._common import event, text
 from .claude import translate_hook_payload
 
@@ -48,6 +50,8 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
     if notified is not None:
         payload = notified
     hook_name = text(payload, "hook_event_name")
+    if hook_name == "PreModelRequest":
+        return [event("model-start", NAME, hook_name, payload)]
     if hook_name and hook_name not in RUNTIME_EVENTS and not text(payload, "type"):
         return translate_hook_payload(payload, NAME)
     raw = text(payload, "type", "event", "hook_event_name")
@@ -58,6 +62,8 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
         ASSISTANT_TEXT: text(payload, "last-assistant-message", "last_assistant_message").strip(),
         MESSAGE: text(payload, "title", "message"),
         TOOL_NAME: text(payload, "tool_name"),
+        # The approval prompt, named as the hooks' PermissionRequest (and Claude's) name it.
+        NOTIFICATION_TYPE: "permission_prompt" if raw == "approval-requested" else "",
     }
     session = {"session_id": text(payload, "thread-id", "session_id", "thread_id")}
     return [event(name, NAME, raw, session, **fields)]

@@ -4,6 +4,12 @@ Base input: `session_id`, `transcript_path`, `cwd`, `hook_event_name`, `timestam
 event's own fields. `AfterModel` fires for every streamed chunk, so only the chunk that carries a
 `finishReason` becomes `model-end`: one model call counts once against `max_model_calls`.
 `SessionEnd` is not translated, for the reason given in the claude dialect.
+
+`PreCompress` fires before every model call with `trigger: auto` (Gemini CLI calls its
+compression service each time, and the hook runs before the service checks the token
+threshold), so an automatic one says nothing about a compaction; only `trigger: manual`
+(`/compress`) is one for sure and becomes `pre-compact`. A `ToolPermission` notification is
+the permission prompt, named `permission_prompt` as in the other dialects.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ _SIMPLE: dict[str, str] = {
     "PreCompress": "pre-compact",
 }
 
+# Gemini's notification kinds, in the names the other dialects use for the same moment.
+_NOTIFICATION_TYPES: dict[str, str] = {"ToolPermission": "permission_prompt"}
+
 
 def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
     """Gemini CLI hook payload -> normalized events."""
@@ -49,6 +58,8 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
     name = _SIMPLE.get(raw)
     if name is None or (raw == "AfterModel" and not _is_final_chunk(payload)):
         return []
+    if raw == "PreCompress" and text(payload, "trigger") != "manual":
+        return []  # an automatic attempt, made before every model call
     fields: dict[str, str] = {
         TRANSCRIPT_PATH: text(payload, "transcript_path"),
         TOOL_NAME: text(payload, "tool_name"),
@@ -64,7 +75,8 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
         fields[TOOL_OUTPUT] = as_text(payload.get("tool_response") if output is None else output)
     elif raw == "Notification":
         fields[MESSAGE] = text(payload, "message")
-        fields[NOTIFICATION_TYPE] = text(payload, "notification_type")
+        kind = text(payload, "notification_type")
+        fields[NOTIFICATION_TYPE] = _NOTIFICATION_TYPES.get(kind, kind)
         fields[TOOL_NAME] = as_text(nested(payload, "details", "toolName")) or as_text(
             nested(payload, "details", "tool_name")
         )

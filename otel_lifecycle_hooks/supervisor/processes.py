@@ -1,0 +1,301 @@
+"""Every process the agent started, wherever it went: the supervisor as a child subreaper.
+
+An agent's tools may leave its process group and session (Gemini CLI runs its shell tool with
+`setsid`), and a process whose parent dies is re-parented. With PR_SET_CHILD_SUBREAPER (as tini
+and systemd use it) such orphans are re-parented to the supervisor instead of to init, so that
+they stay visible under it. `AgentProcesses` follows them:
+
+- `scan()` walks /proc and keeps every process whose ancestry leads to the agent, or that is in
+  the agent's session or process group, or that is now the supervisor's child (an orphan) and
+  either was seen in the agent's tree before or carries the agent's tag: `AGENT_TAG_ENV`, set
+  in the agent's environment and so inherited by what it starts. An orphan that left the
+  agent's session and dropped its environment before it was ever seen is not found. Each is
+  known by (pid, start time), so that a reused pid is never mistaken for it;
+- `reap()` collects those orphans once they exited (zombies the supervisor now owns). Only
+  known agent processes are reaped, by pid: never `waitpid(-1)`, which would steal the exit
+  status of the supervisor's own children (script hooks, the agent itself);
+- `signal(sig)` sends `sig` to every known live one.
+
+The agent child itself gets PR_SET_PDEATHSIG (SIGKILL): if the supervisor is killed outright,
+the kernel ends the agent too, so it never runs on unsupervised. A small launcher sets it and
+then execs the agent (same pid, and the setting survives the exec): a `preexec_fn` would make
+subprocess fork the whole supervisor and run Python in the child, where the at-fork handlers of
+libraries with threads (gRPC's exporter) can hang it.
+
+Linux only; elsewhere every function here is a no-op that reports it did nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal as signals
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+log = logging.getLogger("otel_lifecycle_hooks.supervisor")
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_PROC = "/proc"
+# Set in the agent's environment (a value unique to one run): what tells the agent's orphans
+# from the supervisor's own children (script hooks), both children of the supervisor.
+AGENT_TAG_ENV = "LIFECYCLE_HOOKS_AGENT_TAG"
+
+
+PR_GET_CHILD_SUBREAPER = 37
+_prctl_cache: list[Callable[..., int] | None] = []
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up once (ctypes is imported only by a supervisor on Linux)."""
+    if not _prctl_cache:
+        prctl = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            try:
+                # The interpreter's own symbols include libc's: no library search at start-up.
+                prctl = ctypes.CDLL(None, use_errno=True).prctl
+            except (OSError, AttributeError):
+                prctl = None
+        _prctl_cache.append(prctl)
+    return _prctl_cache[0]
+
+
+def is_subreaper() -> bool:
+    prctl = _libc_prctl()
+    if prctl is None:
+        return False
+    import ctypes
+
+    flag = ctypes.c_int(0)
+    return prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value != 0
+
+
+def set_subreaper(on: bool) -> bool:
+    """Make this process the child subreaper of its descendants (or stop being one); False
+    where it cannot."""
+    prctl = _libc_prctl()
+    if prctl is None:
+        return False
+    if prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        import ctypes
+
+        log.warning("could not set the child subreaper flag: %s", os.strerror(ctypes.get_errno()))
+        return False
+    return True
+
+
+# argv: parent pid, uid, gid, groups (comma-separated; "-" for no change of user), the
+# program's path, then the command's own argv (argv[0] kept). The user is changed before the
+# setting, since a change of credentials clears it.
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    "parent, uid, gid, groups, program = sys.argv[1:6]\n"
+    "if uid != '-':\n"
+    "    os.setgroups([int(g) for g in groups.split(',') if g])\n"
+    "    os.setgid(int(gid))\n"
+    "    os.setuid(int(uid))\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(signals.SIGKILL)}, 0, 0, 0)\n"
+    "if os.getppid() != int(parent):\n"
+    "    os._exit(1)  # the supervisor died before the setting took: never run unsupervised\n"
+    "os.execv(program, sys.argv[6:])\n"
+)
+
+
+def die_with_parent(
+    command: Sequence[str], env: Mapping[str, str], identity: Mapping[str, Any] | None = None
+) -> tuple[list[str], dict[str, Any]]:
+    """`command` started so that it is killed when this process dies, and the Popen options
+    that go with it. Where the platform has PR_SET_PDEATHSIG: through the launcher, which also
+    takes over `identity` (Popen's `user`, `group`, `extra_groups`); else as it is, with
+    `identity` for Popen. The program is looked up here, on the `PATH` of `env` (as subprocess
+    does), so that a missing one fails as it would without the launcher: `FileNotFoundError`
+    or `PermissionError`, raised before anything starts."""
+    identity = dict(identity or {})
+    if _libc_prctl() is None or not command or not sys.executable:
+        return list(command), identity
+    program = command[0]
+    found = _find_program(program, env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    uid, gid = identity.pop("user", None), identity.pop("group", None)
+    groups = identity.pop("extra_groups", None) or ()
+    user = (
+        ["-", "-", ""]
+        if uid is None
+        else [
+            str(uid),
+            str(gid if gid is not None else os.getgid()),
+            ",".join(str(g) for g in groups),
+        ]
+    )
+    # -S and -I: no site packages and no PYTHON* variables, for a few milliseconds' start.
+    launcher = [sys.executable, "-S", "-I", "-c", _LAUNCHER, str(os.getpid()), *user, found]
+    return [*launcher, *command], identity
+
+
+def _find_program(program: str, path: str) -> str | None:
+    """Where execvp would find `program` on `path` (what subprocess does; shutil costs the
+    start-up of every `run` a few imports)."""
+    if os.sep in program:
+        return program if os.path.exists(program) else None
+    candidates = [os.path.join(d or os.curdir, program) for d in path.split(os.pathsep)]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return next((c for c in candidates if os.path.exists(c)), None)
+
+
+class ProcessInfo:
+    """One line of /proc/<pid>/stat: what tells whose process it is."""
+
+    __slots__ = ("pgid", "pid", "ppid", "sid", "start", "state")
+
+    def __init__(self, pid: int, state: str, ppid: int, pgid: int, sid: int, start: int) -> None:
+        self.pid, self.state, self.ppid = pid, state, ppid
+        self.pgid, self.sid, self.start = pgid, sid, start
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.pid, self.start)
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessInfo(pid={self.pid}, state={self.state!r}, ppid={self.ppid}, "
+            f"pgid={self.pgid}, sid={self.sid}, start={self.start})"
+        )
+
+
+def read_stat(pid: int, proc: str = _PROC) -> ProcessInfo | None:
+    """The process's /proc stat, or None when it is gone or unreadable."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as stat:
+            line = stat.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself hold spaces or parentheses.
+    fields = line[line.rfind(")") + 2 :].split()
+    try:
+        return ProcessInfo(
+            pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def all_processes(proc: str = _PROC) -> Iterator[ProcessInfo]:
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return
+    for name in names:
+        if name.isdigit():
+            info = read_stat(int(name), proc)
+            if info is not None:
+                yield info
+
+
+def agent_tree(
+    agent_pid: int,
+    supervisor_pid: int,
+    known: set[tuple[int, int]],
+    processes: list[ProcessInfo],
+    tagged: frozenset[int] = frozenset(),
+) -> list[ProcessInfo]:
+    """The processes of `processes` that belong to the agent (see the module's docstring).
+
+    Pure: `processes` is one snapshot of /proc, `known` the keys seen in the agent's tree so
+    far, `tagged` the supervisor's children that carry the agent's tag. The agent itself is
+    included while it is listed.
+    """
+    children: dict[int, list[ProcessInfo]] = {}
+    for process in processes:
+        children.setdefault(process.ppid, []).append(process)
+    roots = [
+        p
+        for p in processes
+        if p.pid == agent_pid
+        or p.sid == agent_pid
+        or p.pgid == agent_pid
+        or (p.ppid == supervisor_pid and (p.key in known or p.pid in tagged))
+    ]
+    found: dict[int, ProcessInfo] = {}
+    stack = list(roots)
+    while stack:
+        process = stack.pop()
+        if process.pid in found or process.pid == supervisor_pid:
+            continue
+        found[process.pid] = process
+        stack.extend(children.get(process.pid, []))
+    return list(found.values())
+
+
+class AgentProcesses:
+    """The agent's processes as the supervisor last saw them (Linux /proc)."""
+
+    def __init__(self, agent_pid: int, tag: str, proc: str = _PROC) -> None:
+        self.agent_pid = agent_pid
+        self.supervisor_pid = os.getpid()
+        self._tag = f"{AGENT_TAG_ENV}={tag}".encode()
+        self._proc = proc
+        self.known: set[tuple[int, int]] = set()
+
+    def scan(self) -> list[ProcessInfo]:
+        """The agent's processes now, remembered for later scans."""
+        processes = list(all_processes(self._proc))
+        unknown_children = [
+            p.pid
+            for p in processes
+            if p.ppid == self.supervisor_pid and p.pid != self.agent_pid and p.key not in self.known
+        ]
+        tagged = frozenset(pid for pid in unknown_children if self._carries_tag(pid))
+        tree = agent_tree(self.agent_pid, self.supervisor_pid, self.known, processes, tagged)
+        self.known.update(p.key for p in tree)
+        return tree
+
+    def _carries_tag(self, pid: int) -> bool:
+        try:
+            with open(f"{self._proc}/{pid}/environ", "rb") as environ:
+                return self._tag in environ.read().split(b"\0")
+        except OSError:
+            return False
+
+    def reap(self) -> int:
+        """Collect the agent's exited orphans that are now this process's children."""
+        reaped = 0
+        for process in self.scan():
+            if (
+                process.state == "Z"
+                and process.ppid == self.supervisor_pid
+                and process.pid != self.agent_pid  # the agent is its own Popen's to wait for
+            ):
+                try:
+                    done, _ = os.waitpid(process.pid, os.WNOHANG)
+                except ChildProcessError:
+                    continue
+                reaped += done == process.pid
+        return reaped
+
+    def signal(self, signum: int) -> list[int]:
+        """Send `signum` to every live process of the agent but the agent itself (its group
+        is signalled by the caller); returns the pids signalled."""
+        sent = []
+        for process in self.scan():
+            if process.pid == self.agent_pid or process.state == "Z":
+                continue
+            try:
+                os.kill(process.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                continue
+            sent.append(process.pid)
+        return sent
+
+    def alive(self) -> list[int]:
+        """Pids of the agent's processes that have not exited (zombies excluded)."""
+        return [p.pid for p in self.scan() if p.state != "Z" and p.pid != self.agent_pid]
