@@ -101,25 +101,27 @@ class Sandbox:
             "PATH": f"{self.bin_dir}:/usr/bin:/bin",
             "HOME": str(home),
             "NO_COLOR": "1",
-            # Output interleaves as on a terminal (a pipe would buffer stdout, not stderr).
+            # Each stream is written as it happens (a pipe would buffer stdout, not stderr).
             "PYTHONUNBUFFERED": "1",
             "LANG": "C.UTF-8",
             "TMPDIR": str(self.root),
         }
 
-    def run(self, command: str, timeout: float = 120.0) -> tuple[int, str]:
+    def run(self, command: str, timeout: float = 120.0) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr): the streams apart, since a page shows them as a terminal
+        would, interleaved in an order that two processes writing at once do not fix."""
         result = subprocess.run(
             ["sh", "-c", command],
             cwd=self.root,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             text=True,
             timeout=timeout,
             check=False,
         )
-        return result.returncode, result.stdout
+        return result.returncode, result.stdout, result.stderr
 
 
 def steps(page: Path, sandbox: Sandbox) -> list[Step | str]:
@@ -185,30 +187,43 @@ def normalize(line: str) -> str:
     return line.strip()
 
 
-def mismatch(expected: list[str], actual: str) -> str | None:
-    """Why `actual` is not what `expected` shows, or None when it is."""
-    want = [normalize(line) for line in expected]
-    got = [normalize(line) for line in actual.splitlines()]
-    while want and not want[-1]:
-        want.pop()
-    while got and not got[-1]:
-        got.pop()
-    if _matches(want, got):
+def mismatch(expected: list[str], actual: str, stderr: str = "") -> str | None:
+    """Why `actual` (stdout) and `stderr` are not what `expected` shows, or None when they are.
+
+    The page shows both streams as one; each stream's lines must keep their order, but the two
+    may interleave in any way (an agent's output and `run`'s report lines race)."""
+    want = _trimmed([normalize(line) for line in expected])
+    out = _trimmed([normalize(line) for line in actual.splitlines()])
+    err = _trimmed([normalize(line) for line in stderr.splitlines()])
+    if _matches(want, out, err):
         return None
-    return "expected:\n  " + "\n  ".join(expected) + "\ngot:\n  " + "\n  ".join(actual.splitlines())
+    shown = actual.splitlines() + stderr.splitlines()
+    return "expected:\n  " + "\n  ".join(expected) + "\ngot:\n  " + "\n  ".join(shown)
 
 
-def _matches(want: list[str], got: list[str]) -> bool:
+def _trimmed(lines: list[str]) -> list[str]:
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _fits(head: str, line: str) -> bool:
+    return line.startswith(head[:-3].rstrip()) if head.endswith("...") else line == head
+
+
+def _matches(want: list[str], out: list[str], err: list[str]) -> bool:
     if not want:
-        return not got
+        return not out and not err
     head = want[0]
     if head == "...":
-        return any(_matches(want[1:], got[start:]) for start in range(len(got) + 1))
-    if not got:
-        return False
-    line = got[0]
-    fits = line.startswith(head[:-3].rstrip()) if head.endswith("...") else line == head
-    return fits and _matches(want[1:], got[1:])
+        return any(
+            _matches(want[1:], out[i:], err[j:])
+            for i in range(len(out) + 1)
+            for j in range(len(err) + 1)
+        )
+    if out and _fits(head, out[0]) and _matches(want[1:], out[1:], err):
+        return True
+    return bool(err) and _fits(head, err[0]) and _matches(want[1:], out, err[1:])
 
 
 def bin_dir() -> Path:

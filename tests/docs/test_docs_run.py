@@ -66,11 +66,11 @@ def test_a_runnable_page_runs_as_shown(
 
 
 def _run(step: Step, sandbox: Sandbox) -> list[str]:
-    code, output = sandbox.run(step.command)
+    code, output, errors = sandbox.run(step.command)
     if step.expected:
-        problem = mismatch(step.expected, output)
+        problem = mismatch(step.expected, output, errors)
         if problem is not None:
             return [f"{step.where}: $ {step.command}\n{problem}"]
     elif step.check_exit and code != 0:
-        return [f"{step.where}: $ {step.command} exited {code}:\n{output}"]
+        return [f"{step.where}: $ {step.command} exited {code}:\n{output}{errors}"]
     return []

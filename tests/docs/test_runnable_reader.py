@@ -61,8 +61,8 @@ def test_a_page_is_read_into_files_commands_outputs_and_errors(tmp_path: Path) -
     assert len(errors) == 1 and "page.md:32: a ```yaml block" in errors[0]
     for step in found:
         if isinstance(step, Step) and step.expected:
-            _, output = sandbox.run(step.command)
-            assert mismatch(step.expected, output) is None, step
+            _, output, errors = sandbox.run(step.command)
+            assert mismatch(step.expected, output, errors) is None, step
 
 
 def test_outputs_compare_without_timestamps_durations_or_alignment() -> None:
@@ -71,3 +71,6 @@ def test_outputs_compare_without_timestamps_durations_or_alignment() -> None:
     assert mismatch(["valid events are ..."], "valid events are pre-start, post-start\n") is None
     assert mismatch(["6:10: problem"], "3:10: problem\n") is not None
     assert mismatch(["one", "two"], "one\n") is not None
+    assert mismatch(["out", "err", "out2"], "out\nout2\n", "err\n") is None
+    assert mismatch(["out2", "out"], "out\nout2\n") is not None
+    assert mismatch(["err"], "", "err\nmore\n") is not None
