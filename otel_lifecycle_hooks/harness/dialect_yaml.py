@@ -17,7 +17,9 @@ responses:                               # optional: what the command prints on 
 ```
 
 Field names are template variables: `tool_name` fills `TOOL_NAME`, `error` fills `ERROR_MESSAGE`,
-any other name is upper-cased; `session_id` sets the event's session id. A path's segments are
+any other name is upper-cased; `session_id` sets the event's session id. A mapping may name only
+the fields its event may carry (harness/reported.py): `tool-start` may set TOOL_NAME, never
+PHASE, AGENT_ID or a template's `env:` name. A path's segments are
 mapping keys or list indexes (`tool_input.files.0`); a leading `.` is allowed. Raw events with no
 mapping produce no event.
 """
@@ -34,6 +36,7 @@ from typing import Any
 from ..events import RUNTIME_EVENTS
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
+from .reported import allowed_fields
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}
@@ -164,14 +167,25 @@ def _mappings(raw_mappings: Any, source: str) -> dict[str, EventMapping]:
         fields = spec.get("fields") or {}
         if not isinstance(fields, dict):
             raise DialectFileError(f"{where}.fields: expected field: path pairs")
-        result[str(raw)] = EventMapping(
-            event=event,
-            fields={
-                _field_name(name, f"{where}.fields"): _path(path, f"{where}.fields.{name}")
-                for name, path in fields.items()
-            },
-        )
+        mapped = {
+            _field_name(name, f"{where}.fields"): _path(path, f"{where}.fields.{name}")
+            for name, path in fields.items()
+        }
+        _check_reportable(event, mapped, f"{where}.fields")
+        result[str(raw)] = EventMapping(event=event, fields=mapped)
     return result
+
+
+def _check_reportable(event: str, mapped: Mapping[str, Any], where: str) -> None:
+    """A dialect file maps only the fields its event may carry (harness/reported.py): an
+    agent's payload must never fill PHASE, AGENT_ID, metadata or a template's `env:` name."""
+    allowed = allowed_fields(event)
+    for name in mapped:
+        if name != "session_id" and name not in allowed:
+            valid = ", ".join(sorted(allowed)) or "none"
+            raise DialectFileError(
+                f"{where}: {event} may not set {name}; the fields it may set: {valid}"
+            )
 
 
 def _field_name(name: Any, where: str) -> str:

@@ -30,6 +30,7 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
+from .admission import Admission, Admitted, IngressCounts
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .recovery import recover_orphaned_sessions
@@ -121,6 +122,9 @@ class Supervisor:
         self.session: AgentSession | None = None
         self._tracker: Any = None
         self._server: EventServer | None = None
+        # Every message from the agent passes here, whatever route it came by (admission.py).
+        self.ingress = IngressCounts()
+        self._admission = Admission(self.ingress)
         self._journal: Any = None
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
@@ -161,6 +165,8 @@ class Supervisor:
             script_user=options.user,
         )
         self._journal = self.engine.recorders.journal
+        self.ingress = IngressCounts(self._telemetry.meter_provider)
+        self._admission = Admission(self.ingress)
         self.session = AgentSession(
             self.engine,
             agent_name=self.metadata["AGENT_NAME"],
@@ -181,7 +187,9 @@ class Supervisor:
     def _lifecycle(self) -> int:
         options = self.options
         self._set_phase("provisioning")
-        self._server = EventServer(self._deliver, owner=_socket_owner(options.user)).start()
+        self._server = EventServer(
+            self._deliver, owner=_socket_owner(options.user), refuse=self.ingress.refuse
+        ).start()
         self._legacy("pre-start")
         result = self._record("pre-start")
         if self._stop_signal is not None:
@@ -238,7 +246,11 @@ class Supervisor:
                 else:
                     log.warning("second %s ignored: already stopping", signal.Signals(value).name)
             elif kind == "message" and self._stop_requested is None:
-                self._handle_message(value)
+                try:
+                    self._handle_message(value)
+                except Exception:  # nothing the agent sends may end the session
+                    log.exception("handling an agent message failed")
+                    self.ingress.refuse("handler_failed")
             if (
                 duration_deadline is not None
                 and self._stop_requested is None
@@ -351,6 +363,8 @@ class Supervisor:
     def _close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self.ingress.total:
+            log.warning("agent input: %s", self.ingress.summary())
         if self.session is not None:
             self.session.end()
         if self.engine is not None:
@@ -374,32 +388,25 @@ class Supervisor:
             self._record("phase-change", {"PREVIOUS_PHASE": previous})
 
     def _deliver(self, message: dict[str, Any]) -> None:
+        """Take one message from the agent (any route): refused and counted unless admitted."""
+        admitted = self._admission.admit(message)
+        if admitted is None:
+            return
         self._message_slots.acquire()  # signals and exits bypass the bound: never blocked
-        self._inbox.put(("message", message))
+        self._inbox.put(("message", admitted))
 
-    def _handle_message(self, message: dict[str, Any]) -> None:
-        from ..harness.normalized import NormalizedEvent
-
+    def _handle_message(self, message: Admitted) -> None:
         if self._tracker is None:
             # Made with the first message: an agent that never reports its activity (no
             # harness hooks) does not pay for the tracker's rules at start-up.
             from ..harness.activity import ActivityTracker
 
             self._tracker = ActivityTracker()
-        kind = message.get("kind")
-        if kind == "status":
-            derived = self._tracker.signal(
-                str(message.get("status", "")), str(message.get("message") or "")
-            )
-        elif kind == "event":
-            try:
-                normalized = NormalizedEvent.from_wire(message)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("event socket: malformed event ignored: %s", exc)
-                return
-            derived = self._tracker.observe(normalized)
+        if message.kind == "status":
+            derived = self._tracker.signal(message.status, message.message)
+        elif message.event is not None:
+            derived = self._tracker.observe(message.event)
         else:
-            log.warning("event socket: unknown message kind %r ignored", kind)
             return
         for item in derived:
             fields = dict(item.fields)
