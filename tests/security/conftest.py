@@ -16,7 +16,7 @@ import pytest
 from tests.supervisor.supervised import Workspace
 from tests.support.target_server import TargetServer
 
-# A hostile agent. Its plan (JSON, first argument), in order:
+# A hostile agent. Its plan (a JSON file, first argument), in order:
 #   sends       base64 payloads; each is written to the event socket on a connection of its own
 #   hook        [dialect, stdin text] pairs fed through `otel-lifecycle-hooks hook --dialect`
 #   ready_file  created once the steps above are done
@@ -25,7 +25,8 @@ HOSTILE_AGENT = r"""
 import base64, json, os, signal, socket, subprocess, sys, time
 
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-plan = json.loads(sys.argv[1])
+with open(sys.argv[1]) as plan_file:
+    plan = json.load(plan_file)
 path = os.environ["OTEL_LIFECYCLE_HOOKS_SOCKET"]
 for payload in plan.get("sends", []):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
@@ -56,6 +57,7 @@ class HostileWorkspace(Workspace):
         super().__init__(root)
         self.hostile = root / "hostile_agent.py"
         self.hostile.write_text(HOSTILE_AGENT)
+        self._plans = 0
 
     def hostile_command(
         self,
@@ -68,7 +70,10 @@ class HostileWorkspace(Workspace):
             "hook": [list(pair) for pair in hook],
             "ready_file": str(ready_file) if ready_file else "",
         }
-        return [sys.executable, str(self.hostile), json.dumps(plan)]
+        self._plans += 1
+        plan_path = self.root / f"hostile-plan-{self._plans}.json"
+        plan_path.write_text(json.dumps(plan))
+        return [sys.executable, str(self.hostile), str(plan_path)]
 
 
 @pytest.fixture
