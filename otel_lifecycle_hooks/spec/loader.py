@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from .model import HookSpec, Position, Template
+from .trust import trust_problems
 from .validate import (
     Located,
     Problem,
@@ -69,7 +70,12 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
             templates.append(template)
     if problems:
         raise TemplateError(problems)
-    return merge_templates(templates)
+    merged = merge_templates(templates)
+    # On the merged template: a child's env: can change what a parent's hook refers to.
+    trust = trust_problems(merged)
+    if trust:
+        raise TemplateError(trust)
+    return merged
 
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
@@ -77,6 +83,9 @@ def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Templat
     template, problems = _parse(text, filename)
     if problems or template is None:
         raise TemplateError(problems)
+    trust = trust_problems(template)
+    if trust:
+        raise TemplateError(trust)
     return template
 
 
