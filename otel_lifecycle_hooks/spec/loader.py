@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
