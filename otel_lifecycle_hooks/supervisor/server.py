@@ -27,8 +27,8 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 SOCKET_ENV = "OTEL_LIFECYCLE_HOOKS_SOCKET"
 # One line, as the client writes it (harness/socket_client.py MAX_LINE_BYTES), plus its newline.
 MAX_LINE_BYTES = 1024 * 1024 + 1
-# Connections served at once; one more is accepted and closed at once (and counted), so that a
-# flood of idle connections cannot hold memory or descriptors.
+# Connections served at once; more wait in the listen backlog, so that a flood of connections
+# cannot hold memory or descriptors.
 MAX_CONNECTIONS = 64
 # A client has this long from its first byte of a line to that line's end, and a connection
 # that sends nothing is closed after it: a trickling or stalled client is cut off, and never
@@ -54,7 +54,8 @@ class EventServer:
 
     What cannot be a message is refused here and counted through `refuse(reason)`: bytes that
     are not JSON, JSON that is not an object, a line over `MAX_LINE_BYTES`, a line not finished
-    within `MESSAGE_DEADLINE`, a connection over `MAX_CONNECTIONS`. Bytes that are not UTF-8
+    within `MESSAGE_DEADLINE`, a connection idle for as long. At most `MAX_CONNECTIONS` are
+    served at once; the others wait in the listen backlog. Bytes that are not UTF-8
     are replaced (U+FFFD), so a stray byte never costs the event. `deliver` may block
     (backpressure): senders then wait in the listen backlog, and retry when it is full.
     """
@@ -85,6 +86,7 @@ class EventServer:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._sock, selectors.EVENT_READ, None)
         self._connections: dict[int, _Connection] = {}
+        self._paused = False  # the listener is out of the selector while at MAX_CONNECTIONS
         self._order = itertools.count()
         self._stopped = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -108,8 +110,15 @@ class EventServer:
                         self._accept()
                     else:
                         connections.append(key.data)
+                started = self._clock()
                 for connection in sorted(connections, key=lambda c: c.order):
                     self._read(connection)
+                # Time spent delivering (the supervisor applying backpressure) is ours, not the
+                # clients': it does not count against their deadlines.
+                busy = self._clock() - started
+                if busy > _POLL_INTERVAL:
+                    for connection in self._connections.values():
+                        connection.deadline += busy
                 self._expire()
         except Exception:  # the loop must never die silently: every later event would be lost
             log.exception("event socket: the server loop failed")
@@ -118,21 +127,23 @@ class EventServer:
                 self._drop(connection)
 
     def _accept(self) -> None:
-        while True:
+        while len(self._connections) < MAX_CONNECTIONS:
             try:
                 sock, _ = self._sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 return  # closed, or out of descriptors: the backlog keeps the rest waiting
-            if len(self._connections) >= MAX_CONNECTIONS:
-                sock.close()
-                self._refuse("too_many_connections")
-                continue
             sock.setblocking(False)
             connection = _Connection(sock, next(self._order), self._clock() + MESSAGE_DEADLINE)
             self._connections[sock.fileno()] = connection
             self._selector.register(sock, selectors.EVENT_READ, connection)
+        # At the bound: further clients wait in the listen backlog (and, when it is full,
+        # retry within their budget) until a connection ends; each idle one ends at its
+        # deadline, so a client holding many open delays the others by at most that.
+        if not self._paused:
+            self._selector.unregister(self._sock)
+            self._paused = True
 
     def _read(self, connection: _Connection) -> None:
         try:
@@ -179,6 +190,9 @@ class EventServer:
         except (KeyError, ValueError):
             pass
         connection.sock.close()
+        if self._paused and len(self._connections) < MAX_CONNECTIONS:
+            self._selector.register(self._sock, selectors.EVENT_READ, None)
+            self._paused = False
 
     def _decode(self, line: bytes) -> None:
         if not line.strip():
