@@ -86,8 +86,18 @@ def _hook(argv: list[str], stdin: BinaryIO | None, env: Mapping[str, str]) -> No
         dialect = get_dialect(detect_dialect(payload, extra), env)
     _answer(dialect.response(payload))
     events = dialect.translate(payload, extra)
+    _log_dropped(events, env)
     if events:
         _deliver(events, options.get("template", []), env)
+
+
+def _log_dropped(events: list[NormalizedEvent], env: Mapping[str, str]) -> None:
+    """One hook log line for the fields an event may not set (harness/reported.py): they were
+    not kept, and the supervisor never sees them, so this line is their count."""
+    for event in events:
+        if event.dropped:
+            names = ", ".join(n if n.isidentifier() else "(a field)" for n in event.dropped[:8])
+            log(f"{event.event} may not set {names}: not kept", env)
 
 
 def _answer(text: str | None) -> None:

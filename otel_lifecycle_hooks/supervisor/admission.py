@@ -85,10 +85,11 @@ class IngressCounts:
     def _log_line(self, reason: str) -> int | None:
         """None: do not log; else how many of this reason went unlogged since the last line."""
         self._burst[reason] += 1
-        if self._burst[reason] <= LOG_BURST:
-            return 0
         now = self._clock()
-        last, suppressed = self._logged.get(reason, (float("-inf"), 0))
+        if self._burst[reason] <= LOG_BURST:
+            self._logged[reason] = (now, 0)  # the interval starts at the burst's last line
+            return 0
+        last, suppressed = self._logged[reason]
         if now - last >= LOG_INTERVAL:
             self._logged[reason] = (now, 0)
             return suppressed

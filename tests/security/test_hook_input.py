@@ -135,3 +135,45 @@ def test_a_lone_surrogate_or_a_bad_byte_in_the_payload_does_not_lose_the_event(
         ("tool-start", {"TOOL_NAME": "lone\ufffd"}),
         ("tool-start", {"TOOL_NAME": "bad\ufffd"}),
     ]
+
+
+def test_fields_an_event_may_not_set_are_not_sent_and_are_logged(
+    inbox: tuple[Inbox, dict[str, str]], tmp_path: Path
+) -> None:
+    collected, env = inbox
+    payload = {"hook_event_name": "tool-start", "tool_name": "Bash", "prompt": "x"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", "core-agent"],
+        stdin=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    process.communicate(json.dumps(payload).encode(), timeout=30)
+    wait_until(collected.events, what="the event")
+    assert collected.events() == [("tool-start", {"TOOL_NAME": "Bash"})]
+    assert "tool-start may not set PROMPT: not kept" in (tmp_path / "agent.log").read_text()
+
+
+def test_a_status_message_that_is_not_valid_unicode_still_arrives(
+    inbox: tuple[Inbox, dict[str, str]],
+) -> None:
+    collected, env = inbox
+    process = subprocess.run(
+        [
+            sys.executable.encode(),
+            b"-m",
+            b"otel_lifecycle_hooks",
+            b"status",
+            b"blocked",
+            b"waiting on \xff",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert process.returncode == 0, process.stderr
+    wait_until(lambda: collected.admitted, what="the status signal")
+    [signal] = collected.admitted
+    assert (signal.status, signal.message) == ("blocked", "waiting on \ufffd")

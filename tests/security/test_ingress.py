@@ -5,6 +5,7 @@ arrives that is not a message it knows is refused and counted, never raised."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -294,3 +295,43 @@ def test_under_a_flood_every_line_is_delivered_or_its_sender_is_told(
     wait_until(lambda: len(inbox.tools()) >= len(delivered), what="every delivered line")
     assert sorted(inbox.tools()) == sorted(delivered)
     assert len(delivered) + len(failed) == 400
+
+
+def test_a_flood_of_bad_lines_is_counted_in_full_and_logged_a_few_times(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    counts = IngressCounts(clock=clock)
+    admission = Admission(counts)
+    caplog.set_level(logging.WARNING, logger="otel_lifecycle_hooks.supervisor")
+    for _ in range(1000):
+        admission.admit({"kind": "status"})
+    clock.now += 60
+    admission.admit({"kind": "status"})
+    assert counts.snapshot() == {"unknown_version": 1001}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 6  # the first five, then one saying how many were not logged
+    assert lines[-1].endswith("(995 more not logged)")
+    assert counts.summary() == "refused 1001 (unknown_version: 1001)"
+
+
+def test_a_template_that_lets_the_agent_choose_the_host_never_starts_the_agent(
+    workspace: HostileWorkspace, attacker: TargetServer
+) -> None:
+    template = workspace.template(
+        "  - name: probe\n"
+        "    on: [tool-start]\n"
+        "    action:\n"
+        "      type: http\n"
+        '      url: "http://${TOOL_NAME}/probe"\n'
+    )
+    started = workspace.root / "started"
+    run = workspace.start(
+        template,
+        workspace.hostile_command(
+            sends=[wire_line(tool_start(f"127.0.0.2:{attacker.port}"))], ready_file=started
+        ),
+    )
+    assert run.wait() != 0
+    assert "is chosen by the agent" in run.stderr
+    assert not started.exists() and attacker.requests == []
