@@ -9,9 +9,10 @@ message naming the variable and the safe form, where it would stand in:
 - a URL's scheme, userinfo, host or port (it may stand in the path, query and fragment, where
   it is percent-encoded), or a `Host` header;
 - the program of a script (`command[0]`), the script text of a shell's `-c` (sh, bash, zsh,
-  dash, ksh, ash, fish, also behind `env`, `nohup`, `setsid`, `exec`) or of an interpreter's
-  `-c` / `-e` (python, perl, ruby, node), or an environment variable that chooses what a
-  program loads (`PATH`, `LD_PRELOAD`, `BASH_ENV`, `PYTHONPATH`, ...).
+  dash, ksh, ash, fish, also behind `env`, `nohup`, `setsid`, `exec`, `timeout`, `sudo`, ...)
+  or of an interpreter's `-c` / `-e` (python, perl, ruby, node), the command line of
+  `env -S`, or an environment variable that chooses what a program loads (`PATH`,
+  `LD_PRELOAD`, `BASH_ENV`, `PYTHONPATH`, ...).
 
 Header names cannot hold a variable at all (validate.HEADER_NAME_PATTERN).
 
@@ -46,7 +47,23 @@ INTERPRETERS: Mapping[str, frozenset[str]] = {
     "node": frozenset({"-e", "--eval", "-p", "--print"}),
 }
 # Programs that run the rest of their arguments as a command.
-WRAPPERS = frozenset({"env", "nohup", "setsid", "exec", "command", "nice", "stdbuf"})
+# Programs that run the rest of their arguments as a command, with their options that take a
+# value, and how many plain arguments they take before the command (timeout's duration).
+WRAPPERS: Mapping[str, tuple[frozenset[str], int]] = {
+    "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0),
+    "nohup": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+    "exec": (frozenset({"-a"}), 0),
+    "command": (frozenset(), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "ionice": (frozenset({"-c", "--class", "-n", "--classdata"}), 0),
+    "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "-D", "-h", "-p", "-r", "-t"}), 0),
+    "doas": (frozenset({"-u", "-C"}), 0),
+}
+# `env -S "sh -c ..."` splits its value into a command: that value is program text too.
+_ENV_SPLIT = ("-S", "--split-string")
 # Environment variables that choose what a program loads or runs.
 LOADER_ENV = frozenset(
     {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "PROMPT_COMMAND",
@@ -237,8 +254,11 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
                 )
             )
     script_at = _program_text_index(action.command, program_at)
+    program = _base_name(action.command[program_at]) if program_at is not None else "env"
+    if script_at is None:
+        script_at = _env_split_index(action.command)
+        program = "env -S"
     if script_at is not None:
-        program = _base_name(action.command[program_at or 0])
         for agent in _agent_names(argv[script_at]):
             name = agent.name
             problems.append(
@@ -278,20 +298,40 @@ def _base_name(program: str) -> str:
 
 
 def _program_index(command: tuple[str, ...]) -> int | None:
-    """Where the program that really runs stands, past wrappers such as `env FOO=1`."""
+    """Where the program that really runs stands, past wrappers such as `env FOO=1` or
+    `timeout 5`; None when a wrapper's `env -S` string is the command."""
     index = 0
     while index < len(command):
         name = _base_name(command[index])
         if name not in WRAPPERS:
             return index
+        value_options, positionals = WRAPPERS[name]
         index += 1
-        # The wrapper's options and env's NAME=value assignments.
+        # The wrapper's options (and their values) and env's NAME=value assignments.
         while index < len(command) and (
             command[index].startswith("-") or (name == "env" and "=" in command[index])
         ):
-            if name in ("nice", "stdbuf") and command[index] in ("-n",):
-                index += 1  # its value
+            if name == "env" and command[index].startswith(_ENV_SPLIT):
+                return None
+            if command[index] in value_options:
+                index += 1
             index += 1
+        index += positionals
+    return None
+
+
+def _env_split_index(command: tuple[str, ...]) -> int | None:
+    """The argument `env -S` / `--split-string` runs as a command line, if any."""
+    for index, arg in enumerate(command[:-1]):
+        if _base_name(arg) != "env":
+            continue
+        for offset, option in enumerate(command[index + 1 :], start=index + 1):
+            if option in _ENV_SPLIT:
+                return offset + 1 if offset + 1 < len(command) else None
+            if option.startswith(_ENV_SPLIT):
+                return offset  # -S'...' or --split-string=...
+            if not (option.startswith("-") or "=" in option):
+                break
     return None
 
 
