@@ -54,7 +54,6 @@ class IngressCounts:
         self._counts: Counter[str] = Counter()
         self._clock = clock
         self._logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, suppressed)
-        self._burst: Counter[str] = Counter()
         self._metric = None
         if meter_provider is not None:
             meter = meter_provider.get_meter("otel_lifecycle_hooks")
@@ -84,9 +83,8 @@ class IngressCounts:
 
     def _log_line(self, reason: str) -> int | None:
         """None: do not log; else how many of this reason went unlogged since the last line."""
-        self._burst[reason] += 1
         now = self._clock()
-        if self._burst[reason] <= LOG_BURST:
+        if self._counts[reason] <= LOG_BURST:
             self._logged[reason] = (now, 0)  # the interval starts at the burst's last line
             return 0
         last, suppressed = self._logged[reason]
@@ -145,10 +143,9 @@ class Admission:
     def _event(self, message: Mapping[str, Any]) -> Admitted | None:
         try:
             event = NormalizedEvent.from_wire(message)
-        except (WireFormatError, TypeError, ValueError) as exc:
-            self.counts.refuse(
-                "malformed_event", str(exc) if isinstance(exc, WireFormatError) else ""
-            )
+        except (WireFormatError, TypeError, ValueError):
+            # Not the error's text: it quotes what the agent sent.
+            self.counts.refuse("malformed_event")
             return None
         for name in event.dropped:
             # The name is the agent's choice too: counted, logged only when it is a plain name.

@@ -36,6 +36,7 @@ HOSTILE_LINES = [
     b'{"v":1,"kind":"status","status":"blocked","message":7}\n',
     b'{"v":1,"kind":"shutdown"}\n',
     b'{"v":1,"kind":"event","event":"pre-stop"}\n',
+    b'{"v":1,"kind":"event","event":"quoted-nowhere-5e1"}\n',
     b'{"v":1,"kind":"event","event":"tool-start","fields":["x"]}\n',
     b'{"v":2,"kind":"event","event":"tool-start"}\n',
     b"[1, 2]\n",
@@ -79,13 +80,14 @@ def test_malformed_and_unknown_messages_are_refused_and_counted_and_the_session_
     run.signal(15)
     assert run.wait() == 0  # the agent was stopped by the signal, not by a socket line
     assert "supervisor failed" not in run.stderr
+    assert "quoted-nowhere-5e1" not in run.stderr  # what the agent sent is never logged
     summary = run.stderr
     for reason in (
         "unknown_version: 2",
         "unknown_status: 2",
         "malformed_status: 1",
         "unknown_kind: 1",
-        "malformed_event: 2",
+        "malformed_event: 3",
         "not_an_object: 3",
         "not_json: 2",
     ):
