@@ -41,6 +41,7 @@ from .reported import allowed_fields
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}
 _DEFAULT_RESPONSE = "default"
+MAX_DIALECT_BYTES = 256 * 1024
 
 
 class DialectFileError(ValueError):
@@ -113,10 +114,43 @@ def load_dialect_file(path: str | Path) -> MappingDialect:
     import yaml  # only data-driven dialects pay for the YAML parser
 
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = _read_bounded(Path(path))
+        document = yaml.load(text, Loader=_loader_without_aliases(yaml))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise DialectFileError(f"{path}: cannot read dialect file: {exc}") from None
     return parse_dialect(document, str(path))
+
+
+def _read_bounded(path: Path) -> str:
+    """The file's text: a regular file of at most `MAX_DIALECT_BYTES`, opened without blocking
+    (whoever wrote the hook configuration may name a FIFO or a device)."""
+    import os
+    import stat
+
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = handle.read(MAX_DIALECT_BYTES + 1)
+    if len(data) > MAX_DIALECT_BYTES:
+        raise OSError(f"larger than {MAX_DIALECT_BYTES // 1024} KiB")
+    return data.decode("utf-8")
+
+
+def _loader_without_aliases(yaml: Any) -> Any:
+    """yaml.SafeLoader refusing aliases: a few nested aliases expand exponentially once the
+    document is walked (a `responses:` value is serialized), and a dialect needs none."""
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not allowed in a dialect file", mark
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
 
 
 def parse_dialect(document: Any, source: str) -> MappingDialect:

@@ -6,6 +6,7 @@ AGENT_ID or TIMESTAMP; what it tried is dropped and counted."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,32 @@ def test_the_admission_counts_each_dropped_field_by_event() -> None:
     assert admitted is not None and admitted.event is not None
     assert dict(admitted.event.fields) == {"TOOL_NAME": "Bash", "ERROR_MESSAGE": "boom"}
     assert admission.counts.snapshot() == {"field_not_allowed": 1}
+
+
+def test_a_dialect_file_that_is_a_fifo_a_device_or_huge_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "dialect.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("dialect: huge\n# " + "x" * 300_000 + "\n")
+    for path, reason in (
+        (fifo, "not a regular file"),
+        (Path("/dev/zero"), "not a regular file"),
+        (huge, "larger than"),
+    ):
+        with pytest.raises(DialectFileError, match=reason):
+            load_dialect_file(path)
+
+
+def test_a_dialect_file_may_not_use_yaml_aliases(tmp_path: Path) -> None:
+    """Nested aliases expand exponentially once walked (a `responses:` value is serialized)."""
+    levels = "".join(
+        f"l{n}: &l{n} [*l{n - 1}, *l{n - 1}, *l{n - 1}, *l{n - 1}]\n" for n in range(1, 12)
+    )
+    path = tmp_path / "bomb.yaml"
+    path.write_text(
+        "a: &l0 [x]\n"
+        + levels
+        + "dialect: bomb\nmappings: {PreToolUse: tool-start}\nresponses: {default: *l11}\n"
+    )
+    with pytest.raises(DialectFileError, match="aliases"):
+        load_dialect_file(path)
