@@ -14,7 +14,9 @@ message naming the variable and the safe form, where it would stand in:
   `env -S`, or an environment variable that chooses what a program loads (`PATH`,
   `LD_PRELOAD`, `BASH_ENV`, `PYTHONPATH`, ...).
 
-Header names cannot hold a variable at all (validate.HEADER_NAME_PATTERN).
+Header names cannot hold a variable at all (validate.HEADER_NAME_PATTERN). What another hook's
+endpoint answered (`HOOK_<NAME>_RESPONSE`) is refused in the program places too; in a URL's
+origin it is the template author's choice to trust that endpoint.
 
 `env:` values may refer to each other; each one's expansion is bounded (`MAX_EXPANDED_CHARS`,
 `MAX_EXPANSION_DEPTH`), so that `A: ${B}${B}`, `B: ${C}${C}`, ... is refused here rather than
@@ -27,11 +29,15 @@ refers to. Pure functions: no I/O.
 from __future__ import annotations
 
 import os.path
+import re
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from ..harness.reported import AGENT_CONTROLLED
 from ..variables import Reference, parse_template
+
+# `HOOK_<NAME>_RESPONSE` / `_STATUS`: what another hook's endpoint answered.
+_CAPTURED = re.compile(r"HOOK_[A-Z0-9_]+_(?:RESPONSE|STATUS)")
 from .model import HookSpec, Position, Template
 from .validate import Problem
 
@@ -74,10 +80,12 @@ LOADER_ENV = frozenset(
 
 
 class _Agent(NamedTuple):
-    """A reference whose value the agent chooses; `via` is the `env:` entry that led to it."""
+    """A reference whose value the agent chooses (or, `from_response`, a remote endpoint
+    answered); `via` is the `env:` entry that led to it."""
 
     name: str
     via: str | None
+    from_response: bool = False
 
 
 class _Opaque(NamedTuple):
@@ -168,14 +176,24 @@ def _expand_reference(
     name = reference.name
     if name in AGENT_CONTROLLED:  # the event layer comes first: env: cannot shadow it
         yield _Agent(name, active[0] if active else None)
+    elif _CAPTURED.fullmatch(name):
+        yield _Agent(name, active[0] if active else None, from_response=True)
     elif name in env and name not in active and not reference.path:
         yield from _expand(env[name], env, (*active, name))
     else:
         yield _Opaque(name)
 
 
-def _agent_names(pieces: list[_Piece]) -> list[_Agent]:
-    return [piece for piece in pieces if isinstance(piece, _Agent)]
+def _agent_names(pieces: list[_Piece], responses: bool = False) -> list[_Agent]:
+    """The agent-chosen pieces; with `responses`, captured responses too (code never runs
+    what a remote endpoint answered)."""
+    return [p for p in pieces if isinstance(p, _Agent) and (responses or not p.from_response)]
+
+
+def _chosen(agent: _Agent) -> str:
+    if agent.from_response:
+        return f"{_shown(agent)} is what another hook's endpoint answered"
+    return f"{_shown(agent)} is chosen by the agent"
 
 
 def _shown(agent: _Agent) -> str:
@@ -223,9 +241,9 @@ def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
     for piece in pieces:
         if state == "rest":
             return
-        if isinstance(piece, _Agent):
+        if isinstance(piece, _Agent) and not piece.from_response:
             yield ("scheme and host" if state == "scheme" else "userinfo, host or port"), piece
-        elif isinstance(piece, _Opaque):
+        elif isinstance(piece, (_Opaque, _Agent)):
             if state == "scheme":
                 state = "authority"  # configuration that starts the URL: its scheme and host
         else:
@@ -243,13 +261,13 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
     argv = [_expand(item, env) for item in action.command]
     program_at = _program_index(action.command)
     if program_at is not None and program_at < len(argv):
-        for agent in _agent_names(argv[program_at]):
+        for agent in _agent_names(argv[program_at], responses=True):
             problems.append(
                 Problem(
                     position,
                     hook.name,
                     f"action.command[{program_at}]",
-                    f"{_shown(agent)} is chosen by the agent and names the program to run; "
+                    f"{_chosen(agent)} and names the program to run; "
                     "write the program literally and pass the value as a later argument",
                 )
             )
@@ -259,14 +277,14 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
         script_at = _env_split_index(action.command)
         program = "env -S"
     if script_at is not None:
-        for agent in _agent_names(argv[script_at]):
+        for agent in _agent_names(argv[script_at], responses=True):
             name = agent.name
             problems.append(
                 Problem(
                     position,
                     hook.name,
                     f"action.command[{script_at}]",
-                    f"{_shown(agent)} is chosen by the agent and stands inside the program "
+                    f"{_chosen(agent)} and stands inside the program "
                     f"text that {program} runs, so it could run any command. Pass it as data: "
                     f"""as an argument after the script (["sh", "-c", 'echo "$1"', "sh", """
                     f'"${{{name}}}"]) or as an env value (env: {{{name}: "${{{name}}}"}}) '
@@ -275,13 +293,13 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
             )
     for key, value in action.env.items():
         if key.upper() in LOADER_ENV:
-            for agent in _agent_names(_expand(value, env)):
+            for agent in _agent_names(_expand(value, env), responses=True):
                 problems.append(
                     Problem(
                         position,
                         hook.name,
                         f"action.env.{key}",
-                        f"{_shown(agent)} is chosen by the agent, and {key} chooses what a "
+                        f"{_chosen(agent)}, and {key} chooses what a "
                         "program loads or runs; pass the value in a variable of its own name",
                     )
                 )

@@ -174,3 +174,13 @@ def test_rendering_refuses_a_reported_value_in_the_origin_whatever_the_template(
     variables = Variables(event={"TOOL_NAME": "http://169.254.169.254"})
     with pytest.raises(RenderError, match="chosen by the agent"):
         render_url(url, variables)
+
+
+def test_what_another_hooks_endpoint_answered_never_becomes_program_text() -> None:
+    message = refusal(script_hook(["sh", "-c", "deploy ${HOOK_REGISTER_RESPONSE.id}"]))
+    assert "is what another hook's endpoint answered" in message
+    assert 'field "action.command[2]"' in message
+
+
+def test_a_captured_response_may_still_name_a_url_the_author_chose_to_trust() -> None:
+    load_template_text(http_hook("${HOOK_REGISTER_RESPONSE.callback}"))
