@@ -121,7 +121,8 @@ class EventServer:
                         connection.deadline += busy
                 self._expire()
         except Exception:  # the loop must never die silently: every later event would be lost
-            log.exception("event socket: the server loop failed")
+            if not self._stopped.is_set():  # (after close, its sockets are gone: expected)
+                log.exception("event socket: the server loop failed")
         finally:
             for connection in list(self._connections.values()):
                 self._drop(connection)
@@ -219,7 +220,8 @@ class EventServer:
         except OSError:
             pass
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5.0)
+            # Not long: the loop may be waiting for room in a supervisor that stopped reading.
+            self._thread.join(timeout=1.0)
         try:
             self._selector.close()
         except (OSError, ValueError):
