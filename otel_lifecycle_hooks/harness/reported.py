@@ -17,10 +17,7 @@ Standard library only: `hook` imports this on every harness event.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Fields every runtime event may carry.
 _EVERY_EVENT: frozenset[str] = frozenset({"TRANSCRIPT_PATH"})
@@ -79,5 +76,5 @@ def safe_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
+        return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
     return text
