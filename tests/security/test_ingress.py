@@ -337,3 +337,38 @@ def test_a_template_that_lets_the_agent_choose_the_host_never_starts_the_agent(
     assert run.wait() != 0
     assert "is chosen by the agent" in run.stderr
     assert not started.exists() and attacker.requests == []
+
+
+def test_what_the_supervisor_refused_is_a_metric(tmp_path: Path, target: TargetServer) -> None:
+    import urllib.request
+
+    from tests.reliability.load import LoadedSupervisor
+
+    supervisor = LoadedSupervisor(tmp_path, target.url("").rstrip("/"))
+    supervisor.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(supervisor.socket_path)
+            client.sendall(
+                b'{"v":1,"kind":"status","status":"reboot"}\n'
+                + wire_line(
+                    {"v": 1, "kind": "event", "event": "tool-start", "fields": {"PHASE": "x"}}
+                )
+            )
+
+        def refused() -> list[str]:
+            url = f"http://127.0.0.1:{supervisor.metrics_port}/metrics"
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            return [
+                line
+                for line in text.splitlines()
+                if line.startswith("agent_lifecycle_ingress_refused_total{")
+            ]
+
+        lines = wait_until(lambda: len(refused()) == 2 and refused(), what="the metric")
+        assert any('reason="unknown_status"' in line and line.endswith(" 1.0") for line in lines)
+        assert any(
+            'reason="field_not_allowed"' in line and 'event="tool-start"' in line for line in lines
+        )
+    finally:
+        supervisor.stop()
