@@ -117,3 +117,34 @@ def test_a_well_formed_ipv6_loopback_url_is_fine() -> None:
 def test_limits_of_the_wrong_type_are_refused(limits: str) -> None:
     message = refusal(f"limits: {limits}\n")
     assert 'field "limits' in message
+
+
+def test_run_refuses_an_exponential_template_before_starting_the_agent(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    template = tmp_path / "scion-agent.yaml"
+    template.write_text(exponential_env(40) + HOOK.format(url="https://example.com/x"))
+    started = tmp_path / "started"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_lifecycle_hooks",
+            "run",
+            "--template",
+            str(template),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(started)!r}, 'w')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert result.returncode != 0
+    assert "grow exponentially" in result.stderr
+    assert not started.exists()
