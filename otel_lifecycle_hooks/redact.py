@@ -12,7 +12,13 @@ a `Redactor` first. It knows two kinds of secret:
   userinfo have their values replaced whatever they hold.
 
 A secret that is itself a URL (a Slack webhook URL) is replaced by its scheme and host followed by
-`[REDACTED]`, so a reader still sees where a request went.
+`[REDACTED]`, so a reader still sees where a request went. Webhook URLs are credentials by their
+path: in any text, the path of a webhook service's URL (Slack, Discord, Microsoft Teams) is
+replaced, and of any other URL the part after a `hooks` / `webhook` / `webhooks` segment. A
+webhook URL of another shape belongs in a secret-named variable (`*_WEBHOOK_URL`).
+
+The agent may echo a secret it saw (a token in ASSISTANT_TEXT): what it reports is redacted
+like everything else before it reaches a span or a log record.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 4
@@ -77,10 +83,12 @@ class Redactor:
         )
 
     def redact_text(self, text: str) -> str:
-        """`text` with every known secret value replaced."""
-        if self._pattern is None or not text:
+        """`text` with every known secret value replaced, and webhook services' URL paths."""
+        if not text:
             return text
-        return self._pattern.sub(lambda match: self._replacements[match.group(0)], text)
+        if self._pattern is not None:
+            text = self._pattern.sub(lambda match: self._replacements[match.group(0)], text)
+        return redact_webhook_urls(text)
 
     def is_secret_header(self, name: str) -> bool:
         """True when a header of this name carries a credential, whatever its value."""
@@ -136,14 +144,55 @@ def _redact_query_pair(pair: str) -> str:
 
 
 def encoded_forms(value: str) -> set[str]:
-    """The shapes a value takes once rendered: as is, JSON-escaped, percent-encoded."""
+    """The shapes a value takes once rendered: as is, JSON-escaped, percent-encoded (as a URL
+    component or path, and as a form field), and as a header value (only its non-ASCII and
+    control characters percent-encoded)."""
     return {
         value,
         json.dumps(value, ensure_ascii=False)[1:-1],
         json.dumps(value)[1:-1],
         quote(value, safe=""),
         quote(value, safe="/"),
+        quote_plus(value, safe=""),
+        quote_plus(value, safe="/"),
+        _header_form(value),
     }
+
+
+def _header_form(value: str) -> str:
+    """What rendering makes of a value in a header (render._ascii_header_text)."""
+    if value.isascii() and value.isprintable():
+        return value
+    return "".join(
+        char if " " <= char <= "~" or char == "\t" else quote(char, safe="", errors="replace")
+        for char in value
+    )
+
+
+# Webhook URLs carry their credential in the path. Of a webhook service's URL (Slack, Discord,
+# Microsoft Teams) only the scheme and host are kept; of any other URL whose path has a `hooks`,
+# `webhook` or `webhooks` segment (Mattermost, Rocket.Chat, GitLab, self-hosted receivers), the
+# path up to that segment. In any text: the rule needs no template to know which URL is secret.
+_WEBHOOK_URL = re.compile(
+    r"(?P<origin>https?://(?:hooks\.slack\.com|(?:ptb\.|canary\.)?discord(?:app)?\.com"
+    r"(?=/api/webhooks/)|[A-Za-z0-9-]+\.webhook\.office\.com|outlook\.office\.com"
+    r"(?=/webhook)))(?P<rest>/[^\s\"'<>]*)"
+    r"|(?P<prefix>https?://[^\s\"'<>/?#]+(?:/[^\s\"'<>/?#]+){0,16}?/(?:web)?hooks?/)"
+    r"(?P<key>[^\s\"'<>?#]+)"
+)
+
+
+def _webhook_replacement(match: re.Match[str]) -> str:
+    if match.group("origin"):
+        return f"{match.group('origin')}/{REDACTED}"
+    return f"{match.group('prefix')}{REDACTED}"
+
+
+def redact_webhook_urls(text: str) -> str:
+    """`https://hooks.slack.com/services/T/B/X` -> `https://hooks.slack.com/[REDACTED]`."""
+    if "://" not in text:
+        return text
+    return _WEBHOOK_URL.sub(_webhook_replacement, text)
 
 
 def _replacement_for(value: str) -> str:

@@ -12,7 +12,8 @@ URL
     else in them is still encoded.
     A variable at the very start of the URL is its scheme and host (`url: "${SLACK_WEBHOOK_URL}"`
     or `"${API_BASE}/v1/items"`): it is inserted verbatim. A variable inside the host
-    (`https://${REGISTRY_HOST}/v1`) must be a host name, optionally with a port. Whatever the
+    (`https://${REGISTRY_HOST}/v1`) must be a host name, optionally with a port. In either
+    place, a value the agent reported (harness/reported.py) is refused. Whatever the
     template, the result must be an absolute http(s) URL.
 Headers
     Plain substitution; a value holding CR, LF or NUL is refused, so it can never add a header.
@@ -40,6 +41,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 from urllib.parse import quote, quote_plus, urlsplit
 
+from .harness.reported import AGENT_CONTROLLED
 from .spec.model import HookAction
 from .variables import Reference, Resolved, Variables, parse_template
 
@@ -103,6 +105,7 @@ def render_url(template: str, variables: Variables) -> str:
         resolved = variables.resolve_reference(piece)
         value = "" if resolved is None else resolved.value
         if index == 0:
+            _refuse_agent_origin(piece, resolved)
             if _URL_BREAKERS.search(value):
                 raise RenderError(f"url: ${{{piece.text}}} holds whitespace or a control character")
             rendered += value
@@ -123,6 +126,7 @@ def _encode_url_value(
         )
     after_scheme = rendered_before[scheme_end + 3 :]
     if not any(mark in after_scheme for mark in "/?#"):
+        _refuse_agent_origin(reference, resolved)
         if not _HOST_TEXT.fullmatch(value):
             raise RenderError(
                 f"url: ${{{reference.text}}} stands in the host but is not a host name"
@@ -134,6 +138,16 @@ def _encode_url_value(
     if value in (".", ".."):
         return value.replace(".", "%2E")  # would otherwise climb a path level
     return quote(value, safe="", errors="replace")
+
+
+def _refuse_agent_origin(reference: Reference, resolved: Resolved | None) -> None:
+    """A value the agent reported never forms a URL's scheme, userinfo, host or port
+    (validation refuses such templates; this holds for any template, whatever built it)."""
+    if resolved is not None and resolved.layer == "event" and reference.name in AGENT_CONTROLLED:
+        raise RenderError(
+            f"url: ${{{reference.text}}} is chosen by the agent and may not form the URL's "
+            "scheme or host"
+        )
 
 
 def _check_absolute_http_url(url: str, template: str) -> None:

@@ -73,6 +73,9 @@ METADATA_VARIABLES: tuple[str, ...] = (
     "HOOK_NAME",
 )
 
+# How deep `env:` entries may refer to each other (spec/trust.py refuses deeper templates).
+MAX_ENV_DEPTH = 16
+
 LAYERS: tuple[str, ...] = ("event", "metadata", "captured", "env", "environ")
 _TRUSTED_LAYERS = frozenset({"env", "environ"})
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -265,6 +268,10 @@ class Variables:
         self, name: str, raw: str, expanding: tuple[str, ...], record: bool
     ) -> Resolved:
         # Expanded on every use (it is cheap) so that late-captured responses are seen.
+        if len(expanding) >= MAX_ENV_DEPTH:
+            # Validation refuses deeper templates (spec/trust.py); one built in code stops here
+            # rather than growing exponentially.
+            return Resolved("", "env", True)
         parts: list[str] = []
         trusted = True
         for piece in parse_template(str(raw)):

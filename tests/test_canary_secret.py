@@ -354,3 +354,95 @@ def test_no_secret_leaves_through_spans_metrics_logs_journal_or_cli(
         if (at := text.find(secret)) >= 0
     ]
     assert leaks == [], "\n".join(f"{place}: ...{context}..." for place, context in leaks)
+
+
+# -- what the agent echoes, in every encoding rendering gives it -------------------------------
+
+# A secret with what URL, form and header encodings change: a space, reserved and non-ASCII.
+ECHOED = f"{CANARY} é/+&=x"
+# A webhook URL whose path is its credential (Mattermost's shape; Slack's is unit-tested in
+# test_redact.py, since no test sends anywhere but loopback).
+WEBHOOK_PATH = f"/hooks/{CANARY}-webhook-key"
+
+ECHO_TEMPLATE = """\
+secrets:
+  - key: ECHOED_SECRET
+lifecycle_hooks:
+  - name: form
+    on: [tool-end]
+    blocking: true
+    action:
+      type: http
+      url: "{base}/form?tool=${{TOOL_NAME}}"
+      headers:
+        Content-Type: application/x-www-form-urlencoded
+        X-Note: "${{ASSISTANT_TEXT}}"
+      body: "text=${{ASSISTANT_TEXT}}&error=${{ERROR_MESSAGE}}&key=${{ECHOED_SECRET}}"
+  - name: webhook
+    on: [tool-end]
+    blocking: true
+    action:
+      type: webhook
+      url: "{base}{webhook_path}"
+      body: '{{"text": "${{TOOL_NAME}}"}}'
+"""
+
+
+def test_secrets_the_agent_echoes_in_every_encoding_and_webhook_paths_stay_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent reports a secret it saw, as the tool name, the error and its text: it reaches
+    the target (the hook forwards what the agent said) and nothing else: not the session span's
+    event attributes, the hook span, the hook log or the journal; in none of its forms (as is,
+    form-encoded, percent-encoded with its non-ASCII characters, in a header). A webhook
+    URL's path is its credential, and is redacted the same way."""
+    caplog.set_level(logging.DEBUG)
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    with TargetServer() as server:
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(ECHO_TEMPLATE.format(base=server.url(""), webhook_path=WEBHOOK_PATH))
+        engine = HookEngine(
+            load_templates([template]),
+            tracer_provider=tracer_provider,
+            environ={**os.environ, "ECHOED_SECRET": ECHOED},
+            journal=tmp_path / "journal.sqlite3",
+            hook_log=tmp_path / "agent.log",
+        )
+        session = AgentSession(engine, agent_name="echo-agent", tracer_provider=tracer_provider)
+        session.record(
+            "tool-end",
+            {
+                "TOOL_NAME": ECHOED,
+                "ERROR_MESSAGE": f"request failed with token {ECHOED}",
+                "ASSISTANT_TEXT": f"I used {ECHOED} to log in",
+            },
+        )
+        session.end()
+        engine.shutdown(10)
+        request, webhook = server.requests
+    # It was real: the target got the agent's words, the secret in its form encoding.
+    from urllib.parse import quote, quote_plus
+
+    assert quote_plus(ECHOED) in request.body.decode()
+    assert request.path == "/form?tool=" + quote(ECHOED, safe="")
+    assert quote(ECHOED, safe="").lower() != request.headers["x-note"].lower()  # header form
+    assert CANARY in request.headers["x-note"]
+
+    places = {
+        "spans": "\n".join(span.to_json() for span in spans.get_finished_spans()),
+        "hook log": (tmp_path / "agent.log").read_text(errors="replace"),
+        "journal": _journal_bytes(tmp_path / "journal.sqlite3").decode("latin-1"),
+        "log records": _log_text(caplog.records),
+    }
+    session_span = next(s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent"))
+    [event] = [e for e in session_span.events if e.name == "agent.lifecycle.tool_end"]
+    assert event.attributes is not None
+    assert event.attributes["gen_ai.tool.name"] == "[REDACTED]"
+    assert event.attributes["agent.error.message"] == "request failed with token [REDACTED]"
+    assert webhook.path == WEBHOOK_PATH
+    assert f"{server.url('')}/hooks/[REDACTED]" in places["journal"]  # where it went is seen
+    for place, text in places.items():
+        assert CANARY not in text, f"the echoed secret or the webhook path leaked into {place}"
+    tracer_provider.shutdown()

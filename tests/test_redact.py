@@ -146,3 +146,42 @@ def test_with_values_extends_and_leaves_the_original_alone() -> None:
 )
 def test_credential_variable_names_are_recognised(name: str, secret: bool) -> None:
     assert looks_like_secret_name(name) is secret
+
+
+def test_a_secrets_form_encoding_and_its_header_form_are_redacted() -> None:
+    from urllib.parse import quote_plus
+
+    secret = "s3cret é/+&=x"
+    redactor = Redactor([secret])
+    header_form = "s3cret %C3%A9/+&=x"  # only the non-ASCII percent-encoded, as headers get it
+    for form in (quote_plus(secret), quote(secret, safe=""), header_form):
+        assert redactor.redact_text(f"a={form}&b=1") == f"a={REDACTED}&b=1", form
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "https://hooks.slack.com/services/T000/B000/XXXXsecret",
+            "https://hooks.slack.com/[REDACTED]",
+        ),
+        ("https://discord.com/api/webhooks/123/tokenXYZ", "https://discord.com/[REDACTED]"),
+        (
+            "https://acme.webhook.office.com/webhookb2/abc/IncomingWebhook/def",
+            "https://acme.webhook.office.com/[REDACTED]",
+        ),
+        (
+            "https://chat.example.com/hooks/8xk2secretkey",
+            "https://chat.example.com/hooks/[REDACTED]",
+        ),
+        ("http://127.0.0.1:9/a/webhook/abc?x=1", "http://127.0.0.1:9/a/webhook/[REDACTED]?x=1"),
+    ],
+)
+def test_a_webhook_urls_path_is_redacted_in_any_text(url: str, shown: str) -> None:
+    assert Redactor().redact_text(f"sent to {url} ok") == f"sent to {shown} ok"
+    assert Redactor().redact_url(url) == shown
+
+
+def test_ordinary_urls_keep_their_path() -> None:
+    text = "https://registry.example.com/v1/tools/Bash and https://example.com/hooks"
+    assert Redactor().redact_text(text) == text

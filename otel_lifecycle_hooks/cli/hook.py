@@ -2,7 +2,7 @@
 
     otel-lifecycle-hooks hook [--dialect NAME | --dialect-file PATH] [--template PATH]... [ARG]...
 
-Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`) on stdin, or from the last argument when
+Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`, within `STDIN_DEADLINE`) on stdin, or from the last argument when
 that is a JSON object (Codex's `notify` passes it so), translates it with the dialect, and sends
 the normalized events to the supervisor's socket (`$OTEL_LIFECYCLE_HOOKS_SOCKET`). Without a
 reachable supervisor and with a template, it tracks activity in a state file and runs the hooks
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ..harness.normalized import NormalizedEvent
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+# How long `hook` waits for its payload on stdin (a harness writes it at once).
+STDIN_DEADLINE = 5.0  # seconds
 LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
 _DESCRIPTION = """\
 Reads one harness hook payload (JSON) on stdin, or from the last argument when that is a JSON
@@ -87,8 +89,18 @@ def _hook(argv: list[str], stdin: BinaryIO | None, env: Mapping[str, str]) -> No
         dialect = get_dialect(detect_dialect(payload, extra), env)
     _answer(dialect.response(payload))
     events = dialect.translate(payload, extra)
+    _log_dropped(events, env)
     if events:
         _deliver(events, options.get("template", []), env)
+
+
+def _log_dropped(events: list[NormalizedEvent], env: Mapping[str, str]) -> None:
+    """One hook log line for the fields an event may not set (harness/reported.py): they were
+    not kept, and the supervisor never sees them, so this line is their count."""
+    for event in events:
+        if event.dropped:
+            names = ", ".join(n if n.isidentifier() else "(a field)" for n in event.dropped[:8])
+            log(f"{event.event} may not set {names}: not kept", env)
 
 
 def _answer(text: str | None) -> None:
@@ -150,8 +162,9 @@ def _payload(extra: list[str], stdin: BinaryIO | None) -> dict[str, Any] | None:
     if not raw.strip():
         return None
     try:
-        payload = json.loads(raw)
-    except ValueError as exc:
+        # Bytes that are not UTF-8 are replaced (U+FFFD) rather than costing the event.
+        payload = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
         # The position only: the message of a decode error can quote the input.
         raise _Refused(f"payload is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(payload, dict):
@@ -163,10 +176,54 @@ def _read_stdin(stdin: BinaryIO | None) -> bytes:
     stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
     if stream is None or (hasattr(stream, "isatty") and stream.isatty()):
         return b""  # no stdin, or a terminal: no payload to wait for
-    data = stream.read(MAX_PAYLOAD_BYTES + 1)
+    try:
+        descriptor = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-memory stream: it cannot block
+        data = stream.read(MAX_PAYLOAD_BYTES + 1)
+    else:
+        data = _read_with_deadline(descriptor)
     if len(data) > MAX_PAYLOAD_BYTES:
         raise _Refused(f"payload larger than {MAX_PAYLOAD_BYTES} bytes, ignored")
     return data
+
+
+def _read_with_deadline(descriptor: int) -> bytes:
+    """Up to `MAX_PAYLOAD_BYTES + 1` bytes, until end of file, until what was read is a whole
+    JSON object (some harnesses keep stdin open after the payload), or until
+    `STDIN_DEADLINE`: a stdin that stays open, a FIFO nobody writes, or a device never holds up
+    the harness."""
+    import select
+    import time
+
+    deadline = time.monotonic() + STDIN_DEADLINE
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_PAYLOAD_BYTES:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            readable, _, _ = select.select([descriptor], [], [], remaining)
+        except (OSError, ValueError):  # not selectable: a plain blocking read, bounded
+            chunks.append(os.read(descriptor, MAX_PAYLOAD_BYTES + 1 - size))
+            break
+        if not readable:
+            break  # the deadline passed with nothing more
+        chunk = os.read(descriptor, min(1 << 20, MAX_PAYLOAD_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.rstrip().endswith(b"}") and _is_json_object(b"".join(chunks)):
+            break
+    return b"".join(chunks)
+
+
+def _is_json_object(data: bytes) -> bool:
+    try:
+        return isinstance(json.loads(data), dict)
+    except ValueError:
+        return False
 
 
 def _deliver(

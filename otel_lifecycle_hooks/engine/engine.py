@@ -12,6 +12,7 @@ from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 
 from ..spec.model import Template
+from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
 from .executor import HookExecutor
@@ -69,6 +70,7 @@ class HookEngine:
         if self.recorders.metrics is not None:
             self.recorders.metrics.observe_queues(self.dispatcher.queue_depths)
         self._shut = False
+        self._secret_names = secret_names_for(template)
 
     @classmethod
     def from_template(cls, *paths: str | os.PathLike[str], **options: Any) -> HookEngine:
@@ -95,6 +97,21 @@ class HookEngine:
             )
         self.recorders.event_recorded(event)
         return self.dispatcher.dispatch(event, session, deadline)
+
+    def redact_reported(self, values: Mapping[str, str]) -> dict[str, str]:
+        """Event values as a span event or log record may hold them: the agent reports them,
+        and may echo a secret it saw (a token in ASSISTANT_TEXT), so every secret the hooks
+        know (secret-named variables of `env:` and the environment, tokens handed out) is
+        taken out first."""
+        if not values:
+            return {}
+        variables = Variables(
+            template_env=self.template.env,
+            environ=self.executor.environ,
+            secret_names=self._secret_names,
+        )
+        redactor = self.executor.redactor(variables)
+        return {name: redactor.redact_text(value) for name, value in values.items()}
 
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> bool:
         return self.dispatcher.wait_idle(timeout)

@@ -98,7 +98,7 @@ class AgentSession:
             ev.ATTR_EVENT: event,
             ev.ATTR_EVENT_ID: lifecycle_event.event_id,
         }
-        for name, value in values.items():
+        for name, value in self.engine.redact_reported(values).items():  # agent-reported
             attr = ev.EVENT_ATTRIBUTES.get(name)
             if attr is not None:
                 attributes[attr] = (

@@ -17,7 +17,9 @@ responses:                               # optional: what the command prints on 
 ```
 
 Field names are template variables: `tool_name` fills `TOOL_NAME`, `error` fills `ERROR_MESSAGE`,
-any other name is upper-cased; `session_id` sets the event's session id. A path's segments are
+any other name is upper-cased; `session_id` sets the event's session id. A mapping may name only
+the fields its event may carry (harness/reported.py): `tool-start` may set TOOL_NAME, never
+PHASE, AGENT_ID or a template's `env:` name. A path's segments are
 mapping keys or list indexes (`tool_input.files.0`); a leading `.` is allowed. Raw events with no
 mapping produce no event.
 """
@@ -34,10 +36,12 @@ from typing import Any
 from ..events import RUNTIME_EVENTS
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
+from .reported import allowed_fields
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}
 _DEFAULT_RESPONSE = "default"
+MAX_DIALECT_BYTES = 256 * 1024
 
 
 class DialectFileError(ValueError):
@@ -110,10 +114,43 @@ def load_dialect_file(path: str | Path) -> MappingDialect:
     import yaml  # only data-driven dialects pay for the YAML parser
 
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = _read_bounded(Path(path))
+        document = yaml.load(text, Loader=_loader_without_aliases(yaml))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise DialectFileError(f"{path}: cannot read dialect file: {exc}") from None
     return parse_dialect(document, str(path))
+
+
+def _read_bounded(path: Path) -> str:
+    """The file's text: a regular file of at most `MAX_DIALECT_BYTES`, opened without blocking
+    (whoever wrote the hook configuration may name a FIFO or a device)."""
+    import os
+    import stat
+
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = handle.read(MAX_DIALECT_BYTES + 1)
+    if len(data) > MAX_DIALECT_BYTES:
+        raise OSError(f"larger than {MAX_DIALECT_BYTES // 1024} KiB")
+    return data.decode("utf-8")
+
+
+def _loader_without_aliases(yaml: Any) -> Any:
+    """yaml.SafeLoader refusing aliases: a few nested aliases expand exponentially once the
+    document is walked (a `responses:` value is serialized), and a dialect needs none."""
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not allowed in a dialect file", mark
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
 
 
 def parse_dialect(document: Any, source: str) -> MappingDialect:
@@ -164,14 +201,25 @@ def _mappings(raw_mappings: Any, source: str) -> dict[str, EventMapping]:
         fields = spec.get("fields") or {}
         if not isinstance(fields, dict):
             raise DialectFileError(f"{where}.fields: expected field: path pairs")
-        result[str(raw)] = EventMapping(
-            event=event,
-            fields={
-                _field_name(name, f"{where}.fields"): _path(path, f"{where}.fields.{name}")
-                for name, path in fields.items()
-            },
-        )
+        mapped = {
+            _field_name(name, f"{where}.fields"): _path(path, f"{where}.fields.{name}")
+            for name, path in fields.items()
+        }
+        _check_reportable(event, mapped, f"{where}.fields")
+        result[str(raw)] = EventMapping(event=event, fields=mapped)
     return result
+
+
+def _check_reportable(event: str, mapped: Mapping[str, Any], where: str) -> None:
+    """A dialect file maps only the fields its event may carry (harness/reported.py): an
+    agent's payload must never fill PHASE, AGENT_ID, metadata or a template's `env:` name."""
+    allowed = allowed_fields(event)
+    for name in mapped:
+        if name != "session_id" and name not in allowed:
+            valid = ", ".join(sorted(allowed)) or "none"
+            raise DialectFileError(
+                f"{where}: {event} may not set {name}; the fields it may set: {valid}"
+            )
 
 
 def _field_name(name: Any, where: str) -> str:

@@ -26,7 +26,9 @@ every hook.
 
 `PROMPT`, `ASSISTANT_TEXT` and `TASK_SUMMARY` are text that a user or the model wrote: a hook may
 forward them, but they are data, never trusted configuration. Every value is cut to
-`MAX_FIELD_CHARS` so that one event stays one small line on the wire.
+`MAX_FIELD_CHARS` so that one event stays one small line on the wire. A field the event may
+not carry (harness/reported.py: PHASE, AGENT_ID, an `env:` name, ...) is not kept; its name
+is listed in `dropped`, for the supervisor to count.
 
 This module imports only the standard library: the `hook` command runs it on every event.
 """
@@ -37,6 +39,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ..events import RUNTIME_EVENTS
+from .reported import admit_fields, safe_text
 
 # `typing` and `dataclasses` cost several milliseconds to import, paid on every harness event.
 TYPE_CHECKING = False
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 WIRE_VERSION = 1
 MAX_FIELD_CHARS = 16 * 1024
 
-# The variables a dialect may fill; anything else a data-driven dialect maps is kept as given.
+# The variables a dialect may fill; each event keeps only those harness/reported.py allows it.
 TOOL_NAME = "TOOL_NAME"
 TOOL_INPUT = "TOOL_INPUT"
 TOOL_CALL_ID = "TOOL_CALL_ID"
@@ -83,13 +86,14 @@ class NormalizedEvent:
     Empty fields are dropped and long ones clipped.
     """
 
-    __slots__ = ("dialect", "event", "fields", "raw_event", "session_id")
+    __slots__ = ("dialect", "dropped", "event", "fields", "raw_event", "session_id")
 
     event: str
     dialect: str
     raw_event: str
     session_id: str
     fields: Mapping[str, str]
+    dropped: tuple[str, ...]  # names the event may not set (harness/reported.py), not kept
 
     def __init__(
         self,
@@ -101,13 +105,16 @@ class NormalizedEvent:
     ) -> None:
         if event not in _RUNTIME_EVENTS:
             raise ValueError(f"{event!r} is not a runtime event")
-        kept = {key: clip(value) for key, value in (fields or {}).items() if value}
+        # Only what this event may report, whatever route it came by (harness/reported.py).
+        admitted, dropped = admit_fields(event, {k: v for k, v in (fields or {}).items() if v})
+        kept = {key: clip(value) for key, value in admitted.items()}
         for name, value in (
             ("event", event),
-            ("dialect", dialect),
-            ("raw_event", raw_event),
-            ("session_id", session_id),
+            ("dialect", safe_text(dialect)),
+            ("raw_event", safe_text(raw_event)),
+            ("session_id", safe_text(session_id)),
             ("fields", MappingProxyType(kept)),
+            ("dropped", dropped),
         ):
             object.__setattr__(self, name, value)
 

@@ -3,8 +3,8 @@
 The supervisor (`otel-lifecycle-hooks run`) listens on a Unix stream socket whose path it puts
 in `$OTEL_LIFECYCLE_HOOKS_SOCKET` for the agent and its hooks. Protocol, version 1:
 
-- A client connects (timeout `CONNECT_TIMEOUT`, 200 ms), writes one or more lines and closes
-  its end. No reply is sent or awaited; the server reads until end of file.
+- A client connects (timeout `CONNECT_TIMEOUT`, 200 ms; a full backlog is retried within
+  it), writes one or more lines and closes its end. No reply is sent or awaited; the server reads until end of file.
 - Each line is one JSON object, UTF-8, ending in `\\n`, at most `MAX_LINE_BYTES`. Every object
   has `"v": 1` and a `"kind"`:
   - `{"v": 1, "kind": "event", "event": "tool-start", "dialect": "claude",
@@ -26,8 +26,10 @@ from __future__ import annotations
 # `_socket`, the C module itself: `socket` wraps it in enums and selectors that cost ~2 ms
 # to import, on every harness event, and the client needs none of them.
 import _socket
+import errno
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping
 
 from .normalized import WIRE_VERSION, NormalizedEvent, clip
@@ -42,6 +44,7 @@ CONNECT_TIMEOUT = 0.2  # seconds; a hook must never hold up its harness
 SEND_TIMEOUT = 1.0  # seconds for the whole write, once connected
 MAX_LINE_BYTES = 1024 * 1024
 MAX_MESSAGE_CHARS = 4096
+_EAGAIN, _EWOULDBLOCK = errno.EAGAIN, errno.EWOULDBLOCK
 
 
 class SupervisorUnavailable(OSError):
@@ -58,7 +61,10 @@ def socket_path(environ: Mapping[str, str] | None = None) -> str:
 
 def encode(obj: Mapping[str, Any]) -> bytes:
     """One wire line for `obj`."""
-    line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    try:
+        line = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (from argv, say): sent as a JSON escape
+        line = json.dumps(obj, separators=(",", ":")).encode("ascii") + b"\n"
     if len(line) > MAX_LINE_BYTES:
         raise ValueError(f"wire line of {len(line)} bytes exceeds {MAX_LINE_BYTES}")
     return line
@@ -67,20 +73,35 @@ def encode(obj: Mapping[str, Any]) -> bytes:
 def send_lines(path: str, objects: Iterable[Mapping[str, Any]]) -> None:
     """Connect to `path`, write one line per object, close."""
     payload = b"".join(encode(obj) for obj in objects)
-    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    connection = _connect(path)
     try:
-        connection.settimeout(CONNECT_TIMEOUT)
-        try:
-            connection.connect(path)
-        except OSError as exc:
-            raise SupervisorUnavailable(
-                f"supervisor socket {path}: {exc.strerror or exc}"
-            ) from None
         connection.settimeout(SEND_TIMEOUT)
         connection.sendall(payload)
         connection.shutdown(_socket.SHUT_WR)
     finally:
         connection.close()
+
+
+def _connect(path: str) -> _socket.socket:
+    """A connection to `path` within `CONNECT_TIMEOUT`. A full listen backlog fails a Unix
+    socket's connect at once (EAGAIN): the supervisor is busy, not gone, so that is retried
+    until the budget is spent."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    pause = 0.002
+    while True:
+        connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        connection.settimeout(CONNECT_TIMEOUT)
+        try:
+            connection.connect(path)
+            return connection
+        except OSError as exc:
+            connection.close()
+            busy = exc.errno in (_EAGAIN, _EWOULDBLOCK)
+            if not busy or time.monotonic() + pause >= deadline:
+                reason = "busy (its backlog stayed full)" if busy else (exc.strerror or exc)
+                raise SupervisorUnavailable(f"supervisor socket {path}: {reason}") from None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 def send_events(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -18,6 +17,7 @@ import yaml
 
 from .checks import TURN_OFF_ACTION
 from .model import HookSpec, Position, Template
+from .trust import env_expansion_problems, trust_problems
 from .validate import (
     Located,
     Problem,
@@ -52,6 +52,15 @@ _READ_KEYS = (
     "hook_rate_limit", *_METADATA_KEYS,
 )  # fmt: skip
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# Read before parsing: a template is a few kilobytes; 50 MB of YAML would take a minute and
+# gigabytes to compose.
+MAX_TEMPLATE_BYTES = 4 * 1024 * 1024
+# The tags YAML's core schema gives plain values (and `<<`). Any other tag (`!env`, `!!python/
+# object`, `!!binary`) would be silently read as text: it is refused instead.
+_CORE_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "timestamp", "seq", "map", "merge")
+)
 
 
 def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
@@ -76,6 +85,10 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     unmatched = unmatched_turn_offs(merged)
     if unmatched:
         raise TemplateError(unmatched)
+    # On the merged template: a child's env: can change what a parent's hook refers to.
+    trust = trust_problems(merged)
+    if trust:
+        raise TemplateError(trust)
     return merged
 
 
@@ -84,6 +97,9 @@ def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Templat
     template, problems = _parse(text, filename)
     if problems or template is None:
         raise TemplateError(problems)
+    trust = trust_problems(template)
+    if trust:
+        raise TemplateError(trust)
     return template
 
 
@@ -143,10 +159,13 @@ def merge_templates(templates: Sequence[Template]) -> Template:
 
 def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
     try:
-        data = Path(file).read_bytes()
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_TEMPLATE_BYTES + 1)  # never more: a huge file fails fast
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
         return None, [Problem(Position(file, 0, 0), None, None, f"cannot read the file: {reason}")]
+    if len(data) > MAX_TEMPLATE_BYTES:
+        return None, [_too_large(file)]
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -157,7 +176,17 @@ def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
     return _parse(text, file)
 
 
+def _too_large(file: str) -> Problem:
+    message = (
+        f"is larger than {MAX_TEMPLATE_BYTES // (1024 * 1024)} MiB; a template holds hooks, "
+        "not data: move large content to files the hooks read"
+    )
+    return Problem(Position(file, 0, 0), None, None, message)
+
+
 def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
+    if len(text) > MAX_TEMPLATE_BYTES:
+        return None, [_too_large(file)]
     root, problems = _compose(text, file)
     if problems:
         return None, problems
@@ -172,12 +201,15 @@ def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
 def _compose(text: str, file: str) -> tuple[Located | None, list[Problem]]:
     composed = _compose_with_libyaml(text, file)
     if composed is not None:
-        return composed, []
+        return composed
     loader: yaml.SafeLoader | None = None
     try:
         loader = yaml.SafeLoader(text)  # reads ahead: may already refuse a character
         node = loader.get_single_node()
-        return (_NodeReader(loader, file).read(node) if node is not None else None), []
+        if node is None:
+            return None, []
+        reader = _NodeReader(loader, file)
+        return reader.read(node), reader.problems
     except yaml.MarkedYAMLError as exc:
         return None, [_yaml_problem(exc, file)]
     except yaml.reader.ReaderError as exc:
@@ -195,7 +227,7 @@ def _compose(text: str, file: str) -> tuple[Located | None, list[Problem]]:
             loader.dispose()
 
 
-def _compose_with_libyaml(text: str, file: str) -> Located | None:
+def _compose_with_libyaml(text: str, file: str) -> tuple[Located | None, list[Problem]] | None:
     """The document through libyaml's parser, about twenty times faster than PyYAML's own
     (a few milliseconds of every `run`), or None when libyaml is missing, refuses the text or
     the text holds a character PyYAML refuses: PyYAML then reads it again, so that what is
@@ -206,7 +238,10 @@ def _compose_with_libyaml(text: str, file: str) -> Located | None:
     loader = yaml.CSafeLoader(text)
     try:
         node = loader.get_single_node()
-        return _NodeReader(loader, file).read(node) if node is not None else None
+        if node is None:
+            return None, []
+        reader = _NodeReader(loader, file)
+        return reader.read(node), reader.problems
     except (yaml.YAMLError, RecursionError):
         return None
     finally:
@@ -246,6 +281,7 @@ class _NodeReader:
         self._loader = loader
         self._file = file
         self._read: dict[int, Located] = {}
+        self.problems: list[Problem] = []  # tags outside the core schema
 
     def _position(self, node: yaml.Node) -> Position:
         return Position(self._file, node.start_mark.line + 1, node.start_mark.column + 1)
@@ -255,6 +291,13 @@ class _NodeReader:
         if known is not None:
             return known
         position = self._position(node)
+        if node.tag not in _CORE_TAGS:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            message = (
+                f"the YAML tag {tag} is not supported (tags would be silently ignored); "
+                "remove it and write the value itself"
+            )
+            self.problems.append(Problem(position, None, None, message))
         if isinstance(node, yaml.ScalarNode):
             located = Located(self._scalar(node), position, source=node.value, style=_style(node))
             self._read[id(node)] = located
@@ -367,12 +410,14 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
         for key, variable in _METADATA_KEYS.items()
         if key in fields and fields[key].is_scalar and fields[key].value is not None
     }
-    limits_located = fields.get("limits")
-    limits = (
-        {key: value.text() for key, value in limits_located.value.items() if value.is_scalar}
-        if limits_located is not None and limits_located.is_mapping
-        else {}
-    )
+    limits = _read_limits(fields.get("limits"), problems)
+    env_located = fields.get("env")
+    if env and env_located is not None:
+        problems.extend(
+            env_expansion_problems(
+                Template(env=MappingProxyType(env), files=(file,)), env_located.key_positions
+            )
+        )
     user_located = fields.get("user")
     user = (
         user_located.text()
@@ -449,6 +494,26 @@ def _read_env(located: Located | None, problems: list[Problem]) -> dict[str, str
             message = f"got {describe(value)}; an env value is a string"
             problems.append(Problem(value.position, None, f"env.{name}", message))
     return env
+
+
+def _read_limits(located: Located | None, problems: list[Problem]) -> dict[str, str]:
+    if located is None or located.value is None:
+        return {}
+    if not located.is_mapping:
+        message = (
+            f"got {describe(located)}; write a mapping such as "
+            "limits: {max_turns: 50, max_model_calls: 200, max_duration: 2h}"
+        )
+        problems.append(Problem(located.position, None, "limits", message))
+        return {}
+    limits: dict[str, str] = {}
+    for name, value in located.value.items():
+        if value.is_scalar and value.value is not None:
+            limits[name] = value.text()
+        else:
+            message = f"got {describe(value)}; a limit is a number or a duration"
+            problems.append(Problem(value.position, None, f"limits.{name}", message))
+    return limits
 
 
 def _read_secrets(located: Located | None, problems: list[Problem]) -> set[str]:

@@ -938,6 +938,10 @@ def _read_url(
         r.report(located, "action.url", "must start with https:// or http:// (or a ${VARIABLE})")
         return None
     scheme = scheme_match.group(1).lower()
+    authority_problem = _authority_problem(url)
+    if authority_problem is not None:
+        r.report(located, "action.url", authority_problem)
+        return None
     credential = _credential_reason(auth, headers)
     if scheme == "http" and credential is not None:
         host = _host(url)
@@ -949,6 +953,26 @@ def _read_url(
                 "(plain http is allowed only to a loopback host)",
             )
     return url
+
+
+def _authority_problem(url: str) -> str | None:
+    """What is wrong with a literal URL's host or port (`http://[::1/x`, port 99999), if
+    anything; a variable in the authority is checked when the URL is rendered."""
+    authority = re.split(r"[/?#]", url.split("://", 1)[-1], maxsplit=1)[0]
+    if "${" in authority:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        if "IPv6" in str(exc) or "[" in authority:
+            return "holds a malformed IPv6 address; write it in brackets: http://[::1]:8080/path"
+        return "has a port that is not a number from 1 to 65535"
+    if not parts.hostname:
+        return "has no host; write e.g. https://example.com/hook"
+    if port == 0:
+        return "has port 0; a port is a number from 1 to 65535"
+    return None
 
 
 def _credential_reason(auth: AuthSpec, headers: Mapping[str, str]) -> str | None:

@@ -29,6 +29,7 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
+from .admission import Admission, Admitted, IngressCounts
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
@@ -133,6 +134,9 @@ class Supervisor:
         self.session: AgentSession | None = None
         self._tracker: Any = None
         self._server: EventServer | None = None
+        # Every message from the agent passes here, whatever route it came by (admission.py).
+        self.ingress = IngressCounts()
+        self._admission = Admission(self.ingress)
         self._journal: Any = None
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
@@ -183,6 +187,8 @@ class Supervisor:
         self._journal = self.engine.recorders.journal
         for watcher in options.watchers:
             self.engine.recorders.watch(watcher)
+        self.ingress = IngressCounts(self._telemetry.meter_provider)
+        self._admission = Admission(self.ingress)
         self.session = AgentSession(
             self.engine,
             agent_name=self.metadata["AGENT_NAME"],
@@ -203,7 +209,9 @@ class Supervisor:
     def _lifecycle(self) -> int:
         options = self.options
         self._set_phase("provisioning")
-        self._server = EventServer(self._deliver, owner=_socket_owner(options.user)).start()
+        self._server = EventServer(
+            self._deliver, owner=_socket_owner(options.user), refuse=self.ingress.refuse
+        ).start()
         self._legacy("pre-start")
         result = self._record("pre-start")
         if self._stop_signal is not None:
@@ -269,7 +277,11 @@ class Supervisor:
                 else:
                     log.warning("second %s ignored: already stopping", signal.Signals(value).name)
             elif kind == "message" and self._stop_requested is None:
-                self._handle_message(value)
+                try:
+                    self._handle_message(value)
+                except Exception:  # nothing the agent sends may end the session
+                    log.exception("handling an agent message failed")
+                    self.ingress.refuse("handler_failed")
             if (
                 duration_deadline is not None
                 and self._stop_requested is None
@@ -434,6 +446,8 @@ class Supervisor:
             set_subreaper(False)  # the process may live on (a library caller, a test)
         if self._server is not None:
             self._server.close()
+        if self.ingress.total:
+            log.warning("agent input: %s", self.ingress.summary())
         if self.session is not None:
             self.session.end()
         if self.engine is not None:
@@ -461,12 +475,14 @@ class Supervisor:
             self._record("phase-change", {"PREVIOUS_PHASE": previous})
 
     def _deliver(self, message: dict[str, Any]) -> None:
+        """Take one message from the agent (any route): refused and counted unless admitted."""
+        admitted = self._admission.admit(message)
+        if admitted is None:
+            return
         self._message_slots.acquire()  # signals and exits bypass the bound: never blocked
-        self._inbox.put(("message", message))
+        self._inbox.put(("message", admitted))
 
-    def _handle_message(self, message: dict[str, Any]) -> None:
-        from ..harness.normalized import NormalizedEvent
-
+    def _handle_message(self, message: Admitted) -> None:
         if self._tracker is None:
             # Made with the first message: an agent that never reports its activity (no
             # harness hooks) does not pay for the tracker's rules at start-up.
@@ -477,21 +493,12 @@ class Supervisor:
                     self.options.environ, self.options.template.env
                 )
             )
-        kind = message.get("kind")
-        if kind == "status":
-            derived = self._tracker.signal(
-                str(message.get("status", "")), str(message.get("message") or "")
-            )
-        elif kind == "event":
-            try:
-                normalized = NormalizedEvent.from_wire(message)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("event socket: malformed event ignored: %s", exc)
-                return
-            derived = self._tracker.observe(normalized)
-            self._note_harness_session(normalized.session_id)
+        if message.kind == "status":
+            derived = self._tracker.signal(message.status, message.message)
+        elif message.event is not None:
+            derived = self._tracker.observe(message.event)
+            self._note_harness_session(message.event.session_id)
         else:
-            log.warning("event socket: unknown message kind %r ignored", kind)
             return
         for item in derived:
             fields = dict(item.fields)

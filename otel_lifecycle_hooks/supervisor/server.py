@@ -2,17 +2,22 @@
 `status` hand runtime events to the running session (one JSON object per line).
 
 The socket lives in a private directory (mode 0700) so that only the agent's user can feed
-events in; its path reaches the child as `OTEL_LIFECYCLE_HOOKS_SOCKET`.
+events in; its path reaches the child as `OTEL_LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
+the agent, so it is untrusted: no client can stall the others, and nothing a client sends can
+raise out of the server (docs/security.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import random
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,25 +25,55 @@ from typing import Any
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 SOCKET_ENV = "OTEL_LIFECYCLE_HOOKS_SOCKET"
-MAX_MESSAGE = 8 * 1024 * 1024
-# A client that connects and sends nothing is dropped after this long (clients are served one
-# at a time, so this bounds how long one stalled client holds up the others).
-CLIENT_TIMEOUT = 2.0
+# One line, as the client writes it (harness/socket_client.py MAX_LINE_BYTES), plus its newline.
+MAX_LINE_BYTES = 1024 * 1024 + 1
+# Connections served at once; more wait in the listen backlog, so that a flood of connections
+# cannot hold memory or descriptors.
+MAX_CONNECTIONS = 64
+# A client has this long from its first byte of a line to that line's end, and a connection
+# that sends nothing is closed after it: a trickling or stalled client is cut off, and never
+# holds up the others (connections are served concurrently).
+MESSAGE_DEADLINE = 5.0  # seconds
+LISTEN_BACKLOG = 128
+_POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
+
+
+class _Connection:
+    __slots__ = ("buffer", "deadline", "order", "sock")
+
+    def __init__(self, sock: socket.socket, order: int, deadline: float) -> None:
+        self.sock = sock
+        self.order = order  # accept order: ready connections are read in this order
+        self.buffer = bytearray()
+        self.deadline = deadline
 
 
 class EventServer:
-    """Accepts connections on a thread and hands each decoded message to `deliver`, in the
-    order the connections were accepted."""
+    """Serves connections concurrently on one thread (a selector loop) and hands each decoded
+    message to `deliver`; the lines of one connection in order.
+
+    What cannot be a message is refused here and counted through `refuse(reason)`: bytes that
+    are not JSON, JSON that is not an object, a line over `MAX_LINE_BYTES`, a line not finished
+    within `MESSAGE_DEADLINE`, a connection idle for as long. At most `MAX_CONNECTIONS` are
+    served at once; the others wait in the listen backlog. Bytes that are not UTF-8
+    are replaced (U+FFFD), so a stray byte never costs the event. `deliver` may block
+    (backpressure): senders then wait in the listen backlog, and retry when it is full.
+    """
 
     def __init__(
         self,
         deliver: Callable[[dict[str, Any]], None],
         directory: str | None = None,
         owner: tuple[int, int] | None = None,
+        refuse: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`owner`: (uid, gid) to hand the socket and its directory to, when the agent runs
-        as another user than the supervisor (root)."""
+        as another user than the supervisor (root). `refuse(reason)` counts what was refused
+        (default: a log line)."""
         self._deliver = deliver
+        self._refuse = refuse or _log_refusal
+        self._clock = clock
         self._dir = _private_directory(directory)
         self.path = str(self._dir / "events.sock")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -46,70 +81,154 @@ class EventServer:
         if owner is not None:
             os.chown(self._dir, *owner)
             os.chown(self.path, *owner)
-        self._sock.listen(64)
+        self._sock.listen(LISTEN_BACKLOG)
+        self._sock.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._sock, selectors.EVENT_READ, None)
+        self._connections: dict[int, _Connection] = {}
+        self._paused = False  # the listener is out of the selector while at MAX_CONNECTIONS
+        self._order = itertools.count()
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._accept_loop, name="event-socket", daemon=True)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._loop, name="event-socket", daemon=True)
 
     def start(self) -> EventServer:
         self._thread.start()
         return self
 
-    def _accept_loop(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            # One at a time, so that events reach the session in the order they were sent
-            # (clients write a few lines and close; a stalled one is dropped after a timeout).
-            self._serve(conn)
-
-    def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(CLIENT_TIMEOUT)
-        buffer = bytearray()
+    def _loop(self) -> None:
         try:
-            with conn:
-                while len(buffer) <= MAX_MESSAGE:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    buffer += chunk
-                    if b"\n" not in chunk:
-                        continue
-                    # Every complete line at once: splitting one line at a time would copy
-                    # the rest of the buffer for each line.
-                    *lines, rest = buffer.split(b"\n")
-                    buffer = bytearray(rest)
-                    for line in lines:
-                        self._decode(bytes(line))
-                if buffer.strip() and len(buffer) <= MAX_MESSAGE:
-                    self._decode(bytes(buffer))
-        except (TimeoutError, OSError):
-            log.debug("event socket client failed", exc_info=True)
+            while not self._stopped.is_set():
+                ready = self._selector.select(timeout=_POLL_INTERVAL)
+                connections = []
+                for key, _ in ready:
+                    if key.data == "wake":
+                        return
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        connections.append(key.data)
+                started = self._clock()
+                for connection in sorted(connections, key=lambda c: c.order):
+                    self._read(connection)
+                # Time spent delivering (the supervisor applying backpressure) is ours, not the
+                # clients': it does not count against their deadlines.
+                busy = self._clock() - started
+                if busy > _POLL_INTERVAL:
+                    for connection in self._connections.values():
+                        connection.deadline += busy
+                self._expire()
+        except Exception:  # the loop must never die silently: every later event would be lost
+            if not self._stopped.is_set():  # (after close, its sockets are gone: expected)
+                log.exception("event socket: the server loop failed")
+        finally:
+            for connection in list(self._connections.values()):
+                self._drop(connection)
+
+    def _accept(self) -> None:
+        while len(self._connections) < MAX_CONNECTIONS:
+            try:
+                sock, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # closed, or out of descriptors: the backlog keeps the rest waiting
+            sock.setblocking(False)
+            connection = _Connection(sock, next(self._order), self._clock() + MESSAGE_DEADLINE)
+            self._connections[sock.fileno()] = connection
+            self._selector.register(sock, selectors.EVENT_READ, connection)
+        # At the bound: further clients wait in the listen backlog (and, when it is full,
+        # retry within their budget) until a connection ends; each idle one ends at its
+        # deadline, so a client holding many open delays the others by at most that.
+        if not self._paused:
+            self._selector.unregister(self._sock)
+            self._paused = True
+
+    def _read(self, connection: _Connection) -> None:
+        try:
+            chunk = connection.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # end of file: a last line without its newline still counts
+            if connection.buffer.strip():
+                self._decode(bytes(connection.buffer))
+            self._drop(connection)
+            return
+        was_empty = not connection.buffer
+        connection.buffer += chunk
+        if b"\n" in chunk:
+            # Every complete line at once: splitting one line at a time would copy the rest
+            # of the buffer for each line.
+            *lines, rest = connection.buffer.split(b"\n")
+            connection.buffer = bytearray(rest)
+            for line in lines:
+                if len(line) >= MAX_LINE_BYTES:
+                    self._refuse("line_too_long")
+                else:
+                    self._decode(bytes(line))
+            was_empty = True
+        if len(connection.buffer) >= MAX_LINE_BYTES:
+            self._refuse("line_too_long")
+            self._drop(connection)
+            return
+        if was_empty:  # a new line began: it gets its own deadline
+            connection.deadline = self._clock() + MESSAGE_DEADLINE
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for connection in [c for c in self._connections.values() if c.deadline <= now]:
+            self._refuse("message_deadline" if connection.buffer else "idle_connection")
+            self._drop(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        self._connections.pop(connection.sock.fileno(), None)
+        try:
+            self._selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass
+        connection.sock.close()
+        if self._paused and len(self._connections) < MAX_CONNECTIONS:
+            self._selector.register(self._sock, selectors.EVENT_READ, None)
+            self._paused = False
 
     def _decode(self, line: bytes) -> None:
         if not line.strip():
             return
         try:
-            message = json.loads(line)
-        except ValueError:
-            log.warning("event socket: a message that is not JSON was ignored")
+            # Invalid UTF-8 is replaced rather than refused: the event still arrives.
+            message = json.loads(line.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            self._refuse("not_json")
             return
         if not isinstance(message, dict):
-            log.warning("event socket: a message that is not a JSON object was ignored")
+            self._refuse("not_an_object")
             return
         try:
             self._deliver(message)
         except Exception:
             log.exception("event socket: delivering a message failed")
+            self._refuse("delivery_failed")
 
     def close(self) -> None:
         self._stopped.set()
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)
+            self._wake_w.send(b"x")
         except OSError:
             pass
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            # Not long: the loop may be waiting for room in a supervisor that stopped reading.
+            self._thread.join(timeout=1.0)
+        try:
+            self._selector.close()
+        except (OSError, ValueError):
+            pass
         self._sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
         try:
             os.unlink(self.path)
             os.rmdir(self._dir)
@@ -117,6 +236,10 @@ class EventServer:
             import shutil
 
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _log_refusal(reason: str) -> None:
+    log.warning("event socket: a message was refused: %s", reason)
 
 
 def _private_directory(parent: str | None) -> Path:

@@ -20,7 +20,7 @@ mappings:
     fields:
       tool_name: .tool_name
       session_id: .conversation.id
-      first_file: tool_input.files.0
+      transcript_path: tool_input.files.0
   AfterToolCall:
     event: tool-end
     fields:
@@ -53,7 +53,7 @@ def test_a_mapped_event_takes_its_fields_from_dotted_paths(tmp_path: Path) -> No
             "acme",
             "BeforeToolCall",
             session_id="conv-7",
-            fields={"TOOL_NAME": "shell", "FIRST_FILE": "a.py"},
+            fields={"TOOL_NAME": "shell", "TRANSCRIPT_PATH": "a.py"},
         )
     ]
 

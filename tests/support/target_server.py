@@ -109,15 +109,17 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class TargetServer:
-    """A ThreadingHTTPServer on 127.0.0.1 (port 0) in a daemon thread. Context manager."""
+    """A ThreadingHTTPServer on 127.0.0.1 (port 0) in a daemon thread. Context manager.
+    `host` may be another loopback address (127.0.0.2 plays an attacker's server)."""
 
-    def __init__(self, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, tls: tuple[Path, Path] | None = None, host: str = "127.0.0.1") -> None:
         self.requests: list[RecordedRequest] = []
         self._replies: dict[str, deque[Reply]] = {}
         self._always: dict[str, Reply] = {}
         self._lock = threading.Condition()
         self._stopping = threading.Event()
-        self._server = _QuietServer(("127.0.0.1", 0), _handler_class(self))
+        self.host = host
+        self._server = _QuietServer((host, 0), _handler_class(self))
         self.scheme = "http"
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -135,8 +137,8 @@ class TargetServer:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
-        return f"{self.scheme}://{host}:{self.port}{path}"
+    def url(self, path: str = "/", host: str | None = None) -> str:
+        return f"{self.scheme}://{host or self.host}:{self.port}{path}"
 
     def on(self, path: str, *replies: Reply) -> None:
         """Queue replies for `path` (without query string), used once each in order."""

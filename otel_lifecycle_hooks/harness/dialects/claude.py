@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 
 from ..normalized import (
@@ -111,12 +112,17 @@ def final_assistant_text(payload: Mapping[str, Any]) -> str:
 def transcript_final_text(path: str, tail_bytes: int = TRANSCRIPT_TAIL_BYTES) -> str:
     """Text of the trailing run of assistant entries in a Claude JSONL transcript, or ""."""
     try:
-        with open(path, "rb") as transcript:
+        # The path is the agent's: a FIFO or a device would block or never end. Opened without
+        # blocking, read only when it is a regular file, and never more than the tail.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with open(descriptor, "rb") as transcript:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return ""
             size = transcript.seek(0, os.SEEK_END)
             start = max(0, size - tail_bytes)
             transcript.seek(start)
             tail = transcript.read(tail_bytes)
-    except OSError:
+    except (OSError, ValueError):
         return ""
     lines = tail.split(b"\n")
     if start > 0:

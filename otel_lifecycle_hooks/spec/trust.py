@@ -1,0 +1,387 @@
+"""Trust rules of a whole template: agent-controlled values never choose where a request goes or
+what a program runs, and `env:` expansion stays small.
+
+The agent can choose the values of the variables in `harness.reported.AGENT_CONTROLLED`
+(TOOL_NAME, ASSISTANT_TEXT, ERROR_MESSAGE, TASK_SUMMARY, PROMPT, MESSAGE, SESSION_ID, ...), and of
+any template `env:` entry whose value refers to one of them. Such a value is refused, with a
+message naming the variable and the safe form, where it would stand in:
+
+- a URL's scheme, userinfo, host or port (it may stand in the path, query and fragment, where
+  it is percent-encoded), or a `Host` header;
+- the program of a script (`command[0]`), the script text of a shell's `-c` (sh, bash, zsh,
+  dash, ksh, ash, fish, also behind `env`, `nohup`, `setsid`, `exec`, `timeout`, `sudo`, ...)
+  or of an interpreter's `-c` / `-e` (python, perl, ruby, node), the command line of
+  `env -S`, or an environment variable that chooses what a program loads (`PATH`,
+  `LD_PRELOAD`, `BASH_ENV`, `PYTHONPATH`, ...).
+
+Header names cannot hold a variable at all (validate.HEADER_NAME_PATTERN). What another hook's
+endpoint answered (`HOOK_<NAME>_RESPONSE`) is refused in the program places too; in a URL's
+origin it is the template author's choice to trust that endpoint.
+
+`env:` values may refer to each other; each one's expansion is bounded (`MAX_EXPANDED_CHARS`,
+`MAX_EXPANSION_DEPTH`), so that `A: ${B}${B}`, `B: ${C}${C}`, ... is refused here rather than
+exhausting memory when a hook renders.
+
+The checks run on the merged template, since a child's `env:` can change what a parent's hook
+refers to. Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import os.path
+import re
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+from ..harness.reported import AGENT_CONTROLLED
+from ..variables import Reference, parse_template
+
+# `HOOK_<NAME>_RESPONSE` / `_STATUS`: what another hook's endpoint answered.
+_CAPTURED = re.compile(r"HOOK_[A-Z0-9_]+_(?:RESPONSE|STATUS)")
+from .model import HookSpec, Position, Template
+from .validate import Problem
+
+MAX_EXPANDED_CHARS = 64 * 1024
+MAX_EXPANSION_DEPTH = 16
+
+SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "busybox"})
+# Interpreters and the option whose next argument is program text.
+INTERPRETERS: Mapping[str, frozenset[str]] = {
+    "python": frozenset({"-c"}),
+    "perl": frozenset({"-e", "-E"}),
+    "ruby": frozenset({"-e"}),
+    "node": frozenset({"-e", "--eval", "-p", "--print"}),
+}
+# Programs that run the rest of their arguments as a command.
+# Programs that run the rest of their arguments as a command, with their options that take a
+# value, and how many plain arguments they take before the command (timeout's duration).
+WRAPPERS: Mapping[str, tuple[frozenset[str], int]] = {
+    "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0),
+    "nohup": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+    "exec": (frozenset({"-a"}), 0),
+    "command": (frozenset(), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "ionice": (frozenset({"-c", "--class", "-n", "--classdata"}), 0),
+    "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "-D", "-h", "-p", "-r", "-t"}), 0),
+    "doas": (frozenset({"-u", "-C"}), 0),
+}
+# `env -S "sh -c ..."` splits its value into a command: that value is program text too.
+_ENV_SPLIT = ("-S", "--split-string")
+# Environment variables that choose what a program loads or runs.
+LOADER_ENV = frozenset(
+    {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "PROMPT_COMMAND",
+     "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
+     "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB", "RUBYOPT", "RUBYLIB",
+     "GIT_SSH_COMMAND", "DYLD_INSERT_LIBRARIES"}
+)  # fmt: skip
+
+
+class _Agent(NamedTuple):
+    """A reference whose value the agent chooses (or, `from_response`, a remote endpoint
+    answered); `via` is the `env:` entry that led to it."""
+
+    name: str
+    via: str | None
+    from_response: bool = False
+
+
+class _Opaque(NamedTuple):
+    """A reference to configuration (process environment, metadata, supervisor-set context)."""
+
+    name: str
+
+
+_Piece = str | _Agent | _Opaque
+
+
+def trust_problems(template: Template) -> list[Problem]:
+    """Every trust rule the merged template breaks (see the module docstring)."""
+    problems = env_expansion_problems(template)
+    if problems:
+        return problems  # the other checks expand env values: not while they are unbounded
+    env = template.env
+    for hook in template.hooks:
+        problems.extend(_hook_problems(hook, env))
+    return problems
+
+
+# --- env expansion ----------------------------------------------------------------------
+
+
+def env_expansion_problems(
+    template: Template, positions: Mapping[str, Position] | None = None
+) -> list[Problem]:
+    """`env:` values whose expansion is too deep or too large; `positions`: where each entry
+    is written, when known."""
+    env = template.env
+    sizes: dict[str, int] = {}
+    depths: dict[str, int] = {}
+    default = Position(template.files[-1] if template.files else "template", 0, 0)
+    problems: list[Problem] = []
+
+    def measure(name: str, active: tuple[str, ...]) -> tuple[int, int]:
+        if name in sizes:
+            return sizes[name], depths[name]
+        size, depth = 0, 0
+        for piece in parse_template(env[name]):
+            if isinstance(piece, str):
+                size += len(piece)
+            elif piece.name in env and piece.name not in active and piece.name != name:
+                inner_size, inner_depth = measure(piece.name, (*active, name))
+                size += inner_size
+                depth = max(depth, inner_depth + 1)
+            if size > MAX_EXPANDED_CHARS or depth > MAX_EXPANSION_DEPTH:
+                break  # already too much: stop before the numbers themselves grow huge
+        sizes[name], depths[name] = size, depth
+        return size, depth
+
+    for name in env:
+        size, depth = measure(name, ())
+        if depth > MAX_EXPANSION_DEPTH:
+            message = (
+                f"refers through more than {MAX_EXPANSION_DEPTH} levels of env: entries; "
+                "refer to the value you mean directly"
+            )
+        elif size > MAX_EXPANDED_CHARS:
+            message = (
+                f"expands to more than {MAX_EXPANDED_CHARS} characters (entries that refer to "
+                "each other several times grow exponentially); write the value out, or refer "
+                "to each entry once"
+            )
+        else:
+            continue
+        where = (positions or {}).get(name, default)
+        problems.append(Problem(where, None, f"env.{name}", message))
+    return problems
+
+
+def _expand(text: str, env: Mapping[str, str], active: tuple[str, ...] = ()) -> list[_Piece]:
+    """`text` with `env:` references expanded as the engine would (a reference to an entry
+    being expanded goes to the process environment), agent-controlled ones marked."""
+    pieces: list[_Piece] = []
+    for piece in parse_template(text):
+        if isinstance(piece, str):
+            pieces.append(piece)
+        else:
+            pieces.extend(_expand_reference(piece, env, active))
+    return pieces
+
+
+def _expand_reference(
+    reference: Reference, env: Mapping[str, str], active: tuple[str, ...]
+) -> Iterator[_Piece]:
+    name = reference.name
+    if name in AGENT_CONTROLLED:  # the event layer comes first: env: cannot shadow it
+        yield _Agent(name, active[0] if active else None)
+    elif _CAPTURED.fullmatch(name):
+        yield _Agent(name, active[0] if active else None, from_response=True)
+    elif name in env and name not in active and not reference.path:
+        yield from _expand(env[name], env, (*active, name))
+    else:
+        yield _Opaque(name)
+
+
+def _agent_names(pieces: list[_Piece], responses: bool = False) -> list[_Agent]:
+    """The agent-chosen pieces; with `responses`, captured responses too (code never runs
+    what a remote endpoint answered)."""
+    return [p for p in pieces if isinstance(p, _Agent) and (responses or not p.from_response)]
+
+
+def _chosen(agent: _Agent) -> str:
+    if agent.from_response:
+        return f"{_shown(agent)} is what another hook's endpoint answered"
+    return f"{_shown(agent)} is chosen by the agent"
+
+
+def _shown(agent: _Agent) -> str:
+    if agent.via is None:
+        return f"${{{agent.name}}}"
+    return f"${{{agent.via}}} (through env: {agent.via}, which refers to ${{{agent.name}}})"
+
+
+# --- one hook ---------------------------------------------------------------------------
+
+
+def _hook_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
+    position = hook.position or Position("template", 0, 0)
+    problems: list[Problem] = []
+
+    def report(field: str, message: str) -> None:
+        problems.append(Problem(position, hook.name, field, message))
+
+    action = hook.action
+    if action.url:
+        for part, agent in _url_origin_agents(_expand(action.url, env)):
+            report(
+                "action.url",
+                f"{_shown(agent)} is chosen by the agent and stands in the URL's {part}: the "
+                "agent could send this request (and its credentials) anywhere. Keep the "
+                "scheme, host and port literal, or in an env: or environment variable, and "
+                f"put agent values in the path or query, e.g. https://host/tools/${{{agent.name}}}",
+            )
+    for name, value in action.headers.items():
+        if name.lower() in ("host", ":authority"):
+            for agent in _agent_names(_expand(value, env)):
+                report(
+                    f"action.headers.{name}",
+                    f"{_shown(agent)} is chosen by the agent and would choose the host the "
+                    "request is for; keep the Host header literal",
+                )
+    if action.type == "script":
+        problems.extend(_command_problems(hook, env, position))
+    return problems
+
+
+def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
+    """The agent-controlled pieces that stand in the scheme or the authority."""
+    state = "scheme"
+    for piece in pieces:
+        if state == "rest":
+            return
+        if isinstance(piece, _Agent) and not piece.from_response:
+            yield ("scheme and host" if state == "scheme" else "userinfo, host or port"), piece
+        elif isinstance(piece, (_Opaque, _Agent)):
+            if state == "scheme":
+                state = "authority"  # configuration that starts the URL: its scheme and host
+        else:
+            text = piece
+            if state == "scheme" and "://" in text:
+                text = text.split("://", 1)[1]
+                state = "authority"
+            if state == "authority" and any(mark in text for mark in "/?#"):
+                state = "rest"
+
+
+def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position) -> list[Problem]:
+    action = hook.action
+    problems: list[Problem] = []
+    argv = [_expand(item, env) for item in action.command]
+    program_at = _program_index(action.command)
+    if program_at is not None and program_at < len(argv):
+        for agent in _agent_names(argv[program_at], responses=True):
+            problems.append(
+                Problem(
+                    position,
+                    hook.name,
+                    f"action.command[{program_at}]",
+                    f"{_chosen(agent)} and names the program to run; "
+                    "write the program literally and pass the value as a later argument",
+                )
+            )
+    script_at = _program_text_index(action.command, program_at)
+    program = _base_name(action.command[program_at]) if program_at is not None else "env"
+    if script_at is None:
+        script_at = _env_split_index(action.command)
+        program = "env -S"
+    if script_at is not None:
+        for agent in _agent_names(argv[script_at], responses=True):
+            name = agent.name
+            problems.append(
+                Problem(
+                    position,
+                    hook.name,
+                    f"action.command[{script_at}]",
+                    f"{_chosen(agent)} and stands inside the program "
+                    f"text that {program} runs, so it could run any command. Pass it as data: "
+                    f"""as an argument after the script (["sh", "-c", 'echo "$1"', "sh", """
+                    f'"${{{name}}}"]) or as an env value (env: {{{name}: "${{{name}}}"}}) '
+                    f'that the script reads as "${name}"',
+                )
+            )
+    for key, value in action.env.items():
+        if key.upper() in LOADER_ENV:
+            for agent in _agent_names(_expand(value, env), responses=True):
+                problems.append(
+                    Problem(
+                        position,
+                        hook.name,
+                        f"action.env.{key}",
+                        f"{_chosen(agent)}, and {key} chooses what a "
+                        "program loads or runs; pass the value in a variable of its own name",
+                    )
+                )
+    return problems
+
+
+def _base_name(program: str) -> str:
+    """`/usr/bin/python3.12` -> `python`; `bash` -> `bash`."""
+    name = os.path.basename(program)
+    for interpreter in INTERPRETERS:
+        if name.startswith(interpreter) and name[len(interpreter) :].strip("0123456789.") == "":
+            return interpreter
+    return name
+
+
+def _program_index(command: tuple[str, ...]) -> int | None:
+    """Where the program that really runs stands, past wrappers such as `env FOO=1` or
+    `timeout 5`; None when a wrapper's `env -S` string is the command."""
+    index = 0
+    while index < len(command):
+        name = _base_name(command[index])
+        if name not in WRAPPERS:
+            return index
+        value_options, positionals = WRAPPERS[name]
+        index += 1
+        # The wrapper's options (and their values) and env's NAME=value assignments.
+        while index < len(command) and (
+            command[index].startswith("-") or (name == "env" and "=" in command[index])
+        ):
+            if name == "env" and command[index].startswith(_ENV_SPLIT):
+                return None
+            if command[index] in value_options:
+                index += 1
+            index += 1
+        index += positionals
+    return None
+
+
+def _env_split_index(command: tuple[str, ...]) -> int | None:
+    """The argument `env -S` / `--split-string` runs as a command line, if any."""
+    for index, arg in enumerate(command[:-1]):
+        if _base_name(arg) != "env":
+            continue
+        for offset, option in enumerate(command[index + 1 :], start=index + 1):
+            if option in _ENV_SPLIT:
+                return offset + 1 if offset + 1 < len(command) else None
+            if option.startswith(_ENV_SPLIT):
+                return offset  # -S'...' or --split-string=...
+            if not (option.startswith("-") or "=" in option):
+                break
+    return None
+
+
+def _program_text_index(command: tuple[str, ...], program_at: int | None) -> int | None:
+    """The argument a shell's `-c` or an interpreter's `-c` / `-e` runs as program text."""
+    if program_at is None or program_at >= len(command):
+        return None
+    program = _base_name(command[program_at])
+    args = command[program_at + 1 :]
+    if program == "busybox" and args and args[0] in SHELLS:
+        program_at, args, program = program_at + 1, args[1:], "sh"
+    if program in SHELLS:
+        seen_c = False
+        offset = 0
+        while offset < len(args):
+            arg = args[offset]
+            if arg in ("-o", "+o", "-O", "+O"):
+                offset += 2  # an option that takes a value (-o pipefail)
+                continue
+            if arg.startswith(("-", "+")) and len(arg) > 1:
+                if not arg.startswith("--"):
+                    seen_c = seen_c or "c" in arg[1:]
+                offset += 1  # a flag (-e, -ec), or a long option (--norc, --login)
+                continue
+            return program_at + 1 + offset if seen_c else None
+        return None
+    flags = INTERPRETERS.get(program)
+    if flags is None:
+        return None
+    for offset, arg in enumerate(args):
+        if arg in flags and offset + 1 < len(args):
+            return program_at + 2 + offset
+        if not arg.startswith("-"):
+            return None  # a script file: its arguments are data
+    return None
