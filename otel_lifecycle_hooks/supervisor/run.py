@@ -30,9 +30,9 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
+from . import recovery
 from .legacy import run_legacy_hooks
 from .limits import Limits
-from .recovery import recover_orphaned_sessions
 from .server import SOCKET_ENV, EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -125,6 +125,7 @@ class Supervisor:
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
+        self._heartbeat: recovery.Heartbeat | None = None
 
     # -- the run --
 
@@ -170,6 +171,7 @@ class Supervisor:
         try:
             self._recover_earlier_runs()
             self._journal_call("open_session", **self._session_row())
+            self._start_heartbeat()
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
@@ -199,10 +201,11 @@ class Supervisor:
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__)
         self._child_started = time.monotonic()
+        self._journal_agent(self._child.pid)
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
         self._set_phase("running")
         self._legacy("post-start")
-        result = self._record("post-start")
+        result = self._record_owed("post-start")
         self._journal_call("mark_post_start", self.session.session_id if self.session else "")
         if not result.ok:
             self._stop_child(self._grace_deadline())
@@ -259,7 +262,7 @@ class Supervisor:
         deadline = self._grace_deadline()
         self._set_phase("stopping")
         self._legacy("pre-stop", deadline=deadline)
-        self._record("pre-stop", deadline=deadline)
+        self._record_owed("pre-stop", deadline=deadline)
         self._forward(signal.SIGTERM)
         return deadline
 
@@ -332,10 +335,12 @@ class Supervisor:
     def _end_session(self, exit_code: int) -> None:
         self._ended = True
         self._legacy("session-end")
-        self._record("session-end", {"EXIT_CODE": str(exit_code)})
+        self._record_owed("session-end", {"EXIT_CODE": str(exit_code)})
         self._journal_call(
             "close_session", self.session.session_id if self.session else "", exit_code
         )
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def _crash_message(self, exit_code: int) -> str | None:
         """An agent killed by a signal nobody asked for has crashed."""
@@ -349,6 +354,8 @@ class Supervisor:
         return None
 
     def _close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self._server is not None:
             self._server.close()
         if self.session is not None:
@@ -488,6 +495,9 @@ class Supervisor:
             "agent_name": self.metadata["AGENT_NAME"],
             "template_files": [os.path.abspath(f) for f in self.options.template.files],
             "pid": os.getpid(),
+            **recovery.session_fields(
+                self.options.template, self.options.environ, self.session.metadata
+            ),
         }
 
     def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -499,16 +509,43 @@ class Supervisor:
             log.exception("journal %s failed", method)
             return None
 
+    def _record_owed(
+        self, event: str, fields: Mapping[str, str] | None = None, *, deadline: float | None = None
+    ) -> DispatchResult:
+        """An event a killed session would still owe (or, for post-start, that makes the rest
+        owed): its moment is journaled before any hook is sent, and is its ${TIMESTAMP}, so
+        that recovery sends the same X-Scion-Hook-IDs (recovery.py)."""
+        assert self.session is not None and self.engine is not None
+        moment = self.engine.clock.wall()
+        self._journal_call("begin_event", self.session.session_id, event, moment)
+        values = {"PHASE": self.phase, "ACTIVITY": self.activity}
+        values.update(fields or {})
+        return self.session.record(event, values, deadline=deadline, timestamp=moment)
+
+    def _journal_agent(self, pid: int) -> None:
+        if self.session is not None:
+            started = recovery.process_start_time(pid)
+            self._journal_call("mark_agent", self.session.session_id, pid, started)
+
+    def _start_heartbeat(self) -> None:
+        if self._journal is not None and self.session is not None:
+            self._heartbeat = recovery.Heartbeat(
+                self._journal,
+                self.session.session_id,
+                recovery.heartbeat_interval(self.options.environ),
+            )
+
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
         assert self.engine is not None
-        engine = self.engine
+        executor = self.engine.executor
         deadline = time.monotonic() + self.options.grace_period
-        recover_orphaned_sessions(
+        recovery.recover_orphaned_sessions(
             self._journal,
             self.metadata["AGENT_ID"],
             self.metadata,
-            lambda event, info: engine.fire(event, info, deadline=deadline),
+            lambda hook, event, info: executor.run(hook, event, info, deadline),
+            self.options.template,
         )
 
 
