@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.supervisor.recovery import process_start_time
-from tests.support.target_server import RecordedRequest, Reply, TargetServer
 from tests.supervisor.supervised import Workspace, wait_until
+from tests.support.target_server import RecordedRequest, Reply, TargetServer
 
 HOOKS = (("register", "post-start"), ("deregister", "pre-stop"), ("farewell", "session-end"))
 
