@@ -1,0 +1,144 @@
+"""Supervisors sharing one real PostgreSQL journal, and `reconcile` run from elsewhere.
+
+Two agents run; one supervisor is SIGKILLed after its registration (its agent goes too, as a
+pod's would). `reconcile` sends that session's deregistration and session-end once, with the
+X-Scion-Hook-ID the session's journaled moment gives, even with two reconcilers started at
+once, and never touches the session that is still alive."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fleet.fleet import deliveries, fleet_template, hook_ids, query
+from tests.supervisor.supervised import Workspace, wait_until
+from tests.support.target_server import TargetServer
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
+    space = Workspace(tmp_path)
+    space.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
+    space.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "200ms"
+    yield space
+    space.cleanup()
+
+
+@pytest.fixture
+def receiver() -> Iterator[TargetServer]:
+    with TargetServer() as server:
+        yield server
+
+
+def reconcile(workspace: Workspace, *options: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", *options],
+        env=workspace.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen[str]) -> str:
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return out
+
+
+def session_of_agent(receiver: TargetServer, agent: str) -> str:
+    (request,) = [
+        r for r in deliveries(receiver, "/register") if json.loads(r.body)["agent"] == agent
+    ]
+    return str(json.loads(request.body)["session"])
+
+
+def rfc3339(unix: float) -> str:
+    moment = datetime.datetime.fromtimestamp(unix, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
+    workspace: Workspace, receiver: TargetServer, postgres_url: str
+) -> None:
+    template = fleet_template(workspace, receiver)
+    killed = workspace.start(template, workspace.agent_command(on_term=0), "--agent-name", "alpha")
+    alive = workspace.start(template, workspace.agent_command(on_term=0), "--agent-name", "beta")
+    wait_until(lambda: len(deliveries(receiver, "/register")) == 2, what="both registrations")
+    lost = session_of_agent(receiver, "alpha")
+    live = session_of_agent(receiver, "beta")
+    killed.signal(signal.SIGKILL)
+    killed.wait(timeout=10)
+    os.killpg(int((workspace.root / "agent-1.pid").read_text()), signal.SIGKILL)  # its pod goes
+    time.sleep(1.5)  # alpha's last heartbeat grows older than --stale-after; beta keeps beating
+
+    dry = finished(reconcile(workspace, "--stale-after", "1s", "--dry-run", "--json"))
+    plans = {entry["session"]: entry for entry in map(json.loads, dry.splitlines())}
+    assert plans[lost]["action"] == "would recover"
+    assert plans[live]["action"] == "left alone"
+    assert deliveries(receiver, "/deregister") == []  # a dry run sends nothing
+
+    both = [reconcile(workspace, "--stale-after", "1s") for _ in range(2)]
+    outputs = [finished(process) for process in both]
+    finished(reconcile(workspace, "--stale-after", "1s"))  # a third finds nothing owed
+
+    (row,) = query(postgres_url, "SELECT * FROM sessions WHERE session_id = %s", lost)
+    agent_id = json.loads(row["metadata"])["AGENT_ID"]
+    assert hook_ids(receiver, "/deregister", lost) == [
+        f"{agent_id}:deregister:pre-stop:{rfc3339(row['pre_stop_at'])}"
+    ]
+    assert hook_ids(receiver, "/farewell", lost) == [
+        f"{agent_id}:farewell:session-end:{rfc3339(row['session_end_at'])}"
+    ]
+    assert row["recovered_at"] is not None
+    assert sum("recovered: session " + lost in out for out in outputs) == 1
+    assert hook_ids(receiver, "/deregister", live) == []  # alive: never reconciled
+
+    alive.signal(signal.SIGTERM)
+    assert alive.wait(timeout=30) == 0, alive.stderr
+    assert len(hook_ids(receiver, "/deregister", live)) == 1  # its own, once
+    recovered_rows = query(
+        postgres_url,
+        "SELECT hook FROM executions WHERE session_id = %s AND recovered = 1 ORDER BY id",
+        lost,
+    )
+    assert [r["hook"] for r in recovered_rows] == ["deregister", "farewell"]
+
+
+def test_history_and_replay_read_every_agent_of_the_shared_journal(
+    workspace: Workspace, receiver: TargetServer, postgres_url: str
+) -> None:
+    template = fleet_template(workspace, receiver)
+    for name in ("alpha", "beta"):
+        run = workspace.start(template, workspace.agent_command(exit=0), "--agent-name", name)
+        assert run.wait(timeout=30) == 0, run.stderr
+    history = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "history", "--json", "--limit", "50"],
+        env=workspace.env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    rows = json.loads(history.stdout)
+    assert {row["agent_id"] for row in rows if row["hook"] == "register"} == {
+        json.loads(s["metadata"])["AGENT_ID"]
+        for s in query(postgres_url, "SELECT metadata FROM sessions")
+    }
+    alpha_session = session_of_agent(receiver, "alpha")
+    one = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "history", "--json",
+         "--session", alpha_session, "--hook", "register", "--status", "success", "--since", "1h"],
+        env=workspace.env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (only,) = json.loads(one.stdout)
+    assert (only["session_id"], only["hook"], only["outcome"]) == (
+        alpha_session,
+        "register",
+        "success",
+    )
