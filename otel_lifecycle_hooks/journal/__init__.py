@@ -50,8 +50,10 @@ def journal_location(explicit: str | Path | None, environ: Mapping[str, str]) ->
     if isinstance(given, Path) or is_postgres_url(given):
         return given
     if given.startswith(_SQLITE_SCHEME):
-        # sqlite:///abs/path (three slashes) and sqlite://rel/path, as SQLAlchemy writes them.
-        return Path(given[len(_SQLITE_SCHEME) :])
+        # sqlite:///abs/path, as a file:/// URL names an absolute path (SQLAlchemy's four
+        # slashes mean the same); sqlite://rel/path is relative.
+        rest = given[len(_SQLITE_SCHEME) :]
+        return Path("/" + rest.lstrip("/")) if rest.startswith("/") else Path(rest)
     return Path(given)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.supervisor.recovery import process_start_time
+from otel_lifecycle_hooks.supervisor.recovery import agent_alive, process_start_time
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import RecordedRequest, Reply, TargetServer
 
@@ -90,6 +90,8 @@ def sigkill(workspace: Workspace, run: object) -> None:
     run.signal(signal.SIGKILL)  # type: ignore[attr-defined]
     run.wait(timeout=10)  # type: ignore[attr-defined]
     workspace.cleanup()  # the orphaned agent goes too, as it would with its container
+    agents = [int(p.read_text()) for p in workspace.root.glob("agent-*.pid")]
+    wait_until(lambda: not any(agent_alive(pid, None) for pid in agents), what="the agent's end")
 
 
 def test_killed_during_pre_stop_the_deregistration_is_sent_once_more_with_the_same_id(
@@ -225,3 +227,27 @@ def test_every_hook_id_reaches_the_receiver_at_most_twice_across_kills_at_each_m
     for session in {session_of(r) for r in deliveries(receiver, "/register")}:
         assert len(set(by_session(receiver, "/deregister", session))) <= 1
         assert len(set(by_session(receiver, "/farewell", session))) == 1
+
+
+def test_two_reconcilers_at_once_on_the_sqlite_journal_deregister_once(
+    workspace: Workspace, receiver: TargetServer
+) -> None:
+    """The embedded journal, no database server: `reconcile` claims with BEGIN IMMEDIATE."""
+    template = registry_template(workspace, receiver)
+    first = workspace.start(template, workspace.agent_command(on_term=0))
+    wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
+    sigkill(workspace, first)
+    lost = killed_session(receiver)
+    command = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "0s"]
+    command += ["--journal", f"sqlite://{workspace.journal}"]
+    reconcilers = [
+        subprocess.Popen(command, env=workspace.env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=60)[0] for process in reconcilers]
+    assert [process.returncode for process in reconcilers] == [0, 0]
+    assert sum(f"recovered: session {lost}" in out for out in outputs) == 1
+    assert len(by_session(receiver, "/deregister", lost)) == 1
+    assert len(by_session(receiver, "/farewell", lost)) == 1
+    next_run_recovers(workspace, template)  # nothing is left for the next run either
+    assert len(by_session(receiver, "/deregister", lost)) == 1
