@@ -144,7 +144,14 @@ def _recover(journal: Any, row: Any) -> list[str]:
     template = recovery.stored_template(row)
     # As the session had them: its non-secret values win; secrets only from here.
     environ = {**os.environ, **row.variables}
-    engine = HookEngine(template, journal=journal, environ=environ)
+    telemetry = _telemetry(template, environ, row)
+    engine = HookEngine(
+        template,
+        journal=journal,
+        environ=environ,
+        tracer_provider=telemetry.tracer_provider if telemetry else None,
+        meter_provider=telemetry.meter_provider if telemetry else None,
+    )
     try:
         done = recovery.recover_session(
             journal,
@@ -154,7 +161,29 @@ def _recover(journal: Any, row: Any) -> list[str]:
         )
     finally:
         engine.shutdown()
+        if telemetry is not None:
+            telemetry.shutdown()
     return done.fired
+
+
+def _telemetry(template: Any, environ: dict[str, str], row: Any) -> Any:
+    """The session's telemetry set-up from OTEL_*, so that recovered hooks have their spans
+    (under the session's agent attributes); None when it cannot be built."""
+    from .. import events as ev
+    from ..telemetry.setup import configure_telemetry
+
+    resource = {
+        attr: row.metadata[name]
+        for name, attr in ev.METADATA_ATTRIBUTES.items()
+        if row.metadata.get(name)
+    }
+    try:
+        return configure_telemetry(
+            template.env, environ, resource_attributes=resource, session_id=row.session_id
+        )
+    except Exception as exc:  # noqa: BLE001 - telemetry never stops a hook
+        log.warning("session %s: telemetry not set up: %s", row.session_id, exc)
+        return None
 
 
 def _planned(row: Any) -> list[str]:

@@ -142,3 +142,46 @@ def test_history_and_replay_read_every_agent_of_the_shared_journal(
         "register",
         "success",
     )
+
+
+def test_reconcile_uses_the_sessions_variables_and_its_own_secrets_never_stored(
+    workspace: Workspace, receiver: TargetServer, postgres_url: str
+) -> None:
+    template = workspace.template(
+        "  - name: register\n"
+        "    on: [post-start]\n"
+        "    blocking: true\n"
+        f'    action: {{type: http, url: "{receiver.url("/register")}",'
+        ' body: \'{"session": "${SESSION_ID}", "agent": "${AGENT_NAME}"}\'}\n'
+        "  - name: deregister\n"
+        "    on: [pre-stop]\n"
+        "    action:\n"
+        "      type: http\n"
+        f'      url: "{receiver.url("/${REGISTRY_PATH}/deregister")}"\n'
+        "      auth: {type: bearer-token, token_env: REGISTRY_TOKEN}\n"
+        '      body: \'{"session": "${SESSION_ID}", "agent": "${AGENT_NAME}"}\'\n'
+    )
+    agent_env = {"REGISTRY_PATH": "v1-services", "REGISTRY_TOKEN": "tok-of-the-agent-pod"}
+    killed = workspace.start(
+        template, workspace.agent_command(on_term=0), "--agent-name", "alpha", env=agent_env
+    )
+    wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
+    lost = session_of_agent(receiver, "alpha")
+    killed.signal(signal.SIGKILL)
+    killed.wait(timeout=10)
+    os.killpg(int((workspace.root / "agent-1.pid").read_text()), signal.SIGKILL)
+    time.sleep(1.2)
+
+    elsewhere = dict(workspace.env, REGISTRY_TOKEN="tok-of-the-reconciler")
+    process = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "1s"],
+        env=elsewhere, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert f"recovered: session {lost}" in process.stdout
+    (sent,) = deliveries(receiver, "/v1-services/deregister")
+    assert sent.headers["authorization"] == "Bearer tok-of-the-reconciler"
+    stored = query(postgres_url, "SELECT * FROM sessions") + query(
+        postgres_url, "SELECT * FROM executions"
+    )
+    assert "v1-services" in repr(stored)
+    assert "tok-of-the" not in repr(stored)
