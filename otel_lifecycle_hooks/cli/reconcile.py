@@ -87,8 +87,10 @@ def run(args: argparse.Namespace) -> int:
                 print(
                     f"otel-lifecycle-hooks reconcile: cannot read the journal {journal.path}",
                     file=sys.stderr,
+                    flush=True,
                 )
-                return 1
+                if not args.watch:
+                    return 1
             if not args.watch or stop.wait(interval):
                 return 0
     finally:

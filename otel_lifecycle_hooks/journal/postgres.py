@@ -42,6 +42,7 @@ from .rows import (
     ExecutionLike,
     ExecutionRow,
     SessionRow,
+    commits_at_once,
     execution_filters,
     execution_row_of,
     execution_values,
@@ -57,6 +58,7 @@ BATCH_ROWS = 500  # writes committed in one transaction
 BATCH_WINDOW = 0.1
 CLOSE_TIMEOUT = 5.0  # seconds `close` waits for the queue to be written
 BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (database up)
+ADOPTED_WAIT = 5.0  # seconds recovery waits for adopted spill files to be written
 CONNECT_TIMEOUT = 3  # seconds, for every connection
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts to reach a database that is down
 # Serialises migrations of one database across every process that opens it.
@@ -119,9 +121,11 @@ class PostgresJournal:
         self._healthy = True
         self._spill_lock = threading.Lock()
         self._spill: IO[str] | None = None
-        self._spill_path = self._spill_dir / f"{os.getpid()}-{random.getrandbits(48):012x}.jsonl"
+        self._spill_path = self._spill_dir / "unused.jsonl"  # named when first written
         self._spilled_unwritten = 0  # writes only in the spill file
-        self._adopted: list[Path] = self._adopt_orphans()
+        # Files to write (orphans adopted, our own spill rotated out), each held under flock
+        # until written and removed: another journal never takes a file that is held.
+        self._held: list[tuple[Path, IO[str]]] = self._adopt_orphans()
         self._read_lock = threading.Lock()
         self._reader: Any = None
         self._writer = threading.Thread(target=self._write_loop, name="journal-pg", daemon=True)
@@ -129,14 +133,17 @@ class PostgresJournal:
 
     @property
     def healthy(self) -> bool:
-        """False once a read failed or the database holds a newer schema."""
+        """False while reads fail (the database is down, or holds a newer schema)."""
         return self._healthy
 
     # -- executions --
 
     def record_execution(self, row: ExecutionRow) -> int | None:
         """Queue `row`; None (its id is the database's, known once written)."""
-        self._enqueue(_INSERT_EXECUTION, execution_values(row, _row_uid()), durable=False)
+        # An owed event's row (what recovery reads to skip a hook that ran) and a failed
+        # delivery's (what replay re-sends) are kept on disk at once, as session writes are.
+        durable = commits_at_once(row)
+        self._enqueue(_INSERT_EXECUTION, execution_values(row, _row_uid()), durable=durable)
         return None
 
     def record(self, execution: ExecutionLike) -> None:
@@ -244,6 +251,7 @@ class PostgresJournal:
         self._update("recovered_at = %s", (_now(at),), session_id)
 
     def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
+        self._wait_for_adopted()
         sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
         params: list[Any] = []
         if agent_id is not None:
@@ -262,6 +270,7 @@ class PostgresJournal:
     ) -> SessionRow | None:
         """Take an unfinished session for recovery (one UPDATE: under the row's lock, of any
         number of claimers exactly one sees it unclaimed); None if another holds it."""
+        self._wait_for_adopted()
         now = _now(at)
         params = (claimer, now + lease, now, now + 0.001, session_id, now, steal_from)
         rows = self._select(_rows.CLAIM, params)
@@ -295,6 +304,17 @@ class PostgresJournal:
                 self._cond.wait(left)
         return True
 
+    def _wait_for_adopted(self, timeout: float = ADOPTED_WAIT) -> None:
+        """Recovery reads after the writes a killed supervisor left on this machine (the
+        moments of its owed events) are in: otherwise it would claim new ones."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._held and not self._db_down:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
     def pending(self) -> int:
         """Writes not committed yet (queued, or only in the spill file)."""
         with self._cond:
@@ -316,11 +336,11 @@ class PostgresJournal:
         with self._spill_lock:
             unwritten = self._spilled_unwritten
             if self._spill is not None:
-                self._spill.close()
-                self._spill = None
-                if not unwritten:
+                if not unwritten:  # removed while still held: nobody adopts it meanwhile
                     with contextlib.suppress(OSError):
                         self._spill_path.unlink()
+                self._spill.close()
+                self._spill = None
         if unwritten:
             log.warning(
                 "execution journal %s unreachable: %d writes kept in %s, written by the next"
@@ -329,6 +349,8 @@ class PostgresJournal:
                 unwritten,
                 self._spill_path,
             )
+        for _, handle in self._held:  # not written: left, unlocked, for the next journal
+            handle.close()
         with self._read_lock:
             if self._reader is not None:
                 with contextlib.suppress(Exception):
@@ -366,11 +388,7 @@ class PostgresJournal:
         try:
             with self._spill_lock:
                 if self._spill is None:
-                    self._spill_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-                    fd = os.open(self._spill_path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
-                    self._spill = os.fdopen(fd, "a", encoding="utf-8")
-                    # Held while this process lives: a file nobody holds is an orphan to adopt.
-                    fcntl.flock(self._spill.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._spill, self._spill_path = self._new_spill_file()
                 for sql, params in writes:
                     self._spill.write(json.dumps([sql, list(params)]) + "\n")
                 self._spill.flush()  # in the kernel: a SIGKILL does not lose it
@@ -381,22 +399,37 @@ class PostgresJournal:
                 "execution journal %s: could not keep %d writes: %s", self.path, len(writes), exc
             )
 
-    def _adopt_orphans(self) -> list[Path]:
-        """Spill files of processes that are gone, to be written by this journal's writer."""
-        adopted: list[Path] = []
+    def _new_spill_file(self) -> tuple[IO[str], Path]:
+        self._spill_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        stem = f"{os.getpid()}-{random.getrandbits(48):012x}"
+        hidden = self._spill_dir / f"{stem}.new"
+        fd = os.open(hidden, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o600)
+        handle = os.fdopen(fd, "a", encoding="utf-8")
+        # Locked before it gets the name others look for: held while this process lives, so
+        # that a file nobody holds is an orphan to adopt.
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path = self._spill_dir / f"{stem}.jsonl"
+        os.replace(hidden, path)
+        return handle, path
+
+    def _adopt_orphans(self) -> list[tuple[Path, IO[str]]]:
+        """Spill files of processes that are gone, held for this journal's writer."""
+        adopted: list[tuple[Path, IO[str]]] = []
         try:
             candidates = sorted(self._spill_dir.glob("*.jsonl"))
         except OSError:
             return adopted
         for path in candidates:
             try:
-                with open(path, "a") as handle:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    taken = path.with_suffix(f".adopted-{os.getpid()}")
-                    os.replace(path, taken)
-                adopted.append(taken)
+                handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held until written
             except OSError:
-                continue  # held by a live process, or taken by another journal
+                continue  # taken and written by another journal meanwhile
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()  # held by a live process
+                continue
+            adopted.append((path, handle))
         return adopted
 
     def _write_loop(self) -> None:
@@ -404,9 +437,7 @@ class PostgresJournal:
         failures = 0
         while True:
             with self._cond:
-                while not (
-                    self._queue or self._adopted or self._closing or self._spilled_unwritten
-                ):
+                while not (self._queue or self._held or self._closing or self._spilled_unwritten):
                     self._cond.wait()
                 window_ends = time.monotonic() + BATCH_WINDOW
                 while (
@@ -421,16 +452,19 @@ class PostgresJournal:
                 self._urgent = False
                 if self._closing and not self._queue:
                     break
-                adopted = self._adopted[0] if self._adopted and not self._queue else None
+                adopted = self._held[0] if self._held and not self._queue else None
                 replay_own = bool(not self._queue and adopted is None and self._spilled_unwritten)
                 batch = [self._queue[i] for i in range(min(BATCH_ROWS, len(self._queue)))]
             try:
                 if db is None:
                     db = self._connect(autocommit=False)
                 if adopted is not None:
-                    self._write_file(db, adopted)
-                    adopted.unlink()
-                    self._adopted.pop(0)
+                    self._write_file(db, adopted[0])
+                    adopted[0].unlink()
+                    adopted[1].close()
+                    with self._cond:
+                        self._held.pop(0)
+                        self._cond.notify_all()
                 elif replay_own:
                     self._replay_own_spill(db)
                 else:
@@ -495,24 +529,16 @@ class PostgresJournal:
             self._write_batch(db, writes[start : start + BATCH_ROWS])
 
     def _replay_own_spill(self, db: Any) -> None:
-        # Rotated first: writes spilled meanwhile go to a new file, counted afresh.
+        # Rotated out first (still held): writes spilled meanwhile go to a new file, counted
+        # afresh; this one is written like an adopted file.
         with self._spill_lock:
             if self._spill is None:
                 self._spilled_unwritten = 0
                 return
-            self._spill.close()
+            self._spill.flush()
+            self._held.append((self._spill_path, self._spill))
             self._spill = None
-            taken = self._spill_path.with_suffix(".replaying")
-            os.replace(self._spill_path, taken)
-            counted, self._spilled_unwritten = self._spilled_unwritten, 0
-        try:
-            self._write_file(db, taken)
-        except BaseException:
-            with self._spill_lock:
-                self._spilled_unwritten += counted
-            self._adopted.append(taken)  # written with the adopted files, once it answers
-            raise
-        taken.unlink()
+            self._spilled_unwritten = 0
 
     # -- reading --
 
@@ -523,7 +549,9 @@ class PostgresJournal:
                     self._reader = self._connect(autocommit=True)
                 with self._reader.cursor() as cursor:
                     cursor.execute(_sql(sql), list(params))
-                    return list(cursor.fetchall()) if cursor.description else []
+                    rows = list(cursor.fetchall()) if cursor.description else []
+                self._healthy = True  # a database that was down answers again
+                return rows
             except Exception as exc:  # noqa: BLE001 - psycopg's errors: a read never raises
                 log.error("execution journal %s: could not read: %s", self.path, _first_line(exc))
                 self._healthy = False

@@ -108,3 +108,22 @@ def summary(values: list[float]) -> str:
         return values[min(len(values) - 1, int(q * len(values)))]
 
     return f"n={len(values)} p50={at(0.5):.1f}ms p95={at(0.95):.1f}ms max={values[-1]:.1f}ms"
+
+
+def kill_with_agent(workspace: Workspace, run: Any, pid_file: Path) -> None:
+    """SIGKILL a supervisor and then its orphaned agent, as a lost pod's end would; returns
+    once both are gone."""
+    import contextlib
+    import os
+    import signal
+
+    from otel_lifecycle_hooks.supervisor.recovery import agent_alive
+    from tests.supervisor.supervised import wait_until
+
+    run.signal(signal.SIGKILL)
+    run.wait(timeout=10)
+    wait_until(pid_file.exists, what="the agent to have started")
+    pid = int(pid_file.read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: not agent_alive(pid, None), what="the agent's end")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.fleet import deliveries, fleet_template, hook_ids, query
+from tests.fleet.fleet import deliveries, fleet_template, hook_ids, kill_with_agent, query
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import TargetServer
 
@@ -71,14 +70,18 @@ def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
     workspace: Workspace, receiver: TargetServer, postgres_url: str
 ) -> None:
     template = fleet_template(workspace, receiver)
-    killed = workspace.start(template, workspace.agent_command(on_term=0), "--agent-name", "alpha")
+    agent_pid = workspace.root / "agent-alpha.pid"
+    killed = workspace.start(
+        template,
+        workspace.agent_command(on_term=0, pid_file=str(agent_pid)),
+        "--agent-name",
+        "alpha",
+    )
     alive = workspace.start(template, workspace.agent_command(on_term=0), "--agent-name", "beta")
     wait_until(lambda: len(deliveries(receiver, "/register")) == 2, what="both registrations")
     lost = session_of_agent(receiver, "alpha")
     live = session_of_agent(receiver, "beta")
-    killed.signal(signal.SIGKILL)
-    killed.wait(timeout=10)
-    os.killpg(int((workspace.root / "agent-1.pid").read_text()), signal.SIGKILL)  # its pod goes
+    kill_with_agent(workspace, killed, agent_pid)  # its pod goes
     time.sleep(1.5)  # alpha's last heartbeat grows older than --stale-after; beta keeps beating
 
     dry = finished(reconcile(workspace, "--stale-after", "1s", "--dry-run", "--json"))
@@ -162,14 +165,17 @@ def test_reconcile_uses_the_sessions_variables_and_its_own_secrets_never_stored(
         '      body: \'{"session": "${SESSION_ID}", "agent": "${AGENT_NAME}"}\'\n'
     )
     agent_env = {"REGISTRY_PATH": "v1-services", "REGISTRY_TOKEN": "tok-of-the-agent-pod"}
+    agent_pid = workspace.root / "agent-alpha.pid"
     killed = workspace.start(
-        template, workspace.agent_command(on_term=0), "--agent-name", "alpha", env=agent_env
+        template,
+        workspace.agent_command(on_term=0, pid_file=str(agent_pid)),
+        "--agent-name",
+        "alpha",
+        env=agent_env,
     )
     wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
     lost = session_of_agent(receiver, "alpha")
-    killed.signal(signal.SIGKILL)
-    killed.wait(timeout=10)
-    os.killpg(int((workspace.root / "agent-1.pid").read_text()), signal.SIGKILL)
+    kill_with_agent(workspace, killed, agent_pid)
     time.sleep(1.2)
 
     elsewhere = dict(workspace.env, REGISTRY_TOKEN="tok-of-the-reconciler")

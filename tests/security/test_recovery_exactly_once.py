@@ -8,7 +8,9 @@ with the id the killed session used, and nothing that was not owed arrives at al
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -86,12 +88,24 @@ def next_run_recovers(workspace: Workspace, template: Path) -> None:
     assert later.wait(timeout=60) == 0, later.stderr
 
 
-def sigkill(workspace: Workspace, run: object) -> None:
+def agent(workspace: Workspace, name: str, **plan: object) -> tuple[list[str], Path]:
+    """The stand-in agent's command, and the file where it writes its pid once started."""
+    pid_file = workspace.root / f"agent-{name}.pid"
+    return workspace.agent_command(pid_file=str(pid_file), **plan), pid_file
+
+
+def sigkill(workspace: Workspace, run: object, pid_file: Path | None = None) -> None:
+    """SIGKILL the supervisor, then its orphaned agent (started: `pid_file`), as its
+    container's end would; returns once both are gone."""
     run.signal(signal.SIGKILL)  # type: ignore[attr-defined]
     run.wait(timeout=10)  # type: ignore[attr-defined]
-    workspace.cleanup()  # the orphaned agent goes too, as it would with its container
-    agents = [int(p.read_text()) for p in workspace.root.glob("agent-*.pid")]
-    wait_until(lambda: not any(agent_alive(pid, None) for pid in agents), what="the agent's end")
+    if pid_file is not None:
+        wait_until(pid_file.exists, what="the agent to have started")
+        pid = int(pid_file.read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        wait_until(lambda: not agent_alive(pid, None), what="the agent's end")
+    workspace.cleanup()
 
 
 def test_killed_during_pre_stop_the_deregistration_is_sent_once_more_with_the_same_id(
@@ -99,11 +113,12 @@ def test_killed_during_pre_stop_the_deregistration_is_sent_once_more_with_the_sa
 ) -> None:
     template = registry_template(workspace, receiver)
     receiver.on("/deregister", Reply.hang())
-    first = workspace.start(template, workspace.agent_command(on_term=0))
+    command, pid_file = agent(workspace, "first", on_term=0)
+    first = workspace.start(template, command)
     wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
     first.signal(signal.SIGTERM)
     wait_until(lambda: deliveries(receiver, "/deregister"), what="the deregistration to arrive")
-    sigkill(workspace, first)  # while the receiver holds the deregistration
+    sigkill(workspace, first, pid_file)  # while the receiver holds the deregistration
     lost = killed_session(receiver)
     (sent_before,) = by_session(receiver, "/deregister", lost)
 
@@ -123,9 +138,10 @@ def test_killed_during_session_end_only_session_end_is_sent_again(
     template = registry_template(workspace, receiver)
     receiver.on("/farewell", Reply.hang())
     # The agent exits by itself: the session is never stopped, so pre-stop is never owed.
-    first = workspace.start(template, workspace.agent_command(exit=0))
+    command, pid_file = agent(workspace, "first", exit=0)
+    first = workspace.start(template, command)
     wait_until(lambda: deliveries(receiver, "/farewell"), what="session-end to arrive")
-    sigkill(workspace, first)
+    sigkill(workspace, first, pid_file)
     lost = killed_session(receiver)
     (sent_before,) = by_session(receiver, "/farewell", lost)
 
@@ -144,10 +160,11 @@ def test_killed_in_a_blocking_post_start_after_the_registration_answered_is_reco
     holder = http_hook("warm-up", "post-start", receiver.url("/warm-up"))
     template = registry_template(workspace, receiver, extra_hooks=holder)
     receiver.on("/warm-up", Reply.hang())
-    first = workspace.start(template, workspace.agent_command(on_term=0))
+    command, pid_file = agent(workspace, "first", on_term=0)
+    first = workspace.start(template, command)
     wait_until(lambda: deliveries(receiver, "/warm-up"), what="the second post-start hook")
     assert deliveries(receiver, "/register")  # answered 200 before the kill
-    sigkill(workspace, first)
+    sigkill(workspace, first, pid_file)
     lost = killed_session(receiver)
 
     next_run_recovers(workspace, template)
@@ -205,16 +222,17 @@ def test_every_hook_id_reaches_the_receiver_at_most_twice_across_kills_at_each_m
     template = registry_template(workspace, receiver)
     receiver.on("/deregister", Reply.hang())
     receiver.on("/farewell", Reply.hang())
-    run = workspace.start(template, workspace.agent_command(on_term=0))
+    command, pid_file = agent(workspace, "first", on_term=0)
+    run = workspace.start(template, command)
     wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
     run.signal(signal.SIGTERM)
     wait_until(lambda: deliveries(receiver, "/deregister"), what="pre-stop")
-    sigkill(workspace, run)
+    sigkill(workspace, run, pid_file)
     # The next run recovers that session: its pre-stop now answers, its session-end hangs
     # (the queued hang), and it is killed again in the middle of the recovery.
     second = workspace.start(template, workspace.agent_command(on_term=0))
     wait_until(lambda: deliveries(receiver, "/farewell"), what="the recovered session-end")
-    sigkill(workspace, second)
+    sigkill(workspace, second)  # in its recovery: its own agent never started
     for _ in range(3):
         next_run_recovers(workspace, template)
 
@@ -234,9 +252,10 @@ def test_two_reconcilers_at_once_on_the_sqlite_journal_deregister_once(
 ) -> None:
     """The embedded journal, no database server: `reconcile` claims with BEGIN IMMEDIATE."""
     template = registry_template(workspace, receiver)
-    first = workspace.start(template, workspace.agent_command(on_term=0))
+    agent_command, pid_file = agent(workspace, "first", on_term=0)
+    first = workspace.start(template, agent_command)
     wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
-    sigkill(workspace, first)
+    sigkill(workspace, first, pid_file)
     lost = killed_session(receiver)
     command = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "0s"]
     command += ["--journal", f"sqlite://{workspace.journal}"]
