@@ -74,13 +74,19 @@ def _sql(text: str) -> str:
 
 
 def redacted_url(url: str) -> str:
-    """The URL with any password taken out, for messages."""
+    """The URL with any password (in its userinfo or a `password=` parameter) taken out."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        parts = parts._replace(netloc=netloc)
+    if "password" in parts.query.lower():
+        kept = [
+            "password=***" if item.split("=", 1)[0].lower() == "password" else item
+            for item in parts.query.split("&")
+        ]
+        parts = parts._replace(query="&".join(kept))
+    return urlunsplit(parts)
 
 
 def default_spill_dir(url: str, environ: Mapping[str, str]) -> Path:
@@ -327,7 +333,13 @@ class PostgresJournal:
                 return
             self._closing = True
             self._cond.notify_all()
-        self._writer.join(timeout)
+        # A database known to be down is not waited for: what is queued is kept at once.
+        deadline = time.monotonic() + timeout
+        while self._writer.is_alive() and not self._db_down:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._writer.join(min(left, 0.05))
         with self._cond:
             left = list(self._queue)
             self._queue.clear()

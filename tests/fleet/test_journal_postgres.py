@@ -154,3 +154,19 @@ def test_writes_made_while_the_database_is_down_are_kept_and_written_by_the_next
     assert session is not None and session.exit_code == 0
     second.close()
     assert not list(spill.glob("*"))
+
+
+def test_a_database_password_is_never_in_a_message(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    closed_port = "127.0.0.1:9"  # the discard port: nothing listens on loopback here
+    url = f"postgresql://hooks:pw-canary-7@{closed_port}/db?password=pw-canary-8"
+    with caplog.at_level("DEBUG", logger="otel_lifecycle_hooks.journal"):
+        journal = PostgresJournal(url, spill_dir=tmp_path / "spill")
+        journal.open_session("s1", agent_id="a1")
+        assert journal.sessions() == []  # unreachable: an empty answer, never an exception
+        journal.close(timeout=2)
+    assert "pw-canary" not in journal.path
+    assert caplog.messages and not any("pw-canary" in m for m in caplog.messages)
+    spilled = "".join(p.read_text() for p in (tmp_path / "spill").glob("*.jsonl"))
+    assert "s1" in spilled and "pw-canary" not in spilled
