@@ -336,10 +336,10 @@ class PostgresJournal:
         # A database known to be down is not waited for: what is queued is kept at once.
         deadline = time.monotonic() + timeout
         while self._writer.is_alive() and not self._db_down:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 break
-            self._writer.join(min(left, 0.05))
+            self._writer.join(min(remaining, 0.05))
         with self._cond:
             left = list(self._queue)
             self._queue.clear()
