@@ -20,7 +20,7 @@ import pytest
 
 from tests.fleet.fleet import deliveries, fleet_template, hook_ids, kill_with_agent, query
 from tests.supervisor.supervised import Workspace, wait_until
-from tests.support.target_server import TargetServer
+from tests.support.target_server import Reply, TargetServer
 
 
 @pytest.fixture
@@ -191,3 +191,30 @@ def test_reconcile_uses_the_sessions_variables_and_its_own_secrets_never_stored(
     )
     assert "v1-services" in repr(stored)
     assert "tok-of-the" not in repr(stored)
+
+
+def test_replay_resends_one_agents_failed_delivery_from_the_shared_journal(
+    workspace: Workspace, receiver: TargetServer, postgres_url: str
+) -> None:
+    template = fleet_template(workspace, receiver)
+    receiver.on("/farewell", Reply(503), Reply(503))  # alpha's and beta's session-end fail
+    for name in ("alpha", "beta"):
+        run = workspace.start(template, workspace.agent_command(exit=0), "--agent-name", name)
+        assert run.wait(timeout=30) == 0, run.stderr
+    alpha = session_of_agent(receiver, "alpha")
+    (alpha_id,) = {
+        json.loads(s["metadata"])["AGENT_ID"]
+        for s in query(postgres_url, "SELECT metadata FROM sessions WHERE session_id = %s", alpha)
+    }
+    (first_try,) = hook_ids(receiver, "/farewell", alpha)
+    replay = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--all-failed",
+         "--agent", alpha_id, "--json"],
+        env=workspace.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert replay.returncode == 0, replay.stderr
+    (outcome,) = json.loads(replay.stdout)
+    assert (outcome["hook"], outcome["outcome"]) == ("farewell", "success")
+    assert hook_ids(receiver, "/farewell", alpha) == [first_try, first_try]
+    beta = session_of_agent(receiver, "beta")
+    assert len(hook_ids(receiver, "/farewell", beta)) == 1  # another agent's: not replayed
