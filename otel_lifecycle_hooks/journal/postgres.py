@@ -58,7 +58,8 @@ BATCH_ROWS = 500  # writes committed in one transaction
 BATCH_WINDOW = 0.1
 CLOSE_TIMEOUT = 5.0  # seconds `close` waits for the queue to be written
 BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (database up)
-ADOPTED_WAIT = 5.0  # seconds recovery waits for adopted spill files to be written
+ADOPTED_WAIT = 3.0  # seconds recovery waits for adopted spill files to be written
+READER_IDLE = 10.0  # seconds after which an unused reading connection is closed
 CONNECT_TIMEOUT = 3  # seconds, for every connection
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts to reach a database that is down
 # Serialises migrations of one database across every process that opens it.
@@ -134,6 +135,7 @@ class PostgresJournal:
         self._held: list[tuple[Path, IO[str]]] = self._adopt_orphans()
         self._read_lock = threading.Lock()
         self._reader: Any = None
+        self._reader_used = 0.0  # monotonic time of its last read
         self._writer = threading.Thread(target=self._write_loop, name="journal-pg", daemon=True)
         self._writer.start()
 
@@ -450,7 +452,8 @@ class PostgresJournal:
         while True:
             with self._cond:
                 while not (self._queue or self._held or self._closing or self._spilled_unwritten):
-                    self._cond.wait()
+                    self._cond.wait(READER_IDLE)
+                    self._release_idle_reader()
                 window_ends = time.monotonic() + BATCH_WINDOW
                 while (
                     self._queue
@@ -557,6 +560,7 @@ class PostgresJournal:
     def _select(self, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
         with self._read_lock:
             try:
+                self._reader_used = time.monotonic()
                 if self._reader is None:
                     self._reader = self._connect(autocommit=True)
                 with self._reader.cursor() as cursor:
@@ -573,6 +577,20 @@ class PostgresJournal:
                 self._reader = None
                 return []
 
+    def _release_idle_reader(self) -> None:
+        """A supervisor reads only at start: its reading connection is not held for the whole
+        session (a fleet's agents would hold twice the connections they need)."""
+        if self._reader is None or time.monotonic() - self._reader_used < READER_IDLE:
+            return
+        if self._read_lock.acquire(blocking=False):
+            try:
+                if self._reader is not None:
+                    with contextlib.suppress(Exception):
+                        self._reader.close()
+                    self._reader = None
+            finally:
+                self._read_lock.release()
+
     def _connect(self, *, autocommit: bool) -> Any:
         import psycopg
         from psycopg.rows import dict_row
@@ -583,6 +601,9 @@ class PostgresJournal:
             connect_timeout=CONNECT_TIMEOUT,
             row_factory=dict_row,
             application_name="otel-lifecycle-hooks",
+            # No server-side prepared statements: a pooler in transaction mode (PgBouncer) in
+            # front of the database then works as it is.
+            prepare_threshold=None,
         )
         try:
             _migrate(db)

@@ -170,3 +170,32 @@ def test_a_database_password_is_never_in_a_message(
     assert caplog.messages and not any("pw-canary" in m for m in caplog.messages)
     spilled = "".join(p.read_text() for p in (tmp_path / "spill").glob("*.jsonl"))
     assert "s1" in spilled and "pw-canary" not in spilled
+
+
+def test_a_supervisors_reading_connection_is_closed_once_idle(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from otel_lifecycle_hooks.journal import postgres
+
+    monkeypatch.setattr(postgres, "READER_IDLE", 0.2)
+    database = postgres_url.rsplit("/", 1)[1]
+
+    def connections() -> int:
+        rows = psycopg.connect(postgres_url).execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+            " AND application_name = 'otel-lifecycle-hooks'",
+            (database,),
+        )
+        return int(rows.fetchone()[0])  # type: ignore[index]
+
+    journal = PostgresJournal(postgres_url, spill_dir=tmp_path / "spill")
+    journal.open_session("s1", agent_id="a1")
+    assert journal.flush(10)
+    assert journal.unfinished_sessions() == []  # the start-up read
+    assert connections() == 2  # the writer's and the reader's
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and connections() > 1:
+        time.sleep(0.1)
+    assert connections() == 1  # the writer's only
+    assert journal.session("s1") is not None  # a later read reconnects
+    journal.close()
