@@ -131,3 +131,43 @@ def test_one_journal_url_names_a_sqlite_file_or_a_postgres_database(tmp_path: Pa
     assert journal_location(None, {"HOME": str(tmp_path)}) == (
         tmp_path / ".local/state/otel-lifecycle-hooks/journal.sqlite3"
     )
+
+
+def test_a_claim_held_by_a_recoverer_that_died_here_is_taken_over_at_once(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from otel_lifecycle_hooks.journal import Journal
+    from otel_lifecycle_hooks.supervisor.recovery import (
+        claimer_name,
+        process_start_time,
+        recover_orphaned_sessions,
+    )
+
+    journal = Journal(tmp_path / "j.sqlite3")
+    journal.open_session(
+        "lost", agent_id="a1", started_at=time.time() - 50, host=process_namespace()
+    )
+    journal.begin_event("lost", "post-start", time.time() - 49)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = process_start_time(dead.pid)
+    dead.wait()
+    host, namespace = claimer_name().split(" ")[0], process_namespace()
+    first = journal.claim_session("lost", f"{host} {dead.pid} {started} {namespace}", 300.0)
+    assert first is not None and first.pre_stop_at is not None
+    assert journal.claim_session("lost", "someone else", 300.0) is None  # the lease holds
+
+    fired: list[tuple[str, float]] = []
+    recovered = recover_orphaned_sessions(
+        journal, "a1", {"AGENT_ID": "a1"},
+        lambda hook, event, info: fired.append((event.name, event.timestamp)),
+        template(tmp_path),
+    )  # fmt: skip
+    assert recovered == ["lost"]
+    assert ("pre-stop", first.pre_stop_at) in fired  # the dead claimer's moments, kept
+    assert ("session-end", first.session_end_at) in fired
+    assert journal.unfinished_sessions("a1") == []
+    journal.close()
