@@ -65,9 +65,9 @@ def test_a_script_of_another_owner_writable_by_others_is_refused_and_never_runs(
     assert not marker.exists()
 
 
-def test_the_same_script_without_write_access_for_others_runs(tmp_path: Path) -> None:
+def test_a_script_of_roots_without_write_access_for_group_or_others_runs(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
-    script = _script(tmp_path, marker, 0o755)
+    script = _script(tmp_path, marker, 0o755, owner=0)
 
     execution = _run_hook([str(script)])
 
@@ -117,7 +117,7 @@ def test_only_running_as_root_is_guarded(tmp_path: Path) -> None:
     assert unsafe_as_root(str(script), {}, "nobody") is None
     # Root's own files, and programs that do not exist (starting them reports that), pass.
     os.chown(script, 0, 0)
-    os.chmod(script, 0o775)
+    os.chmod(script, 0o755)
     assert unsafe_as_root(str(script), {}, None) is None
     assert unsafe_as_root("no-such-program", {"PATH": str(tmp_path)}, None) is None
-    assert stat.S_IMODE(script.stat().st_mode) == 0o775
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755

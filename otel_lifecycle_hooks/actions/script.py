@@ -20,7 +20,7 @@ writes without end neither blocks on a full pipe nor grows our memory.
 error_type values: `exit.<code>`, `signal.<NAME>` (the script died of a signal it was not sent
 by us), `timeout`, `FileNotFoundError` / `PermissionError` / `OSError` (could not start),
 `UnknownUser`, `ValueError` (empty argv, or a NUL byte in an argument or variable),
-`UnsafeScript` (see `unsafe_as_root`). Messages never include output or argv beyond argv[0].
+`UnsafeScript` (as root, a file that another user could replace: see `root_guard`). Messages never include output or argv beyond argv[0].
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ import math
 import os
 import pwd
 import select
-import shutil
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +40,9 @@ from typing import Any, Protocol
 
 from ..render import RenderedCommand
 from .base import AttemptKind, AttemptResult
+from .root_guard import unsafe_as_root
+
+__all__ = ["ScriptOutcome", "run_script", "unsafe_as_root", "user_process_options"]
 
 log = logging.getLogger("otel_lifecycle_hooks.actions.script")
 
@@ -79,12 +80,15 @@ def run_script(
     on_output: OutputCallback | None = None,
     user: str | None = None,
     kill_grace: float = DEFAULT_KILL_GRACE,
+    root_checked: bool = False,
 ) -> ScriptOutcome:
     """Run `command` once and classify how it ended. Never raises.
 
     The environment is `base_env` (default: this process's) overlaid with `command.env`.
     `user`: run as that account (needs root; HOME, USER and LOGNAME follow it). Without root,
-    only the current user can be named.
+    only the current user can be named. `root_checked`: the caller has just refused this
+    command if `unsafe_as_root` objects to it (the engine does, to record a refusal), so it
+    is not checked twice.
     """
     started = time.monotonic()
 
@@ -102,7 +106,7 @@ def run_script(
         return failed("permanent", exc.error_type, str(exc))
     env.update(command.env)
     program = command.argv[0]
-    refusal = unsafe_as_root(program, env, user)
+    refusal = None if root_checked else unsafe_as_root(command.argv, env, user)
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
     try:
@@ -207,44 +211,6 @@ class _IdentityError(Exception):
         self.error_type = error_type
 
 
-def unsafe_as_root(program: str, env: Mapping[str, str], user: str | None) -> str | None:
-    """Why running `program` as root would be unsafe, or None when it is not (or would not
-    run as root: this process is not root, or `user` names another account).
-
-    Seed 000: script hooks run as the agent's user, not root. When they would run as root, a
-    program that someone other than root can rewrite is refused: one not owned by root and
-    writable by its group or others, or one writable by others whoever owns it. `program` is
-    resolved as exec does: a path when it holds a "/", else looked up on env's PATH.
-    """
-    if os.geteuid() != 0 or _names_another_user(user):
-        return None
-    path = program if "/" in program else shutil.which(program, path=env.get("PATH", os.defpath))
-    try:
-        info = os.stat(path) if path else None
-    except OSError:
-        info = None  # missing or unreadable: starting it reports that
-    if info is None:
-        return None
-    writable_by_others = bool(info.st_mode & stat.S_IWOTH)
-    writable_by_group = bool(info.st_mode & stat.S_IWGRP) and info.st_uid != 0
-    if not (writable_by_others or writable_by_group):
-        return None
-    who = "others" if writable_by_others else "its group"
-    return (
-        f"{program!r} (owned by uid {info.st_uid}) is writable by {who}: refusing to run it as "
-        "root; remove that write permission (chmod go-w), or run hooks as the agent's user"
-    )
-
-
-def _names_another_user(user: str | None) -> bool:
-    if user is None:
-        return False
-    try:
-        return pwd.getpwnam(user).pw_uid != 0
-    except KeyError:
-        return True  # an unknown user is refused on its own, before anything runs
-
-
 def user_process_options(user: str | None, env: dict[str, str]) -> dict[str, Any]:
     """`subprocess.Popen` arguments that run a process as `user` (None: as this process).
 
@@ -286,24 +252,10 @@ _SIGNALS_RESET = tuple(
 )
 _CAN_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2")
 
-# os.environ decodes every variable each time it is copied whole (about 30 us for a usual
-# environment, on every script run); its bytes store is compared instead (about 1 us) and the
-# decoded copy reused while it is unchanged. Read and replaced as one tuple, for threads.
-_environ_snapshot: tuple[dict[bytes, bytes], dict[str, str]] | None = None
-
 
 def process_environ() -> dict[str, str]:
     """A fresh copy of `os.environ` as a plain dict (the base of a script's environment)."""
-    global _environ_snapshot
-    raw = getattr(os.environ, "_data", None)
-    if not isinstance(raw, dict):  # not CPython's os module: copy it the slow way
-        return dict(os.environ)
-    snapshot = _environ_snapshot
-    if snapshot is None or snapshot[0] != raw:
-        # The bytes first: a change made in between makes the next call copy again.
-        snapshot = (dict(raw), dict(os.environ))
-        _environ_snapshot = snapshot
-    return dict(snapshot[1])
+    return dict(os.environ)
 
 
 class _Process(Protocol):

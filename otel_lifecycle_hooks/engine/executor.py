@@ -209,10 +209,10 @@ class HookExecutor:
             log.exception("hook %s failed unexpectedly", hook.name)
             outcome, error_type, message = "failed", type(exc).__name__, str(exc)
         unresolved = sorted(getattr(variables, "unresolved", ()) or ())
-        if unresolved:
-            log.warning(
-                "hook %s: unresolved variables %s rendered empty", hook.name, ", ".join(unresolved)
-            )
+        if unresolved:  # at most once per hook and variable a minute, with a suppressed count
+            from .warning_limit import warn_unresolved
+
+            warn_unresolved(log, hook.name, unresolved)
         redactor = self.redactor(variables)
         message = redactor.redact_text(message)
         duration = self.clock.monotonic() - started
@@ -352,8 +352,7 @@ class HookExecutor:
         env = dict(command.env)
         # Resolved on the PATH run_script will use: the hook's, else this process's (looked
         # up only when needed, as root, so the whole environment is not merged for it).
-        program = command.argv[0] if command.argv else ""
-        refusal = unsafe_as_root(program, ChainMap(env, os.environ), self.script_user)
+        refusal = unsafe_as_root(command.argv, ChainMap(env, os.environ), self.script_user)
         if refusal is not None:  # a script others can rewrite never runs as root
             raise _Refusal("UnsafeScript", refusal)
         traceparent = to_traceparent(span.get_span_context()) or to_traceparent(
@@ -377,6 +376,7 @@ class HookExecutor:
             timeout,
             user=self.script_user,
             on_output=self.output_listener(hook, redactor),
+            root_checked=True,  # refused above
         )
         return outcome.result
 
@@ -390,37 +390,26 @@ class HookExecutor:
         timeout: float,
         redactor: Redactor,
     ) -> AttemptResult:
-        """Seed 003: `<script> <stage>`, the request on stdin, JSONL results and logs on stdout."""
+        """Seed 003: `<script> <stage>`, the request on stdin, JSONL responses and logs on
+        stdout (systems/host_protocol.py runs the stages of the event)."""
         from ..actions.script import run_script
         from ..systems import host_protocol
 
-        stage = host_protocol.stage_for(event.name)
-        if stage is None:
-            return AttemptResult("ok", 0.0, skipped=True, message=f"{event.name} fires no stage")
+        def run(
+            stage: str, stdin: bytes, left: float, on_output: Callable[[str, str], None]
+        ) -> AttemptResult:
+            argv = (*command.argv, stage)
+            return run_script(
+                RenderedCommand(argv=argv, env=env, stdin=stdin),
+                left,
+                user=self.script_user,
+                on_output=on_output,
+                root_checked=True,  # refused in _script_attempt
+            ).result
+
         log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)
-        reader = host_protocol.StdoutReader(lambda line: log_line("log", line))
-
-        def on_output(stream: str, line: str) -> None:
-            reader.line(line) if stream == "stdout" else log_line(stream, line)
-
-        request = host_protocol.request(
-            stage, session.session_id, self._system_context(hook, event, session)
-        )
-        outcome = run_script(
-            RenderedCommand(
-                argv=(*command.argv, stage),
-                env=env,
-                stdin=json.dumps(request, ensure_ascii=False).encode(),
-            ),
-            timeout,
-            user=self.script_user,
-            on_output=on_output,
-        )
-        if reader.result is None:
-            return outcome.result
-        host_protocol.remember_result(session, stage, event.event_id, reader.result)
-        body = host_protocol.result_text(reader.result).encode("utf-8")
-        return outcome.result._replace(response_body=body)
+        context = self._system_context(hook, event, session)
+        return host_protocol.run_event(hook.name, event, session, context, run, log_line, timeout)
 
     def _python_attempt(
         self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo, timeout: float

@@ -7,6 +7,9 @@ hook can use, keyed by the template variable that will hold it:
 | field               | holds                                                            |
 |---------------------|------------------------------------------------------------------|
 | `TOOL_NAME`         | the tool a tool-start / tool-end is about                        |
+| `TOOL_INPUT`        | the tool's input, as compact JSON (tool-start, tool-end)         |
+| `TOOL_CALL_ID`      | the harness's id of that tool call, where it gives one           |
+| `TOOL_OUTPUT`       | what the tool returned, as text or compact JSON (tool-end)       |
 | `ASSISTANT_TEXT`    | the agent's final text of a turn (agent-end, response-complete)  |
 | `TASK_SUMMARY`      | a summary the harness gives with a completion                    |
 | `ERROR_MESSAGE`     | why a tool or a turn failed                                      |
@@ -41,6 +44,9 @@ MAX_FIELD_CHARS = 16 * 1024
 
 # The variables a dialect may fill; anything else a data-driven dialect maps is kept as given.
 TOOL_NAME = "TOOL_NAME"
+TOOL_INPUT = "TOOL_INPUT"
+TOOL_CALL_ID = "TOOL_CALL_ID"
+TOOL_OUTPUT = "TOOL_OUTPUT"
 ASSISTANT_TEXT = "ASSISTANT_TEXT"
 TASK_SUMMARY = "TASK_SUMMARY"
 ERROR_MESSAGE = "ERROR_MESSAGE"

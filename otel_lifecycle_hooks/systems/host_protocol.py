@@ -1,13 +1,26 @@
 """The host-agnostic hook protocol (seed 003): `<script> <stage>`, one JSON object on stdin,
 JSONL on stdout, the exit code honoured.
 
-This host fires the stages of `EVENT_STAGES` (listed to scripts as `host.stages`); a script
-is run for each of them and ignores the ones it does not care about, as on every host.
-Its stdout is read line by line: `{"result": ...}` lines are merged, `{"log": "..."}` lines go
-to the hook log, and any other line is logged as the script's output. Results merge serially,
-first within one script and then across the scripts of one event in the order they ran:
-arrays are concatenated, scalars joined with a newline (an object is kept whole, the later
-one winning key by key). The merged result of the event's stage is kept for the session as
+This host fires the stages of `EVENT_STAGES` (listed to scripts as `host.stages`), each under
+its published name and, for the moments older scripts of the same family name differently,
+under that name too (`tool_before`, `tool_after`, `idle`, `observe_message`). A script is
+asked `discover` once, before its first other stage of a session (under `run`, at
+pre-start); if it answers with `stages`, only those are fired for it, else every stage is
+and it ignores the ones it does not handle, as on every host.
+
+Every payload carries the published base (`hook`, `session {id, agent}`, `host {name,
+version, stages}`, `prompts`) and each stage's own keys (`tool`, `args`, `callID`, `output`,
+`answer`, `error`, ...), beside this package's own keys (`session_id`, `event`, `context`,
+`agent`, `hook_name`, `timestamp`); see `request` and docs/hook-systems.md.
+
+Its stdout is read line by line. Each JSON object line is a response: its `log` goes to the
+hook log, its `result` is merged, and any other key (`deny`, `args`, `continue`, `system`,
+...) is one this host cannot act on from outside a harness: it is written to the hook log and
+to the execution's message (so the journal) as "not applied by this host". A line that is not
+a JSON object is logged as the script's output. Results merge serially, first within one
+script and then across the scripts of one event in the order they ran: arrays are
+concatenated, scalars joined with a newline (an object is kept whole, the later one winning
+key by key). The merged result of the event's stage is kept for the session as
 `${HOOK_RESULT_<STAGE>}`, and each script's own as `${HOOK_<NAME>_RESPONSE}`.
 
 Scripts are listed in a template under `hook_scripts:` (see docs/hook-systems.md); each
@@ -18,47 +31,130 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
+from .. import __version__
 from .. import events as ev
-from ..engine.model import SessionInfo
+from ..actions.base import AttemptResult
+from ..engine.model import LifecycleEvent, SessionInfo
 from ..spec.durations import DurationError, parse_duration
 from ..spec.model import DEFAULT_SCRIPT_TIMEOUT, MAX_TIMEOUT, HookAction, HookSpec
 from ..spec.validate import Located, Problem, describe
 
 PROTOCOL = "host-v1"
 HOST_NAME = "otel-lifecycle-hooks"
+# The version of the published wire this host speaks (its base payload's `host.version`).
+PROTOCOL_VERSION = 2
+DISCOVER = "discover"
 
-# The stages this host can fire, and the event of ours that fires each.
-EVENT_STAGES: Mapping[str, str] = MappingProxyType(
+# The stages each event of ours fires: the published name first, then the older names of the
+# same moment (opencode-evolve's `tool_before` / `tool_after`, `idle`, `observe_message`).
+EVENT_STAGES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "tool-start": "before_tool",
-        "tool-end": "after_tool",
-        "model-start": "before_turn",
-        "model-end": "after_turn",
-        "agent-end": "before_stop",
-        ev.ERROR: "on_error",
+        "tool-start": ("before_tool", "tool_before"),
+        "tool-end": ("after_tool", "tool_after"),
+        "model-start": ("before_turn",),
+        "model-end": ("after_turn",),
+        "agent-end": ("before_stop", "idle", "observe_message"),
+        ev.ERROR: ("on_error",),
     }
 )
-STAGES: tuple[str, ...] = tuple(EVENT_STAGES.values())
+# Discovery runs at the first event a script sees; under `run` that is pre-start.
+DISCOVERY_EVENT = ev.PRE_START
+STAGES: tuple[str, ...] = (DISCOVER, *(s for stages in EVENT_STAGES.values() for s in stages))
+
+# The published prompt contract's names; this host has no prompt files, so each is "".
+PROMPT_NAMES = ("preamble", "chat", "heartbeat", "compaction", "recover")
+
+# Response keys this host acts on: `log` lines reach the hook log, `result` is merged and kept
+# for later hooks, and `discover`'s `name` and `stages` say who the script is and what it
+# handles. Everything else would need the harness's cooperation.
+APPLIED_KEYS = frozenset({"log", "result"})
+DISCOVER_APPLIED_KEYS = APPLIED_KEYS | {"name", "stages"}
+
+NOT_APPLIED_STREAM = "not-applied"
 
 
-def stage_for(event: str) -> str | None:
-    """The stage `event` fires, if any."""
-    return EVENT_STAGES.get(event)
+def stages_for(event: str) -> tuple[str, ...]:
+    """The stages `event` fires (none for an event this host maps to no stage)."""
+    return EVENT_STAGES.get(event, ())
 
 
-def request(stage: str, session_id: str, context: Mapping[str, Any]) -> dict[str, Any]:
-    """The one JSON object a script reads on stdin."""
+def host_descriptor() -> dict[str, Any]:
+    """`host` of every payload: who this host is and the stages it fires."""
     return {
-        "hook": stage,
-        "session_id": session_id,
-        "host": {"name": HOST_NAME, "protocol": PROTOCOL, "stages": list(STAGES)},
-        **{key: value for key, value in context.items() if key not in ("hook", "host")},
+        "name": HOST_NAME,
+        "version": PROTOCOL_VERSION,
+        "host_version": __version__,
+        "protocol": PROTOCOL,
+        "stages": list(STAGES),
     }
+
+
+def request(
+    stage: str,
+    session_id: str,
+    context: Mapping[str, Any],
+    *,
+    fields: Mapping[str, str] | None = None,
+    agent_name: str = "",
+) -> dict[str, Any]:
+    """The one JSON object a script reads on stdin: the published base and the stage's keys,
+    then this package's own keys (`context` and the rest), which never override them."""
+    payload: dict[str, Any] = {
+        "hook": stage,
+        "session": {"id": session_id, "agent": agent_name},
+        "host": host_descriptor(),
+        "prompts": dict.fromkeys(PROMPT_NAMES, ""),
+        **stage_keys(stage, fields or {}),
+    }
+    payload["session_id"] = session_id
+    for key, value in context.items():
+        payload.setdefault(key, value)
+    return payload
+
+
+def stage_keys(stage: str, fields: Mapping[str, str]) -> dict[str, Any]:
+    """What the published protocol gives `stage`, read from the event's fields."""
+    tool = fields.get("TOOL_NAME", "")
+    if stage in ("before_tool", "tool_before", "after_tool", "tool_after"):
+        keys: dict[str, Any] = {"tool": tool, "args": tool_arguments(fields.get("TOOL_INPUT"))}
+        call_id = fields.get("TOOL_CALL_ID")
+        if call_id:
+            keys["callID"] = keys["call_id"] = call_id
+        if stage in ("after_tool", "tool_after"):
+            output = fields.get("TOOL_OUTPUT", "")
+            keys.update(title=tool, output=output, result=output)
+            if fields.get("ERROR_MESSAGE"):
+                keys["error"] = fields["ERROR_MESSAGE"]
+        return keys
+    if stage in ("before_stop", "idle", "observe_message"):
+        error = fields.get("ERROR_MESSAGE") or fields.get("ERROR_TYPE") or ""
+        # This host observes from outside the harness: it can never re-enter the loop.
+        keys = {"answer": fields.get("ASSISTANT_TEXT", ""), "final": True}
+        keys["exit_reason"] = "error" if error else "stop"
+        if error:
+            keys["error"] = error
+        return keys
+    if stage == "on_error":
+        return {"error": fields.get("ERROR_MESSAGE") or fields.get("ERROR_TYPE") or ""}
+    return {}
+
+
+def tool_arguments(text: str | None) -> Any:
+    """A tool's input (JSON text in TOOL_INPUT) as the object a script reads as `args`; {}
+    when the harness gave none, or gave more than an event carries (cut, so not JSON)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {"input": value}
 
 
 def merge(earlier: Any, later: Any) -> Any:
@@ -81,10 +177,12 @@ def _scalar_text(value: Any) -> str:
 
 
 class StdoutReader:
-    """Reads a script's stdout as it arrives: results merged, `log` lines passed on."""
+    """Reads a script's stdout as it arrives: results merged, `log` lines passed on, other
+    response keys kept (merged the same way) in `others`."""
 
     def __init__(self, on_log: Callable[[str], None]) -> None:
         self.result: Any = None
+        self.others: dict[str, Any] = {}
         self._on_log = on_log
 
     def line(self, text: str) -> None:
@@ -92,14 +190,144 @@ class StdoutReader:
             message = json.loads(text)
         except ValueError:
             message = None
-        if not isinstance(message, dict) or not ({"result", "log"} & message.keys()):
+        if not isinstance(message, dict) or not message:
             if text.strip():
                 self._on_log(text)  # not protocol: the script's own output, logged as is
             return
-        if "log" in message:
-            self._on_log(_scalar_text(message["log"]))
-        if "result" in message:
-            self.result = merge(self.result, message["result"])
+        for key, value in message.items():
+            if key == "log":
+                self._on_log(_scalar_text(value))
+            elif key == "result":
+                self.result = merge(self.result, value)
+            else:
+                self.others[key] = merge(self.others.get(key), value)
+
+
+def not_applied(stage: str, keys: Sequence[str]) -> str:
+    """The words recorded for response keys this host cannot act on."""
+    return f"{stage}: {', '.join(keys)} not applied by this host"
+
+
+class Registration(NamedTuple):
+    """What a script's `discover` answer told this host."""
+
+    name: str
+    stages: frozenset[str] | None  # None: it did not say, so every stage is fired
+
+
+def _registration_key(hook: str) -> str:
+    # Kept with the session's captured values, so it lives and dies with the session; the
+    # space keeps it out of reach of any `${...}` reference.
+    return f"host-v1 registration {hook}"
+
+
+def registration_of(session: SessionInfo, hook: str) -> Registration | None:
+    """What `hook`'s script answered to `discover` in this session, if it was asked."""
+    found = session.captured_snapshot().get(_registration_key(hook))
+    return found if isinstance(found, Registration) else None
+
+
+def read_registration(default_name: str, reader: StdoutReader) -> Registration:
+    """A `discover` answer: the script's `name` and the `stages` it handles (those this host
+    fires; an answer without a list of them registers it for every stage)."""
+    name = reader.others.get("name")
+    stages = reader.others.get("stages")
+    handled: frozenset[str] | None = None
+    if isinstance(stages, list):
+        handled = frozenset(s for s in stages if isinstance(s, str) and s in STAGES)
+    return Registration(name if isinstance(name, str) and name else default_name, handled)
+
+
+# Runs the script once: (stage, the stdin bytes, seconds it may take, where its output lines
+# go as (stream, line)) -> how that run ended.
+ScriptRun = Callable[[str, bytes, float, Callable[[str, str], None]], AttemptResult]
+LogLine = Callable[[str, str], None]  # (stream, line) -> the hook log
+
+
+def run_event(
+    hook_name: str,
+    event: LifecycleEvent,
+    session: SessionInfo,
+    context: Mapping[str, Any],
+    run: ScriptRun,
+    log_line: LogLine,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> AttemptResult:
+    """One attempt of a protocol script for `event`: `discover` first if this session has not
+    asked it yet, then each stage the event fires that the script handles, one after the
+    other within `timeout`. The first failing run is the attempt's result; every response
+    key this host cannot act on is logged and named in the result's message."""
+    started = clock()
+    agent_name = session.metadata.get("AGENT_NAME", "")
+    notes: list[str] = []
+
+    def ask(stage: str, left: float) -> tuple[AttemptResult, StdoutReader]:
+        reader = StdoutReader(lambda line: log_line("log", line))
+
+        def on_output(stream: str, line: str) -> None:
+            reader.line(line) if stream == "stdout" else log_line(stream, line)
+
+        payload = request(stage, session.session_id, context, fields=event.fields,
+                          agent_name=agent_name)  # fmt: skip
+        outcome = run(stage, json.dumps(payload, ensure_ascii=False).encode(), left, on_output)
+        applied = DISCOVER_APPLIED_KEYS if stage == DISCOVER else APPLIED_KEYS
+        unapplied = [key for key in reader.others if key not in applied]
+        if unapplied:
+            note = not_applied(stage, unapplied)
+            log_line(NOT_APPLIED_STREAM, note)
+            notes.append(note)
+        return outcome, reader
+
+    registration = registration_of(session, hook_name)
+    discovery: AttemptResult | None = None
+    if registration is None:
+        discovery, reader = ask(DISCOVER, timeout)
+        registration = read_registration(hook_name, reader)
+        session.capture({_registration_key(hook_name): registration})
+        if not discovery.ok:
+            notes.append(f"discover: {discovery.message}; every stage is fired")
+    stages = [
+        stage
+        for stage in stages_for(event.name)
+        if registration.stages is None or stage in registration.stages
+    ]
+    if not stages:
+        if discovery is not None:
+            return _with_notes(discovery._replace(duration=clock() - started), notes)
+        return AttemptResult(
+            "ok", 0.0, skipped=True, message=f"{event.name} fires no stage this script handles"
+        )
+    failure: AttemptResult | None = None
+    merged: Any = None
+    for stage in stages:
+        left = timeout - (clock() - started)
+        if left <= 0:
+            failure = failure or AttemptResult(
+                "timeout", clock() - started, error_type="timeout",
+                message=f"no time left for {stage} within {timeout:g}s",
+            )  # fmt: skip
+            break
+        outcome, reader = ask(stage, left)
+        if reader.result is not None:
+            remember_result(session, stage, event.event_id, reader.result)
+            merged = merge(merged, reader.result)
+        if not outcome.ok and failure is None:
+            failure = outcome._replace(message=f"{stage}: {outcome.message}")
+        if outcome.kind == "timeout":
+            break
+    result = failure or AttemptResult("ok", 0.0, exit_code=0)
+    result = result._replace(duration=clock() - started)
+    if merged is not None:
+        result = result._replace(response_body=result_text(merged).encode("utf-8"))
+    return _with_notes(result, notes)
+
+
+def _with_notes(result: AttemptResult, notes: Sequence[str]) -> AttemptResult:
+    if not notes:
+        return result
+    message = "; ".join(([result.message] if result.message else []) + list(notes))
+    return result._replace(message=message)
 
 
 def remember_result(session: SessionInfo, stage: str, event_id: str, result: Any) -> None:
@@ -172,7 +400,7 @@ def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list
         hooks.append(
             HookSpec(
                 name=name,
-                on=tuple(EVENT_STAGES),
+                on=(DISCOVERY_EVENT, *EVENT_STAGES),
                 action=HookAction(type="script", command=(str(script),), protocol=PROTOCOL),
                 timeout=timeout,
                 blocking=True,  # results merge serially, in the order the scripts are listed

@@ -9,6 +9,14 @@ it without a protobuf schema::
      "status": {"code": "OK", "message": ""},
      "attributes": {...}, "events": [{"name": ..., "time_unix_nano": ..., "attributes": {...}}],
      "resource": {"service.name": ...}, "scope": {"name": ..., "version": ...}}
+
+The file is rotated at a size bound, so that a long or busy session cannot fill the disk
+(under load the package writes about 0.6 MB/s): before a write would take `<name>.jsonl`
+past `OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES` (default 20 MiB), it becomes
+`<name>.jsonl.1`, the earlier `.1` becomes `.2`, and so on; only
+`OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP` rotated files are kept (default 3, so at most 80 MiB
+a session), the oldest spans going first. `read_trace_file` reads the rotated files too,
+oldest first, so `trace` shows everything that is kept.
 """
 
 from __future__ import annotations
@@ -29,6 +37,12 @@ logger = logging.getLogger(__name__)
 
 TRACE_DIR_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_DIR"
 TRACE_FILE_SUFFIX = ".jsonl"
+MAX_BYTES_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES"
+KEEP_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP"
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_KEEP = 3
+# Below this a file could not hold one typical span: a smaller setting is a mistake.
+MIN_MAX_BYTES = 64 * 1024
 
 
 def default_trace_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -63,9 +77,59 @@ def newest_trace_file(directory: Path) -> Path | None:
     return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
 
 
+def rotated_path(path: Path, number: int) -> Path:
+    """The `number`th rotated file of `path` (1: the most recent): `<name>.jsonl.<number>`."""
+    return path.with_name(f"{path.name}.{number}")
+
+
+def rotated_files(path: Path) -> list[Path]:
+    """`path`'s rotated files that exist, oldest first."""
+    found: list[Path] = []
+    number = 1
+    while rotated_path(path, number).is_file():
+        found.append(rotated_path(path, number))
+        number += 1
+    return found[::-1]
+
+
+def rotation_limits(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(max bytes of the current file, rotated files kept) from the environment; a value
+    that is not a whole number, or below the minimum, falls back to the default, with a
+    warning that says what would be valid."""
+    env = os.environ if environ is None else environ
+    return (
+        _whole_number(env, MAX_BYTES_ENV, DEFAULT_MAX_BYTES, minimum=MIN_MAX_BYTES),
+        _whole_number(env, KEEP_ENV, DEFAULT_KEEP, minimum=0),
+    )
+
+
+def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        logger.warning(
+            "%s=%r: write a whole number of at least %d; using %d", name, text, minimum, default
+        )
+        return default
+    return value
+
+
 def read_trace_file(path: Path) -> list[dict[str, Any]]:
-    """Every span in a trace file; lines that are not JSON objects (a torn last write) are
-    skipped."""
+    """Every span in a trace file and in its rotated files (oldest first); lines that are
+    not JSON objects (a torn last write) are skipped."""
+    spans: list[dict[str, Any]] = []
+    for rotated in rotated_files(path):
+        spans.extend(_spans(rotated))
+    spans.extend(_spans(path))
+    return spans
+
+
+def _spans(path: Path) -> list[dict[str, Any]]:
     spans: list[dict[str, Any]] = []
     for line in _lines(path):
         try:
@@ -124,14 +188,20 @@ def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class TraceFileExporter(SpanExporter):
-    """Appends finished spans to a JSON-lines file, one span per line.
+    """Appends finished spans to a JSON-lines file, one span per line, rotated at a size
+    bound (`max_bytes`, keeping `keep` rotated files; defaults from the environment, see the
+    module's docstring).
 
     The directory is created on first export (mode 0700: traces may hold prompts and task
     summaries). Write errors are logged once and reported as a failed export, never raised.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int | None = None, keep: int | None = None) -> None:
         self.path = path
+        default_max, default_keep = rotation_limits()
+        self.max_bytes = default_max if max_bytes is None else max_bytes
+        self.keep = default_keep if keep is None else keep
+        self._size: int | None = None  # of the current file, read at the first export
         self._lock = threading.Lock()
         self._shut_down = False
         self._warned = False
@@ -140,21 +210,49 @@ class TraceFileExporter(SpanExporter):
         if self._shut_down:
             return SpanExportResult.FAILURE
         try:
-            lines = "".join(
-                json.dumps(span_to_record(span), ensure_ascii=False, default=str) + "\n"
+            lines = [
+                (json.dumps(span_to_record(span), ensure_ascii=False, default=str) + "\n").encode(
+                    "utf-8", "replace"
+                )
                 for span in spans
-            )
+            ]
             with self._lock:
                 self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                with os.fdopen(fd, "a", encoding="utf-8") as handle:
-                    handle.write(lines)
+                if self._size is None:
+                    self._size = self.path.stat().st_size if self.path.exists() else 0
+                # A batch may hold more than the bound: it is split between files at a line.
+                pending: list[bytes] = []
+                for line in lines:
+                    if self._size and self._size + len(line) > self.max_bytes:
+                        self._append(pending)
+                        pending = []
+                        self._rotate()
+                    pending.append(line)
+                    self._size += len(line)
+                self._append(pending)
         except Exception:
             if not self._warned:
                 logger.warning("cannot write the trace file %s", self.path, exc_info=True)
                 self._warned = True
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    def _append(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as handle:
+            handle.write(b"".join(lines))
+
+    def _rotate(self) -> None:
+        """`<name>.jsonl` becomes `.1`, `.1` becomes `.2`, ...; beyond `keep`, removed."""
+        rotated_path(self.path, self.keep + 1).unlink(missing_ok=True)
+        for number in range(self.keep, 0, -1):
+            older = self.path if number == 1 else rotated_path(self.path, number - 1)
+            if older.exists():
+                os.replace(older, rotated_path(self.path, number))
+        self.path.unlink(missing_ok=True)  # keep == 0: nothing is kept
+        self._size = 0
 
     def shutdown(self) -> None:
         self._shut_down = True

@@ -41,13 +41,45 @@ CLAUDE_CASES = {
         "UserPromptSubmit",
         {"PROMPT": "Write a function to calculate the factorial of a number"},
     ),
-    "pre_tool_use": ("tool-start", "PreToolUse", {"TOOL_NAME": "Bash"}),
-    "pre_tool_use_ask_user": ("tool-start", "PreToolUse", {"TOOL_NAME": "AskUserQuestion"}),
-    "post_tool_use": ("tool-end", "PostToolUse", {"TOOL_NAME": "Write"}),
+    "pre_tool_use": (
+        "tool-start",
+        "PreToolUse",
+        {
+            "TOOL_NAME": "Bash",
+            "TOOL_INPUT": '{"command":"npm test","description":"Run the test suite"}',
+            "TOOL_CALL_ID": "toolu_01ABC123",
+        },
+    ),
+    "pre_tool_use_ask_user": (
+        "tool-start",
+        "PreToolUse",
+        {
+            "TOOL_NAME": "AskUserQuestion",
+            "TOOL_INPUT": '{"questions":[{"question":"Which database should I use?",'
+            '"options":[{"label":"Postgres"},{"label":"SQLite"}]}]}',
+            "TOOL_CALL_ID": "toolu_01DEF456",
+        },
+    ),
+    "post_tool_use": (
+        "tool-end",
+        "PostToolUse",
+        {
+            "TOOL_NAME": "Write",
+            "TOOL_INPUT": '{"file_path":"/workspace/factorial.py",'
+            '"content":"def factorial(n): ..."}',
+            "TOOL_CALL_ID": "toolu_01GHI789",
+            "TOOL_OUTPUT": '{"filePath":"/workspace/factorial.py","success":true}',
+        },
+    ),
     "post_tool_use_failure": (
         "tool-end",
         "PostToolUseFailure",
-        {"TOOL_NAME": "Bash", "ERROR_MESSAGE": "Command exited with non-zero status code 1"},
+        {
+            "TOOL_NAME": "Bash",
+            "TOOL_INPUT": '{"command":"npm test"}',
+            "TOOL_CALL_ID": "toolu_01JKL012",
+            "ERROR_MESSAGE": "Command exited with non-zero status code 1",
+        },
     ),
     "notification": (
         "notification",
@@ -151,11 +183,20 @@ GEMINI_CASES = {
     ),
     "before_model": ("model-start", "BeforeModel", {}),
     "after_model_final": ("model-end", "AfterModel", {}),
-    "before_tool": ("tool-start", "BeforeTool", {"TOOL_NAME": "run_shell_command"}),
+    "before_tool": (
+        "tool-start",
+        "BeforeTool",
+        {"TOOL_NAME": "run_shell_command", "TOOL_INPUT": '{"command":"pytest -q"}'},
+    ),
     "after_tool": (
         "tool-end",
         "AfterTool",
-        {"TOOL_NAME": "run_shell_command", "ERROR_MESSAGE": "exit code 1"},
+        {
+            "TOOL_NAME": "run_shell_command",
+            "TOOL_INPUT": '{"command":"pytest -q"}',
+            "TOOL_OUTPUT": "1 failed",
+            "ERROR_MESSAGE": "exit code 1",
+        },
     ),
     "notification": (
         "notification",
@@ -195,10 +236,27 @@ def test_gemini_session_end_is_left_to_the_supervisor(load_payload: Loader) -> N
 # legacy notify: the JSON object passed as the last argv element of the `notify` program.
 def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
     assert translate("codex", load_payload("codex", "pre_tool_use")) == [
-        ("tool-start", "PreToolUse", {"TOOL_NAME": "Bash"})
+        (
+            "tool-start",
+            "PreToolUse",
+            {
+                "TOOL_NAME": "Bash",
+                "TOOL_INPUT": '{"command":"cargo test"}',
+                "TOOL_CALL_ID": "call_1",
+            },
+        )
     ]
     assert translate("codex", load_payload("codex", "post_tool_use")) == [
-        ("tool-end", "PostToolUse", {"TOOL_NAME": "Bash"})
+        (
+            "tool-end",
+            "PostToolUse",
+            {
+                "TOOL_NAME": "Bash",
+                "TOOL_INPUT": '{"command":"cargo test"}',
+                "TOOL_CALL_ID": "call_1",
+                "TOOL_OUTPUT": "test result: ok",
+            },
+        )
     ]
     assert translate("codex", load_payload("codex", "user_prompt_submit")) == [
         ("prompt-submit", "UserPromptSubmit", {"PROMPT": "fix the failing test"})

@@ -65,7 +65,12 @@ def test_a_claude_pre_tool_use_reaches_the_supervisor_as_one_wire_line(
         "dialect": "claude",
         "raw_event": "PreToolUse",
         "session_id": payload["session_id"],
-        "fields": {"TOOL_NAME": "Bash", "TRANSCRIPT_PATH": payload["transcript_path"]},
+        "fields": {
+            "TOOL_NAME": "Bash",
+            "TRANSCRIPT_PATH": payload["transcript_path"],
+            "TOOL_INPUT": json.dumps(payload["tool_input"], separators=(",", ":")),
+            "TOOL_CALL_ID": payload["tool_use_id"],
+        },
     }
     assert log_lines(env) == []
 

@@ -206,3 +206,138 @@ def test_merge_concatenates_arrays_and_joins_scalars_with_a_newline(
     earlier: Any, later: Any, merged: Any
 ) -> None:
     assert merge(earlier, later) == merged
+
+
+# A script of the published protocol: it keeps each request, answers `discover` with the
+# stages it handles, and at before_tool answers with keys only a harness could act on.
+PUBLISHED_SCRIPT = """\
+#!{python}
+import json, sys
+
+stage = sys.argv[1]
+request = json.load(sys.stdin)
+with open(__file__ + "." + stage + ".json", "w") as copy:
+    json.dump(request, copy)
+if stage == "discover":
+    print(json.dumps({{"name": "guard", "stages": {stages}, "tools": []}}))
+elif stage == "before_tool":
+    print(json.dumps({{"log": "guarding " + request["tool"]}}))
+    print(json.dumps({{"deny": {{"reason": "no"}}, "args": {{}}}}))
+"""
+
+
+def published_script(directory: Path, stages: list[str]) -> Path:
+    body = PUBLISHED_SCRIPT.format(python=sys.executable, stages=json.dumps(stages))
+    return write_script(directory, "guard.py", body=body)
+
+
+def kept(script: Path, stage: str) -> dict[str, Any]:
+    return json.loads(Path(f"{script}.{stage}.json").read_text())
+
+
+def test_every_stage_carries_the_published_base_payload_and_its_own_keys(tmp_path: Path) -> None:
+    script = published_script(tmp_path, list(STAGES))
+    tool_input = json.dumps({"command": "ls -la"})
+    fire(
+        write_template(tmp_path, ["guard.py"]),
+        [
+            ("tool-start", {"TOOL_NAME": "Bash", "TOOL_INPUT": tool_input, "TOOL_CALL_ID": "t1"}),
+            ("tool-end", {"TOOL_NAME": "Bash", "TOOL_CALL_ID": "t1", "TOOL_OUTPUT": "a\nb"}),
+            ("model-start", {}),
+            ("model-end", {}),
+            ("agent-end", {"ASSISTANT_TEXT": "All done."}),
+            ("error", {"ERROR_MESSAGE": "the model API answered 529"}),
+        ],
+        tmp_path / "agent.log",
+    )
+
+    for stage in STAGES:
+        request = kept(script, stage)
+        assert request["hook"] == stage
+        assert request["session"] == {"id": "sess-7", "agent": "hrns-agent"}
+        assert request["host"]["name"] == "otel-lifecycle-hooks"
+        assert request["host"]["version"] == 2
+        assert request["host"]["stages"] == list(STAGES)
+        assert request["prompts"] == dict.fromkeys(
+            ("preamble", "chat", "heartbeat", "compaction", "recover"), ""
+        )
+        assert request["session_id"] == "sess-7"  # this package's own keys stay beside them
+    for stage in ("before_tool", "tool_before"):
+        request = kept(script, stage)
+        assert (request["tool"], request["args"], request["callID"]) == (
+            "Bash",
+            {"command": "ls -la"},
+            "t1",
+        )
+    for stage in ("after_tool", "tool_after"):
+        request = kept(script, stage)
+        assert (request["tool"], request["callID"]) == ("Bash", "t1")
+        assert request["output"] == request["result"] == "a\nb"
+    for stage in ("before_stop", "idle", "observe_message"):
+        request = kept(script, stage)
+        assert request["answer"] == "All done."
+        assert (request["exit_reason"], request["final"]) == ("stop", True)
+    assert kept(script, "on_error")["error"] == "the model API answered 529"
+
+
+def test_a_turn_that_failed_reaches_before_stop_as_exit_reason_error(tmp_path: Path) -> None:
+    script = published_script(tmp_path, ["before_stop"])
+    fire(
+        write_template(tmp_path, ["guard.py"]),
+        [("agent-end", {"ERROR_TYPE": "rate_limit", "ERROR_MESSAGE": "429 from the API"})],
+        tmp_path / "agent.log",
+    )
+    request = kept(script, "before_stop")
+    assert (request["exit_reason"], request["error"], request["answer"]) == (
+        "error",
+        "429 from the API",
+        "",
+    )
+
+
+def test_discover_is_asked_once_and_only_the_stages_it_names_are_fired(tmp_path: Path) -> None:
+    template = write_template(tmp_path, ["guard.py"])
+    calls = tmp_path / "calls"
+    counting = PUBLISHED_SCRIPT.replace(
+        "stage = sys.argv[1]\n",
+        f"stage = sys.argv[1]\nopen({str(calls)!r}, 'a').write(stage + '\\n')\n",
+    )
+    script = write_script(
+        tmp_path,
+        "guard.py",
+        body=counting.format(python=sys.executable, stages='["before_stop", "not_a_stage"]'),
+    )
+
+    [tool_start, tool_end, agent_end], _ = fire(
+        template,
+        [("tool-start", {"TOOL_NAME": "Bash"}), ("tool-end", {}), ("agent-end", {})],
+        tmp_path / "agent.log",
+    )
+
+    assert calls.read_text().split() == ["discover", "before_stop"]
+    # Asked at the first event it saw; after that, an event of a stage it did not name
+    # runs nothing.
+    assert [e.outcome for e in tool_start.executions] == ["success"]
+    assert [e.outcome for e in tool_end.executions] == ["skipped"]
+    assert [e.outcome for e in agent_end.executions] == ["success"]
+    assert kept(script, "discover")["hook"] == "discover"
+
+
+def test_answers_this_host_cannot_act_on_are_recorded_as_not_applied(tmp_path: Path) -> None:
+    published_script(tmp_path, ["before_tool"])
+    log = tmp_path / "agent.log"
+
+    [result], _ = fire(
+        write_template(tmp_path, ["guard.py"]), [("tool-start", {"TOOL_NAME": "Bash"})], log
+    )
+
+    [execution] = result.executions
+    assert execution.outcome == "success"
+    assert "before_tool: deny, args not applied by this host" in execution.message
+    assert "discover: tools not applied by this host" in execution.message
+    text = log.read_text()
+    assert "[hook-script.guard.py log] guarding Bash" in text
+    assert (
+        "[hook-script.guard.py not-applied] before_tool: deny, args not applied by this host"
+        in text
+    )

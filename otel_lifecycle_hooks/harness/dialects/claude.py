@@ -22,7 +22,10 @@ from ..normalized import (
     NOTIFICATION_TYPE,
     PROMPT,
     SOURCE,
+    TOOL_CALL_ID,
+    TOOL_INPUT,
     TOOL_NAME,
+    TOOL_OUTPUT,
     TRANSCRIPT_PATH,
     NormalizedEvent,
 )
@@ -69,6 +72,11 @@ def translate_hook_payload(payload: Mapping[str, Any], dialect: str) -> list[Nor
         TRANSCRIPT_PATH: text(payload, "transcript_path"),
         TOOL_NAME: text(payload, "tool_name"),
     }
+    if raw in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        fields[TOOL_INPUT] = as_text(payload.get("tool_input"))
+        fields[TOOL_CALL_ID] = text(payload, "tool_use_id")
+    if raw == "PostToolUse":
+        fields[TOOL_OUTPUT] = as_text(payload.get("tool_response"))
     if raw == "UserPromptSubmit":
         fields[PROMPT] = text(payload, "prompt")
     elif raw == "PostToolUseFailure":

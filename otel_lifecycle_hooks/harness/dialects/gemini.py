@@ -15,7 +15,9 @@ from ..normalized import (
     NOTIFICATION_TYPE,
     PROMPT,
     SOURCE,
+    TOOL_INPUT,
     TOOL_NAME,
+    TOOL_OUTPUT,
     TRANSCRIPT_PATH,
     NormalizedEvent,
 )
@@ -57,6 +59,9 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
         fields[ASSISTANT_TEXT] = text(payload, "prompt_response").strip()
     elif raw == "AfterTool":
         fields[ERROR_MESSAGE] = as_text(nested(payload, "tool_response", "error"))
+        # What the model is given back (`llmContent`); the whole response when it has none.
+        output = nested(payload, "tool_response", "llmContent")
+        fields[TOOL_OUTPUT] = as_text(payload.get("tool_response") if output is None else output)
     elif raw == "Notification":
         fields[MESSAGE] = text(payload, "message")
         fields[NOTIFICATION_TYPE] = text(payload, "notification_type")
@@ -65,6 +70,8 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
         )
     elif raw in ("SessionStart", "PreCompress"):
         fields[SOURCE] = text(payload, "source", "trigger")
+    if raw in ("BeforeTool", "AfterTool"):
+        fields[TOOL_INPUT] = as_text(payload.get("tool_input"))
     return [event(name, NAME, raw, payload, **fields)]
 
 

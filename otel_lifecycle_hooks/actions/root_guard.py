@@ -1,0 +1,322 @@
+"""Whether a script hook would run, as root, a file that someone other than root could replace.
+
+Seed 000 runs script hooks as the agent's user. When they would run as root, every file the
+command makes root execute must be root's alone to change:
+
+- the program (argv[0], looked up on the script's PATH as exec does), the interpreter its
+  `#!` line names, and the script file an interpreter is given (`sh /x/s.sh`,
+  `python3 -u x.py`, `node x.js`, `env python3 x.py`, ...; see `INTERPRETERS`);
+- each must be owned by root, and writable by neither its group nor others;
+- so must every directory above it, on the path as written and on the resolved one (whoever
+  can write a directory can rename what is in it and put another file in its place), with one
+  exception: a directory that is sticky and owned by root (`/tmp`, mode 1777), since there
+  only an entry's owner can rename or remove it, and the entry itself must be root's.
+
+Inline code (`sh -c '...'`, `python3 -c`, `node -e`) is the template's own text, not a file,
+and is not checked here; `python3 -m module` is refused, as the module is looked up on a path
+this guard cannot follow. A file that does not exist passes: starting it reports that.
+
+Pure reads (`os.stat`, at most one read of a script's first line); no state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+from collections.abc import Mapping, Sequence
+
+# How each interpreter is told where its program is:
+#   inline   options whose value is program text (nothing to check)
+#   valued   options that take the next argument as their value
+#   files    options whose value is a program file
+#   module   options whose value names a module found on a search path
+_SHELL = {"inline": {"-c"}, "valued": {"-o", "+o", "-O", "+O"}, "files": set(), "module": set()}
+INTERPRETERS: Mapping[str, Mapping[str, set[str]]] = {
+    "sh": _SHELL,
+    "bash": _SHELL,
+    "dash": _SHELL,
+    "zsh": _SHELL,
+    "ksh": _SHELL,
+    "mksh": _SHELL,
+    "ash": _SHELL,
+    "python": {
+        "inline": {"-c"},
+        "valued": {"-W", "-X", "--check-hash-based-pycs"},
+        "files": set(),
+        "module": {"-m"},
+    },
+    "node": {
+        "inline": {"-e", "--eval", "-p", "--print"},
+        "valued": {"-r", "--require", "--import", "--loader", "--input-type", "-C"},
+        "files": set(),
+        "module": set(),
+    },
+    "perl": {"inline": {"-e", "-E"}, "valued": {"-I", "-M", "-m"}, "files": set(), "module": set()},
+    "ruby": {"inline": {"-e"}, "valued": {"-I", "-r", "-C"}, "files": set(), "module": set()},
+    "php": {"inline": {"-r"}, "valued": {"-c", "-d", "-z"}, "files": {"-f"}, "module": set()},
+    "lua": {"inline": {"-e"}, "valued": {"-l"}, "files": set(), "module": set()},
+}
+# Versioned names: python3, python3.11, pypy3, nodejs, perl5.36, lua5.4, php8.2, ...
+_NAME = re.compile(r"(python|pypy|node|nodejs|perl|ruby|php|lua|luajit)[\d.]*")
+_ALIASES = {"pypy": "python", "nodejs": "node", "luajit": "lua"}
+
+# Programs that run the rest of their arguments as a command: (options taking a value,
+# number of leading positional arguments they take before the command).
+WRAPPERS: Mapping[str, tuple[frozenset[str], int]] = {
+    "env": (frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "nohup": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
+    "exec": (frozenset(), 0),
+}
+
+
+class _Unsafe(Exception):
+    pass
+
+
+def unsafe_as_root(
+    argv: Sequence[str] | str, env: Mapping[str, str], user: str | None
+) -> str | None:
+    """Why running `argv` as root would be unsafe, or None when it is not (or would not run
+    as root: this process is not root, or `user` names another account)."""
+    if os.geteuid() != 0 or _names_another_user(user):
+        return None
+    command = (argv,) if isinstance(argv, str) else tuple(argv)
+    checked: set[str] = set()
+    try:
+        for path in files_run(command, env):
+            _check_file(path, checked)
+    except _Unsafe as refusal:
+        return f"{refusal}: refusing to run it as root; {_REMEDY}"
+    return None
+
+
+_REMEDY = (
+    "make it and every directory above it root's alone (chown root, chmod go-w), "
+    "or run hooks as the agent's user"
+)
+
+
+def files_run(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The files `argv` makes the system execute or an interpreter read as its program:
+    the program, its `#!` interpreter, and the interpreter's script, through wrappers."""
+    found: list[str] = []
+    rest = list(argv)
+    while rest:
+        program = _resolve(rest[0], env)
+        if program is None:
+            return found  # not found: starting it will say so
+        found.append(program)
+        found.extend(_shebang_interpreter(program))
+        name = os.path.basename(rest[0])
+        if name in WRAPPERS:
+            rest = _wrapped_command(rest[1:], *WRAPPERS[name])
+            continue
+        rules = _interpreter_rules(name)
+        if rules is not None:
+            script = _script_argument(rest[1:], rules)
+            if script is not None:
+                found.append(os.path.abspath(script))
+        return found
+    return found
+
+
+def _resolve(program: str, env: Mapping[str, str]) -> str | None:
+    """Where exec finds `program`: a path as given (whether it exists is checked with the
+    rest), else the first match on `env`'s PATH (None: nowhere)."""
+    if "/" in program:
+        return program if program.startswith("/") else os.path.abspath(program)
+    return shutil.which(program, path=env.get("PATH", os.defpath))
+
+
+# Interpreters already read from `#!` lines, by the file's identity: a script is spawned again
+# and again, and a changed or replaced file has another identity (size, mtime, ctime, inode).
+_shebangs: dict[tuple[str, int, int, int, int, int], list[str]] = {}
+_SHEBANGS_LIMIT = 256
+
+
+def _shebang_interpreter(path: str) -> list[str]:
+    """The interpreter a `#!` line names (its first word), if `path` is a script."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return []
+    key = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _shebangs.get(key)
+    if known is not None:
+        return [found for found in known if os.path.exists(found)]
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return []
+    interpreter: list[str] = []
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].split()
+        if words and os.path.isabs(os.fsdecode(words[0])):
+            interpreter = [os.fsdecode(words[0])]
+    if len(_shebangs) >= _SHEBANGS_LIMIT:
+        _shebangs.clear()
+    _shebangs[key] = interpreter
+    return [found for found in interpreter if os.path.exists(found)]
+
+
+def _interpreter_rules(name: str) -> Mapping[str, set[str]] | None:
+    if name in INTERPRETERS:
+        return INTERPRETERS[name]
+    match = _NAME.fullmatch(name)
+    if match is None:
+        return None
+    family = _ALIASES.get(match.group(1), match.group(1))
+    return INTERPRETERS.get(family)
+
+
+def _script_argument(args: Sequence[str], rules: Mapping[str, set[str]]) -> str | None:
+    """The script file an interpreter's arguments name, or None (inline code, stdin)."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            return args[index + 1] if index + 1 < len(args) else None
+        if arg == "-" or not arg.startswith(("-", "+")):
+            return None if arg == "-" else arg
+        option = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if option in rules["inline"]:
+            return None
+        if option in rules["module"] or arg[:2] in rules["module"]:
+            raise _Unsafe(f"{arg!r} runs a module looked up on a search path this cannot check")
+        if option in rules["files"]:
+            return args[index + 1] if index + 1 < len(args) else None
+        # A valued option takes the next argument, unless its value is attached (-Wignore).
+        takes_next = option in rules["valued"] and "=" not in arg
+        index += 2 if takes_next else 1
+    return None
+
+
+def _wrapped_command(args: Sequence[str], valued: frozenset[str], positional: int) -> list[str]:
+    """What a wrapper (`env`, `nice`, `timeout 5`, ...) runs: its arguments after its own."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            index += 1
+            break
+        if arg.startswith("-") and arg != "-":
+            index += 2 if arg in valued else 1
+            continue
+        if "=" in arg and not arg.startswith("="):
+            index += 1  # env's NAME=VALUE
+            continue
+        break
+    return list(args[index + positional :])
+
+
+def _check_file(path: str, checked: set[str]) -> None:
+    """Raises `_Unsafe` when `path`, or a directory above it, is not root's alone.
+    `checked`: directories found safe already in this check (the programs of one command
+    share most of theirs)."""
+    try:
+        info = os.lstat(path)
+        through_symlink = stat.S_ISLNK(info.st_mode)
+        if through_symlink:
+            info = os.stat(path)
+    except OSError:
+        return  # missing or unreadable: starting it reports that
+    if info.st_uid != 0 or info.st_mode & _GROUP_OR_OTHER_WRITE:
+        _check_owned_by_root(path, info, "")
+    absolute = path if path.startswith("/") else os.path.abspath(path)
+    through_symlink = _check_directories(absolute, path, checked) or through_symlink
+    if through_symlink:  # where the symlinks lead must be root's alone too
+        _check_directories(_real_path(path), path, checked)
+
+
+def _check_directories(resolved: str, of: str, checked: set[str]) -> bool:
+    """Checks each directory above `resolved` (lstat: a symlink's own mode means nothing,
+    its directory is checked next); whether one of them was a symlink."""
+    through_symlink = False
+    cut = resolved.rfind("/")
+    while cut >= 0:
+        directory = resolved[:cut] or "/"
+        if directory in checked:
+            break
+        try:
+            info = os.lstat(directory)
+        except OSError:
+            break
+        if stat.S_ISLNK(info.st_mode):
+            through_symlink = True
+        elif info.st_uid != 0 or info.st_mode & _GROUP_OR_OTHER_WRITE:
+            _check_directory(directory, info, of=of)
+        checked.add(directory)
+        cut = resolved.rfind("/", 0, cut) if cut else -1
+    return through_symlink
+
+
+_GROUP_OR_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _real_path(path: str) -> str:
+    """`path` with every symlink resolved: asked of the kernel (an O_PATH descriptor's name
+    in /proc), which is several times cheaper than resolving it component by component."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except (AttributeError, OSError):
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+
+
+def _check_owned_by_root(path: str, info: os.stat_result, what: str) -> None:
+    problems = []
+    if info.st_uid != 0:
+        problems.append(f"is owned by uid {info.st_uid}, not root")
+    writable = _writable_by(info.st_mode)
+    if writable:
+        problems.append(f"is writable by {writable} (mode {_mode(info)})")
+    if problems:
+        raise _Unsafe(f"{what}{path!r} {' and '.join(problems)}")
+
+
+def _check_directory(directory: str, info: os.stat_result, of: str) -> None:
+    what = f"the directory above {of!r}, "
+    if info.st_uid != 0:
+        raise _Unsafe(f"{what}{directory!r}, is owned by uid {info.st_uid}, not root")
+    writable = _writable_by(info.st_mode)
+    # Sticky and root's: only an entry's owner may rename or remove it, and entries on the
+    # way to the file are checked to be root's.
+    if writable and not info.st_mode & stat.S_ISVTX:
+        raise _Unsafe(
+            f"{what}{directory!r}, is writable by {writable} and not sticky (mode {_mode(info)})"
+        )
+
+
+def _writable_by(mode: int) -> str:
+    if mode & stat.S_IWOTH:
+        return "others"
+    if mode & stat.S_IWGRP:
+        return "its group"
+    return ""
+
+
+def _mode(info: os.stat_result) -> str:
+    return format(stat.S_IMODE(info.st_mode), "04o")
+
+
+def _names_another_user(user: str | None) -> bool:
+    if user is None:
+        return False
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_uid != 0
+    except KeyError:
+        return True  # an unknown user is refused on its own, before anything runs
