@@ -79,7 +79,7 @@ def add_filter_options(parser: argparse.ArgumentParser) -> None:
         "--status",
         action="append",
         metavar="OUTCOME",
-        choices=("success", "failed", "timeout", "skipped", "refused"),
+        choices=("success", "failed", "timeout", "dropped", "skipped", "refused"),
         help="only executions that ended so (repeat for several)",
     )
     parser.add_argument(

@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
-# Outcomes a replay may re-send.
-FAILED_OUTCOMES = ("failed", "timeout")
+# Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended).
+FAILED_OUTCOMES = ("failed", "timeout", "dropped")
 # The events whose hooks a killed session still owes, and the post-start that makes them owed:
 # the moment each began is journaled before its hooks are sent (it is their X-Scion-Hook-ID).
 OWED_EVENTS = ("pre-stop", "session-end")

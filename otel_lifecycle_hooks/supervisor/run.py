@@ -33,6 +33,7 @@ from ..spec.model import Template
 from . import recovery
 from .legacy import run_legacy_hooks
 from .limits import Limits
+from .recovery import recover_orphaned_sessions
 from .server import SOCKET_ENV, EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -122,10 +123,10 @@ class Supervisor:
         self._tracker: Any = None
         self._server: EventServer | None = None
         self._journal: Any = None
+        self._heartbeat: recovery.Heartbeat | None = None
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
-        self._heartbeat: recovery.Heartbeat | None = None
 
     # -- the run --
 
@@ -201,8 +202,8 @@ class Supervisor:
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__)
         self._child_started = time.monotonic()
-        self._journal_agent(self._child.pid)
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
+        self._journal_agent(self._child.pid)
         self._set_phase("running")
         self._legacy("post-start")
         result = self._record_owed("post-start")
@@ -354,10 +355,10 @@ class Supervisor:
         return None
 
     def _close(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
         if self._server is not None:
             self._server.close()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self.session is not None:
             self.session.end()
         if self.engine is not None:
@@ -540,7 +541,7 @@ class Supervisor:
         assert self.engine is not None
         executor = self.engine.executor
         deadline = time.monotonic() + self.options.grace_period
-        recovery.recover_orphaned_sessions(
+        recover_orphaned_sessions(
             self._journal,
             self.metadata["AGENT_ID"],
             self.metadata,
