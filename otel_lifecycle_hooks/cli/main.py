@@ -25,8 +25,8 @@ COMMANDS: dict[str, str] = {
     "status": "status",
     "history": "history",
     "replay": "replay",
-    "trace": "trace",
     "reconcile": "reconcile",
+    "trace": "trace",
 }
 
 

@@ -30,7 +30,6 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
-from . import recovery
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .recovery import recover_orphaned_sessions
@@ -123,7 +122,7 @@ class Supervisor:
         self._tracker: Any = None
         self._server: EventServer | None = None
         self._journal: Any = None
-        self._heartbeat: recovery.Heartbeat | None = None
+        self._heartbeat: Any = None  # recovery.Heartbeat, once the session is journaled
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
@@ -357,10 +356,10 @@ class Supervisor:
     def _close(self) -> None:
         if self._server is not None:
             self._server.close()
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
         if self.session is not None:
             self.session.end()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self.engine is not None:
             self.engine.shutdown(max(self.options.grace_period, 5.0))
         if self._telemetry is not None:
@@ -489,6 +488,8 @@ class Supervisor:
     # -- journal and crash recovery --
 
     def _session_row(self) -> dict[str, Any]:
+        from .recovery import session_fields
+
         assert self.session is not None
         return {
             "session_id": self.session.session_id,
@@ -496,9 +497,7 @@ class Supervisor:
             "agent_name": self.metadata["AGENT_NAME"],
             "template_files": [os.path.abspath(f) for f in self.options.template.files],
             "pid": os.getpid(),
-            **recovery.session_fields(
-                self.options.template, self.options.environ, self.session.metadata
-            ),
+            **session_fields(self.options.template, self.options.environ, self.session.metadata),
         }
 
     def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -524,16 +523,18 @@ class Supervisor:
         return self.session.record(event, values, deadline=deadline, timestamp=moment)
 
     def _journal_agent(self, pid: int) -> None:
+        from .recovery import process_start_time
+
         if self.session is not None:
-            started = recovery.process_start_time(pid)
+            started = process_start_time(pid)
             self._journal_call("mark_agent", self.session.session_id, pid, started)
 
     def _start_heartbeat(self) -> None:
+        from .recovery import Heartbeat, heartbeat_interval
+
         if self._journal is not None and self.session is not None:
-            self._heartbeat = recovery.Heartbeat(
-                self._journal,
-                self.session.session_id,
-                recovery.heartbeat_interval(self.options.environ),
+            self._heartbeat = Heartbeat(
+                self._journal, self.session.session_id, heartbeat_interval(self.options.environ)
             )
 
     def _recover_earlier_runs(self) -> None:
