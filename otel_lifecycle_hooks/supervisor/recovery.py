@@ -126,20 +126,22 @@ def session_fields(
 
     templates: list[dict[str, str]] = []
     names: set[str] = set()
+    secrets = secret_names_for(template)
+    literals = _literal_secrets(template, secrets)
     for path in getattr(template, "files", ()) or ():
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        templates.append(
-            {
-                "path": os.path.abspath(path),
-                "sha256": _sha256_hex(text.encode("utf-8")),
-                "text": text,
-            }
-        )
+        entry = {"path": os.path.abspath(path), "sha256": _sha256_hex(text.encode("utf-8"))}
+        if any(literal in text for literal in literals):
+            # A secret written in the file itself never goes to the journal: a recoverer
+            # elsewhere reads the file at this path (and checks its hash) instead.
+            log.info("template %s holds a literal secret: journaled by path and hash", path)
+        else:
+            entry["text"] = text
+        templates.append(entry)
         names |= referenced_names(text)
-    secrets = secret_names_for(template)
     secret_values = {environ[name] for name in secrets if environ.get(name)}
     redactor = Redactor(frozenset(secret_values))
     variables = {
@@ -156,6 +158,35 @@ def session_fields(
         "variables": variables,
         "host": process_namespace(),
     }
+
+
+_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
+
+
+def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
+    """Secret values the template's text holds literally: `env:` values of secret names,
+    credential headers and URL passwords written without a variable."""
+    from urllib.parse import urlsplit
+
+    from ..redact import looks_like_secret_name
+
+    literals = {value for name, value in template.env.items() if name in secret_names and value}
+    for hook in template.hooks:
+        action = hook.action
+        for name, value in action.headers.items():
+            credential = name.lower() in _CREDENTIAL_HEADERS or looks_like_secret_name(
+                name.replace("-", "_")
+            )
+            if credential and "${" not in value and value.strip():
+                literals.add(value.split()[-1])  # the credential, after any "Bearer"
+        literals |= {v for k, v in action.env.items() if looks_like_secret_name(k) and v}
+        try:
+            password = urlsplit(action.url or "").password
+        except ValueError:
+            password = None
+        if password and "${" not in password:
+            literals.add(password)
+    return {literal for literal in literals if "${" not in literal and len(literal) >= 4}
 
 
 def heartbeat_interval(environ: Mapping[str, str]) -> float:
@@ -351,6 +382,16 @@ def stored_template(row: Any) -> Any:
     texts: Sequence[Mapping[str, str]] = row.templates or ()
     if not texts:
         return load_templates([Path(p) for p in row.template_files])
+    if not all("text" in entry for entry in texts):
+        # Journaled by path and hash (the file holds a literal secret): read from here.
+        for entry in texts:
+            found = Path(entry["path"]).read_bytes()
+            if _sha256_hex(found) != entry.get("sha256"):
+                raise ValueError(
+                    f"template {entry['path']} is not the file the session ran (its sha256"
+                    " differs); recover it where the session's template file is"
+                )
+        return load_templates([Path(entry["path"]) for entry in texts])
     with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-") as folder:
         paths: list[Path] = []
         for index, entry in enumerate(texts):

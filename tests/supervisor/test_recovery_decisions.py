@@ -171,3 +171,38 @@ def test_a_claim_held_by_a_recoverer_that_died_here_is_taken_over_at_once(
     assert ("session-end", first.session_end_at) in fired
     assert journal.unfinished_sessions("a1") == []
     journal.close()
+
+
+def test_a_template_that_writes_a_secret_literally_is_journaled_by_path_and_hash(
+    tmp_path: Path,
+) -> None:
+    from otel_lifecycle_hooks.supervisor.recovery import stored_template
+
+    path = tmp_path / "scion-agent.yaml"
+    path.write_text(
+        "env:\n"
+        "  SLACK_WEBHOOK_URL: https://hooks.example.invalid/T0/B0/literal-canary-9\n"
+        "lifecycle_hooks:\n"
+        "  - name: farewell\n"
+        "    on: [session-end]\n"
+        '    action: {type: webhook, url: "${SLACK_WEBHOOK_URL}"}\n'
+        "  - name: deregister\n"
+        "    on: [pre-stop]\n"
+        "    action:\n"
+        "      type: http\n"
+        '      url: "http://127.0.0.1:9/x"\n'
+    )
+    loaded = load_templates([path])
+    fields = session_fields(loaded, {}, {})
+    assert "literal-canary" not in repr(fields)
+    (entry,) = fields["templates"]
+    assert "text" not in entry and entry["path"] == str(path)
+    row = session(templates=tuple(fields["templates"]))
+    assert [h.name for h in stored_template(row).hooks] == ["farewell", "deregister"]
+    path.write_text(path.read_text() + "\n# changed since\n")
+    try:
+        stored_template(row)
+    except ValueError as exc:
+        assert "sha256" in str(exc)
+    else:
+        raise AssertionError("a changed template file was taken for the session's")
