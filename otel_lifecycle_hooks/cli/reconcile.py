@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.reconcile")
@@ -74,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-lifecycle-hooks reconcile: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="otel-lifecycle-hooks: %(message)s")
-    journal = open_journal(journal_path(args))
+    location = journal_path(args)
+    if isinstance(location, Path) and not location.is_file() and not args.watch:
+        print(f"nothing to reconcile: there is no journal at {location}")  # none is made
+        return 0
+    journal = open_journal(location)
     stop = threading.Event()
     if args.watch and threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -161,6 +166,9 @@ def _recover(journal: Any, row: Any) -> list[str]:
             lambda hook, event, info: engine.executor.run(hook, event, info),
             template,
         )
+        flush = getattr(journal, "flush", None)
+        if flush is not None:
+            flush()  # the recovered mark and rows written now, not at exit (PostgreSQL)
     finally:
         engine.shutdown()
         if telemetry is not None:
