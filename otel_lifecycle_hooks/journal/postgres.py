@@ -125,6 +125,7 @@ class PostgresJournal:
         self._committed = 0  # writes committed since open (waiters compare against it)
         self._enqueued = 0
         self._urgent = False  # a caller waits for the queue's commit: no batching window
+        self.refused = 0  # writes the database refused (reported one by one)
         self._healthy = True
         self._spill_lock = threading.Lock()
         self._spill: IO[str] | None = None
@@ -381,6 +382,10 @@ class PostgresJournal:
     def _enqueue(self, sql: str, params: tuple[Any, ...], *, durable: bool = True) -> int:
         """Queue one write; its ticket (the commit count at which it is written). `durable`
         writes (sessions) are also appended to the spill file at once."""
+        # PostgreSQL's text cannot hold NUL, which an agent may well send: U+FFFD instead.
+        params = tuple(
+            p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
+        )
         if durable:
             self._spill_writes([(sql, params)], written_later=True)
         with self._cond:
@@ -492,6 +497,7 @@ class PostgresJournal:
                 failures = 0
                 if self._db_down:
                     log.warning("execution journal %s reachable again", self.path)
+                    self._down_reported = False  # the next outage is reported too
                 with self._cond:
                     self._db_down = False
             except Exception as exc:  # noqa: BLE001 - psycopg's errors, and a file we could not read
@@ -521,15 +527,40 @@ class PostgresJournal:
                 db.close()
 
     def _write_batch(self, db: Any, batch: Sequence[_Write]) -> None:
-        with db.transaction(), db.cursor() as cursor:
-            index = 0
-            while index < len(batch):  # consecutive writes of one statement go together
-                sql = batch[index][0]
-                end = index
-                while end < len(batch) and batch[end][0] == sql:
-                    end += 1
-                cursor.executemany(sql, [params for _, params in batch[index:end]])
-                index = end
+        """One transaction for the batch. A write the database refuses (not a connection
+        failure) must not hold up the rest: the batch is then written one by one, and each
+        refused write is reported and left out."""
+        import psycopg
+
+        try:
+            with db.transaction(), db.cursor() as cursor:
+                index = 0
+                while index < len(batch):  # consecutive writes of one statement go together
+                    sql = batch[index][0]
+                    end = index
+                    while end < len(batch) and batch[end][0] == sql:
+                        end += 1
+                    cursor.executemany(sql, [params for _, params in batch[index:end]])
+                    index = end
+            return
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise  # the database is unreachable: kept, and tried again
+        except psycopg.Error:
+            pass
+        for sql, params in batch:
+            try:
+                with db.transaction(), db.cursor() as cursor:
+                    cursor.execute(sql, params)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except psycopg.Error as exc:
+                self.refused += 1
+                log.error(
+                    "execution journal %s refused a write, left out (%d so far): %s",
+                    self.path,
+                    self.refused,
+                    _first_line(exc),
+                )
 
     def _write_file(self, db: Any, path: Path) -> None:
         writes: list[_Write] = []

@@ -199,3 +199,26 @@ def test_a_supervisors_reading_connection_is_closed_once_idle(
     assert connections() == 1  # the writer's only
     assert journal.session("s1") is not None  # a later read reconnects
     journal.close()
+
+
+def test_a_row_the_database_refuses_is_reported_and_holds_up_no_other(
+    postgres_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = PostgresJournal(postgres_url, spill_dir=tmp_path / "spill")
+    rows = [
+        ExecutionRow(hook="h", event="tool-start", outcome="success", started_at=1.0,
+                     session_id="s", message="an agent's text with a NUL \x00 in it"),
+        ExecutionRow(hook="h", event="tool-start", outcome="success", started_at=2.0,
+                     session_id="s", attempts=2**40),  # beyond the INTEGER column
+        ExecutionRow(hook="h", event="tool-start", outcome="success", started_at=3.0,
+                     session_id="s"),
+    ]  # fmt: skip
+    with caplog.at_level("ERROR", logger="otel_lifecycle_hooks.journal"):
+        for row in rows:
+            journal.record_execution(row)
+        assert journal.flush(10)
+    written = journal.executions(session_id="s", oldest_first=True)
+    assert [r.started_at for r in written] == [1.0, 3.0]
+    assert written[0].message == "an agent's text with a NUL \ufffd in it"
+    assert journal.refused == 1 and any("refused a write" in m for m in caplog.messages)
+    journal.close()
