@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from otel_lifecycle_hooks import journal as journal_module
 from otel_lifecycle_hooks.journal import ExecutionRow, Journal
+from otel_lifecycle_hooks.journal import sqlite as journal_module
 
 
 def row(n: int) -> ExecutionRow:

@@ -1,5 +1,8 @@
-"""`history [--hook NAME] [--failed] [--limit N] [--json] [--journal PATH]`: the journal's
-executions, newest first.
+"""`history [--agent ID] [--session ID] [--hook NAME] [--status OUTCOME]... [--since WHEN]
+[--failed] [--limit N] [--json] [--journal URL]`: the journal's executions, newest first.
+
+A journal shared by a fleet (PostgreSQL, docs/fleet.md) holds every agent's executions: the
+filters narrow them to one agent, session, hook, outcome or time.
 
 Each line is one execution: its journal id (what `replay` takes), when it started, the hook
 and event, how it ended, its attempts and duration, the HTTP status or exit code, the error
@@ -43,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--hook", metavar="NAME", help="only this hook's executions")
+    add_filter_options(parser)
     parser.add_argument(
         "--failed", action="store_true", help="only failed and timed-out executions"
     )
@@ -59,39 +62,91 @@ def add_parser(subparsers: Any) -> None:
 
 
 def add_journal_option(parser: argparse.ArgumentParser) -> None:
-    """`--journal PATH`, shared with `replay`."""
+    """`--journal URL`, shared with `replay` and `reconcile`."""
     parser.add_argument(
         "--journal",
-        metavar="PATH",
-        help="execution journal (default: $OTEL_LIFECYCLE_HOOKS_JOURNAL, else "
-        "~/.local/state/otel-lifecycle-hooks/journal.sqlite3)",
+        metavar="URL",
+        help="execution journal: a path, sqlite:///PATH or postgresql://... (default: "
+        "$OTEL_LIFECYCLE_HOOKS_JOURNAL, else ~/.local/state/otel-lifecycle-hooks/journal.sqlite3)",
     )
 
 
-def journal_path(args: argparse.Namespace) -> Path:
-    """--journal, else the environment's or the default location."""
-    from ..journal import default_journal_path
+def add_filter_options(parser: argparse.ArgumentParser) -> None:
+    """The fleet views' filters, shared with `replay`."""
+    parser.add_argument("--agent", metavar="ID", help="only this agent's executions (its AGENT_ID)")
+    parser.add_argument("--session", metavar="ID", help="only this session's executions")
+    parser.add_argument("--hook", metavar="NAME", help="only this hook's executions")
+    parser.add_argument(
+        "--status",
+        action="append",
+        metavar="OUTCOME",
+        choices=("success", "failed", "timeout", "dropped", "skipped", "refused"),
+        help="only executions that ended so (repeat for several)",
+    )
+    parser.add_argument(
+        "--since",
+        metavar="WHEN",
+        type=since_time,
+        help="only executions started within a duration (1h, 30m) or after an RFC 3339 time",
+    )
 
-    return Path(args.journal) if args.journal else default_journal_path(os.environ)
+
+def since_time(text: str) -> float:
+    """`--since`: a duration back from now, or an RFC 3339 moment; unix seconds."""
+    import time
+
+    from ..spec.durations import DurationError, parse_duration
+
+    try:
+        return time.time() - parse_duration(text)
+    except DurationError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a duration (30m, 1h) nor an RFC 3339 time (2026-05-01T12:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def journal_path(args: argparse.Namespace) -> Path | str:
+    """--journal, else the environment's or the default location: a SQLite file's path, or
+    a PostgreSQL URL."""
+    from ..journal import journal_location
+
+    return journal_location(args.journal or None, os.environ)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the executions; exit 1 when the journal exists but cannot be read."""
-    from ..journal import Journal
+    from ..journal import open_journal
     from .console import EXIT_NOTHING, wants_colour
 
     path = journal_path(args)
-    if not path.is_file():  # reading must not create a journal
+    if isinstance(path, Path) and not path.is_file():  # reading must not create a journal
         if args.json:
             print("[]")
         # Nothing to show is exit 1, as for `trace` and `replay`.
         print(f"no executions: there is no journal at {path}", file=sys.stderr)
         return EXIT_NOTHING
-    journal = Journal(path)
+    journal = open_journal(path)
     try:
-        rows = select_rows(journal, args.hook, args.failed, args.limit)
+        rows = select_rows(
+            journal,
+            args.hook,
+            args.failed,
+            args.limit,
+            agent=args.agent,
+            session=args.session,
+            statuses=args.status,
+            since=args.since,
+        )
         if not journal.healthy:
-            print(f"otel-lifecycle-hooks history: cannot read the journal {path}", file=sys.stderr)
+            shown = getattr(journal, "path", path)
+            print(f"otel-lifecycle-hooks history: cannot read the journal {shown}", file=sys.stderr)
             return 1
     finally:
         journal.close()
@@ -103,13 +158,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def select_rows(
-    journal: Any, hook: str | None, failed_only: bool, limit: int
+    journal: Any,
+    hook: str | None,
+    failed_only: bool,
+    limit: int,
+    *,
+    agent: str | None = None,
+    session: str | None = None,
+    statuses: list[str] | None = None,
+    since: float | None = None,
 ) -> list[ExecutionRow]:
-    """The newest `limit` executions, of one hook and/or only the failed ones."""
-    if not failed_only:
-        return list(journal.recent(hook_name=hook, limit=limit))
-    failed = [row for row in journal.failed() if hook is None or row.hook == hook]
-    return list(reversed(failed))[:limit]
+    """The newest `limit` executions that pass every filter given."""
+    from ..journal import FAILED_OUTCOMES
+
+    outcomes = tuple(statuses or ())
+    if failed_only:
+        outcomes = (
+            tuple(o for o in outcomes if o in FAILED_OUTCOMES) if outcomes else FAILED_OUTCOMES
+        )
+        if not outcomes:
+            return []
+    return list(
+        journal.executions(
+            agent_id=agent,
+            session_id=session,
+            hook=hook,
+            outcomes=outcomes or None,
+            since=since,
+            limit=limit,
+        )
+    )
 
 
 def table(rows: list[ExecutionRow], colour: bool = False) -> str:

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "status": "status",
     "history": "history",
     "replay": "replay",
+    "reconcile": "reconcile",
     "trace": "trace",
 }
 

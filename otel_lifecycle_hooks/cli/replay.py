@@ -1,5 +1,6 @@
-"""`replay [ID...] [--all-failed] [--since DURATION] [--journal PATH] [--template T]...
-[--dry-run] [--json]`: re-send failed deliveries from the journal.
+"""`replay [ID...] [--all-failed] [--agent ID] [--session ID] [--hook NAME] [--since WHEN]
+[--journal URL] [--template T]... [--dry-run] [--json]`: re-send failed deliveries from the
+journal (in a fleet's shared journal, of every agent, or those the filters name).
 
 Each failed or timed-out http/webhook delivery is sent again, once, with the same idempotency
 key (`X-Scion-Hook-ID`, and `webhook-id` when signed); the outcome is recorded as a new journal
@@ -17,10 +18,10 @@ import argparse
 import json
 import os
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
-from .history import add_journal_option, journal_path
+from .history import add_journal_option, journal_path, since_time
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,8 +38,14 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--all-failed", action="store_true", help="every failed delivery not yet replayed"
     )
+    parser.add_argument("--agent", metavar="ID", help="only this agent's executions (its AGENT_ID)")
+    parser.add_argument("--session", metavar="ID", help="only this session's executions")
+    parser.add_argument("--hook", metavar="NAME", help="only this hook's executions")
     parser.add_argument(
-        "--since", metavar="DURATION", help="only executions started within DURATION (e.g. 1h, 30m)"
+        "--since",
+        metavar="WHEN",
+        type=since_time,
+        help="only executions started within a duration (1h, 30m) or after an RFC 3339 time",
     )
     parser.add_argument(
         "--template", "-t", action="append", default=[], metavar="FILE",
@@ -54,31 +61,31 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Replay the chosen rows and print each outcome."""
     from ..engine.replay import Replayer
-    from ..journal import Journal
-    from ..spec.durations import DurationError, parse_duration
+    from ..journal import open_journal
 
     if not args.ids and not args.all_failed:
         print(
             "otel-lifecycle-hooks replay: name execution IDs or pass --all-failed", file=sys.stderr
         )
         return 2
-    since = None
-    if args.since:
-        try:
-            since = time.time() - parse_duration(args.since)
-        except DurationError as exc:
-            print(f"otel-lifecycle-hooks replay: --since: {exc}", file=sys.stderr)
-            return 2
+    since = args.since
     path = journal_path(args)
-    if not path.is_file():
+    if isinstance(path, Path) and not path.is_file():
         print(f"otel-lifecycle-hooks replay: there is no journal at {path}", file=sys.stderr)
         return 1
-    journal = Journal(path)
+    journal = open_journal(path)
     replayer = Replayer(journal, templates=list(args.template), environ=dict(os.environ))
     try:
         outcomes = [
             replayer.replay(row, dry_run=args.dry_run)
-            for row in replayer.select(args.ids, args.all_failed, since)
+            for row in replayer.select(
+                args.ids,
+                args.all_failed,
+                since,
+                agent=args.agent,
+                session=args.session,
+                hook=args.hook,
+            )
         ]
         if not journal.healthy:
             print(

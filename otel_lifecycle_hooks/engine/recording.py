@@ -121,10 +121,10 @@ def build_recorders(
             recorders._owned.append(hook_log)
         recorders.hook_log = hook_log
     if journal is not False:
-        from ..journal import Journal, default_journal_path
+        from ..journal import journal_location, open_journal
 
         if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
-            journal = Journal(journal or default_journal_path(environ))
+            journal = open_journal(journal_location(journal or None, environ))
             recorders._owned.append(journal)
         recorders.journal = journal
 

@@ -117,11 +117,18 @@ class Replayer:
     # -- what to replay --
 
     def select(
-        self, ids: Sequence[int] = (), all_failed: bool = False, since: float | None = None
+        self,
+        ids: Sequence[int] = (),
+        all_failed: bool = False,
+        since: float | None = None,
+        *,
+        agent: str | None = None,
+        session: str | None = None,
+        hook: str | None = None,
     ) -> list[ExecutionRow | int]:
         """The rows to replay, oldest first: the given ids (an id not in the journal stays an
         int, reported as refused), or every failed original delivery not yet delivered by an
-        earlier replay."""
+        earlier replay; of one agent, session or hook when those are given."""
         chosen: list[ExecutionRow | int] = []
         for execution_id in ids:
             row = self.journal.get(execution_id)
@@ -134,7 +141,13 @@ class Replayer:
                     chosen.append(row)
         if since is not None:
             chosen = [r for r in chosen if not isinstance(r, ExecutionRow) or r.started_at >= since]
-        return chosen
+        wanted = {"agent_id": agent, "session_id": session, "hook": hook}
+        return [
+            r
+            for r in chosen
+            if not isinstance(r, ExecutionRow)
+            or all(value is None or getattr(r, name) == value for name, value in wanted.items())
+        ]
 
     # -- replaying --
 
@@ -218,11 +231,22 @@ class Replayer:
     def _hook_for(self, row: ExecutionRow) -> tuple[HookSpec, Template] | None:
         """The hook's current definition and its template, or None when none can be loaded."""
         paths = tuple(self.templates)
+        session = None
         if not paths:
             session = self.journal.session(row.session_id) if row.session_id else None
             paths = session.template_files if session is not None else ()
         if not paths:
             return None
+        if session is not None and session.templates and not all(Path(p).is_file() for p in paths):
+            # A fleet's journal: the session ran on another machine; its template's text is here.
+            paths = (f"session:{session.session_id}",)
+            if paths not in self._loaded:
+                from ..supervisor.recovery import stored_template
+
+                try:
+                    self._loaded[paths] = stored_template(session)
+                except Exception as exc:  # noqa: BLE001 - reported as the row's refusal
+                    self._loaded[paths] = f"the session's template does not load: {exc}"
         template = self._template(paths)
         if isinstance(template, str):
             log.warning("replay: %s", template)
@@ -287,7 +311,8 @@ class Replayer:
 
     def _session_metadata(self, row: ExecutionRow) -> dict[str, str]:
         session = self.journal.session(row.session_id) if row.session_id else None
-        metadata = {"AGENT_ID": row.agent_id, "SESSION_ID": row.session_id}
+        metadata = dict(session.metadata) if session is not None and session.metadata else {}
+        metadata.update({"AGENT_ID": row.agent_id, "SESSION_ID": row.session_id})
         if session is not None and session.agent_name:
             metadata["AGENT_NAME"] = session.agent_name
         return {k: v for k, v in metadata.items() if v}

@@ -86,13 +86,17 @@ class AgentSession:
         *,
         deadline: float | None = None,
         recovered: bool = False,
+        timestamp: float | None = None,  # unix seconds; default now
     ) -> DispatchResult:
         """Record `event` (a template or runtime event name) with its context variables."""
         if event not in ev.ALL_EVENTS:
             raise ValueError(f"unknown lifecycle event {event!r}")
         values = {k: _text(v) for k, v in (fields or {}).items() if v is not None}
         lifecycle_event = LifecycleEvent(
-            name=event, fields=values, timestamp=self.engine.clock.wall(), recovered=recovered
+            name=event,
+            fields=values,
+            timestamp=self.engine.clock.wall() if timestamp is None else timestamp,
+            recovered=recovered,
         )
         attributes: dict[str, Any] = {
             ev.ATTR_EVENT: event,

@@ -1,19 +1,33 @@
-"""Crash recovery, the seed's orphan reaper.
+"""Crash recovery, the seed's orphan reaper: one code path for the next `run` and `reconcile`.
 
-A session that reached post-start and never recorded its end in the journal belonged to a
-supervisor that was killed (SIGKILL, OOM): its pre-stop and session-end hooks are still owed,
-so that no registration is left behind. The next `run` of the same agent fires them, marked as
-recovered, once. A session whose supervisor is still running is not an orphan.
+A session that began post-start and never recorded its end belonged to a supervisor that was
+killed (SIGKILL, OOM, a node lost): its pre-stop and session-end hooks are still owed, so that no
+registration is left behind. Recovery fires them, marked as recovered, exactly once:
+
+- **The same ids.** The moment each owed event began is journaled before any of its hooks is
+  sent; that moment is its `${TIMESTAMP}`, so a recovered hook carries the X-Scion-Hook-ID the
+  killed session used (or would have used: the claim fixes the moment of an event that never
+  began, once, and whoever recovers after a dead claimer reuses it).
+- **Only what is owed.** A hook the journal shows ran for that event is not sent again; pre-stop
+  is not owed by a session whose session-end had begun (it ended without being stopped).
+- **One recoverer.** A session is taken by one atomic UPDATE (`claim_session`); any number of
+  reconcilers and runs at once, on SQLite or PostgreSQL, see exactly one winner. A claim lapses
+  after `CLAIM_LEASE`, for a recoverer that died half-way.
+- **Never a live session.** On the same machine (same boot and pid namespace) the earlier
+  supervisor and agent processes are looked up by pid and start time; elsewhere, the session's
+  heartbeat must be older than `stale_after`. `reconcile` asks for both.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..engine.model import LifecycleEvent, SessionInfo
 
@@ -22,6 +36,12 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 RECOVERED_EVENTS = ("pre-stop", "session-end")
 # A process that started this long after the session did cannot be its supervisor.
 _START_TIME_SLACK = 2.0
+# A recoverer that claimed a session and did not mark it recovered within this long is taken
+# to have died: the next one recovers it, with the same ids.
+CLAIM_LEASE = 300.0
+HEARTBEAT_ENV = "OTEL_LIFECYCLE_HOOKS_HEARTBEAT"
+DEFAULT_HEARTBEAT = 10.0  # seconds between a supervisor's heartbeats
+DEFAULT_STALE_AFTER = 60.0  # a heartbeat older than this is a dead supervisor's
 
 
 def supervisor_alive(pid: int | None, session_started_at: float) -> bool:
@@ -29,15 +49,36 @@ def supervisor_alive(pid: int | None, session_started_at: float) -> bool:
     restarted container the new supervisor gets the old one's pid (often 1)."""
     if not pid or pid == os.getpid():
         return False
+    if not _pid_exists(pid):
+        return False
+    started = process_start_time(pid)
+    # A pid that was reused by a process started after the session is not the supervisor.
+    return started is None or started <= session_started_at + _START_TIME_SLACK
+
+
+def agent_alive(pid: int | None, started_at: float | None) -> bool:
+    """Whether the agent process a session recorded (pid and start time) still runs."""
+    if not pid or pid == os.getpid() or not _pid_exists(pid):
+        return False
+    if started_at is None:
+        return True
+    now_started = process_start_time(pid)
+    # Start times read from /proc agree to a clock tick; a reused pid started later.
+    return now_started is None or abs(now_started - started_at) < 0.5
+
+
+def _pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # alive, under another user
-    started = process_start_time(pid)
-    # A pid that was reused by a process started after the session is not the supervisor.
-    return started is None or started <= session_started_at + _START_TIME_SLACK
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")  # a zombie is dead, only not reaped yet
 
 
 def process_start_time(pid: int) -> float | None:
@@ -60,38 +101,315 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+def process_namespace() -> str:
+    """Where a pid means the same process: this boot of this machine and this pid namespace.
+    Two sessions with the same value can look each other's processes up."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "host:" + socket.gethostname()
+    return f"{boot}/{namespace}"
+
+
+# -- what a session records for its recovery --
+
+
+def session_fields(
+    template: Any, environ: Mapping[str, str], metadata: Mapping[str, str]
+) -> dict[str, Any]:
+    """The parts of a session row that let another machine recover it: the template files'
+    text, the agent metadata, the non-secret environment values the template reads, and
+    where its pids mean something. Secrets are never among them."""
+    from ..redact import Redactor
+    from ..variables import referenced_names, secret_names_for
+
+    templates: list[dict[str, str]] = []
+    names: set[str] = set()
+    secrets = secret_names_for(template)
+    literals = _literal_secrets(template, secrets)
+    for path in getattr(template, "files", ()) or ():
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        entry = {"path": os.path.abspath(path), "sha256": _sha256_hex(text.encode("utf-8"))}
+        if any(literal in text for literal in literals):
+            # A secret written in the file itself never goes to the journal: a recoverer
+            # elsewhere reads the file at this path (and checks its hash) instead.
+            log.info("template %s holds a literal secret: journaled by path and hash", path)
+        else:
+            entry["text"] = text
+        templates.append(entry)
+        names |= referenced_names(text)
+    secret_values = {environ[name] for name in secrets if environ.get(name)}
+    redactor = Redactor(frozenset(secret_values))
+    variables = {
+        name: environ[name]
+        for name in sorted(names)
+        if name in environ
+        and name not in secrets
+        and name not in metadata
+        and redactor.redact_text(environ[name]) == environ[name]
+    }
+    return {
+        "templates": templates,
+        "metadata": dict(metadata),
+        "variables": variables,
+        "host": process_namespace(),
+    }
+
+
+_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
+
+
+def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
+    """Secret values the template's text holds literally: `env:` values of secret names,
+    credential headers and URL passwords written without a variable."""
+    from urllib.parse import urlsplit
+
+    from ..redact import looks_like_secret_name
+
+    literals = {value for name, value in template.env.items() if name in secret_names and value}
+    for hook in template.hooks:
+        action = hook.action
+        for name, value in action.headers.items():
+            credential = name.lower() in _CREDENTIAL_HEADERS or looks_like_secret_name(
+                name.replace("-", "_")
+            )
+            if credential and "${" not in value and value.strip():
+                literals.add(value.split()[-1])  # the credential, after any "Bearer"
+        literals |= {v for k, v in action.env.items() if looks_like_secret_name(k) and v}
+        try:
+            password = urlsplit(action.url or "").password
+        except ValueError:
+            password = None
+        if password and "${" not in password:
+            literals.add(password)
+    return {literal for literal in literals if "${" not in literal and len(literal) >= 4}
+
+
+def heartbeat_interval(environ: Mapping[str, str]) -> float:
+    """`$OTEL_LIFECYCLE_HOOKS_HEARTBEAT` (a duration), else 10 s."""
+    text = environ.get(HEARTBEAT_ENV)
+    if not text:
+        return DEFAULT_HEARTBEAT
+    from ..spec.durations import DurationError, parse_duration
+
+    try:
+        return max(0.05, parse_duration(text))
+    except DurationError as exc:
+        log.warning("%s: %s; using %gs", HEARTBEAT_ENV, exc, DEFAULT_HEARTBEAT)
+        return DEFAULT_HEARTBEAT
+
+
+class Heartbeat:
+    """Refreshes a session's heartbeat in the journal until stopped (its own daemon thread)."""
+
+    def __init__(self, journal: Any, session_id: str, interval: float) -> None:
+        self._journal = journal
+        self._session_id = session_id
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._journal.heartbeat(self._session_id)
+            except Exception:  # the journal reports its own failures; the beat goes on
+                log.debug("heartbeat failed", exc_info=True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+# -- deciding --
+
+
+def earlier_run_gone(
+    row: Any,
+    *,
+    here: str,
+    now: float,
+    stale_after: float,
+    require_stale_heartbeat: bool,
+) -> tuple[bool, str]:
+    """Whether the supervisor and agent of `row` are gone, and if not, why it is left alone."""
+    beat = row.heartbeat_at if row.heartbeat_at is not None else row.started_at
+    stale = now - beat >= stale_after
+    if require_stale_heartbeat and not stale:
+        return False, f"its heartbeat is {now - beat:.0f}s old (stale after {stale_after:g}s)"
+    if not row.host or row.host == here:
+        if supervisor_alive(row.pid, row.started_at):
+            return False, f"its supervisor (pid {row.pid}) still runs"
+        if agent_alive(row.agent_pid, row.agent_started_at):
+            return False, f"its agent (pid {row.agent_pid}) still runs"
+        return True, ""
+    if not stale:
+        return False, f"it ran elsewhere and its heartbeat is {now - beat:.0f}s old"
+    return True, ""
+
+
+class OwedEvent(NamedTuple):
+    """One owed event of a claimed session: its moment (`${TIMESTAMP}`) and the hooks still
+    to send, in declaration order."""
+
+    event: str
+    timestamp: float
+    hooks: tuple[Any, ...]
+
+
+def owed_events(template: Any, row: Any, journaled: Iterable[Any]) -> list[OwedEvent]:
+    """What recovery sends for a claimed session: for each owed event whose moment is fixed,
+    the template's hooks of that event that the journal shows no execution of."""
+    ran = {(execution.event, execution.hook) for execution in journaled}
+    moments = {"pre-stop": row.pre_stop_at, "session-end": row.session_end_at}
+    owed: list[OwedEvent] = []
+    for event in RECOVERED_EVENTS:
+        moment = moments[event]
+        if moment is None:
+            continue
+        hooks = tuple(h for h in template.hooks_for(event) if (event, h.name) not in ran)
+        owed.append(OwedEvent(event, moment, hooks))
+    return owed
+
+
+# -- doing --
+
+
+class Recovery(NamedTuple):
+    session_id: str
+    agent_id: str
+    owed: list[OwedEvent]
+    fired: list[str]  # "event/hook" of each hook sent
+
+
+def recover_session(
+    journal: Any,
+    row: Any,
+    run_hook: Callable[[Any, LifecycleEvent, SessionInfo], object],
+    template: Any,
+    fallback_metadata: Mapping[str, str] | None = None,
+) -> Recovery:
+    """Send the owed hooks of a session this caller claimed (each through `run_hook`, which
+    journals it), then mark it recovered."""
+    journaled = journal.executions(session_id=row.session_id)
+    owed = owed_events(template, row, journaled)
+    metadata = dict(row.metadata or fallback_metadata or {})
+    metadata["SESSION_ID"] = row.session_id
+    info = SessionInfo(session_id=row.session_id, metadata=metadata)
+    fired: list[str] = []
+    for item in owed:
+        event = LifecycleEvent(
+            name=item.event,
+            fields={
+                "PHASE": "stopping" if item.event == "pre-stop" else "stopped",
+                "RECOVERED": "true",
+            },
+            timestamp=item.timestamp,
+            recovered=True,
+        )
+        for hook in item.hooks:
+            run_hook(hook, event, info)
+            fired.append(f"{item.event}/{hook.name}")
+    journal.mark_recovered(row.session_id)
+    return Recovery(row.session_id, row.agent_id, owed, fired)
+
+
+def claimer_name() -> str:
+    """Who claims: where pids mean something, this pid and its start time."""
+    return f"{socket.gethostname()} {os.getpid()} {process_start_time(os.getpid())} {process_namespace()}"
+
+
+def claimer_gone(claimed_by: str | None, here: str) -> bool:
+    """Whether the recoverer that holds a claim is a process of this machine that is gone."""
+    if not claimed_by:
+        return False
+    parts = claimed_by.split(" ", 3)
+    if len(parts) != 4 or parts[3] != here:
+        return False
+    try:
+        pid = int(parts[1])
+        started = None if parts[2] == "None" else float(parts[2])
+    except ValueError:
+        return False
+    return not agent_alive(pid, started)
+
+
 def recover_orphaned_sessions(
     journal: Any,
     agent_id: str,
     metadata: Mapping[str, str],
-    fire: Callable[[LifecycleEvent, SessionInfo], object],
+    run_hook: Callable[[Any, LifecycleEvent, SessionInfo], object],
+    template: Any,
+    *,
+    stale_after: float = DEFAULT_STALE_AFTER,
 ) -> list[str]:
-    """Fire the owed pre-stop and session-end hooks of `agent_id`'s orphaned sessions; returns
-    their session ids. Each is marked recovered before its hooks fire, so that two runs
-    starting together do not both recover it."""
+    """The next `run`'s recovery of `agent_id`'s orphaned sessions, with this run's template;
+    returns their session ids."""
     recovered: list[str] = []
     if journal is None:
         return recovered
+    here = process_namespace()
     for row in journal.unfinished_sessions(agent_id):
-        if supervisor_alive(row.pid, row.started_at):
+        gone, why = earlier_run_gone(
+            row, here=here, now=time.time(), stale_after=stale_after,
+            require_stale_heartbeat=False,
+        )  # fmt: skip
+        if not gone:
+            log.info("session %s of an earlier run left alone: %s", row.session_id, why)
             continue
-        log.warning("recovering session %s of an earlier run that was killed", row.session_id)
-        journal.mark_recovered(row.session_id)
-        info = SessionInfo(
-            session_id=row.session_id, metadata={**metadata, "SESSION_ID": row.session_id}
+        steal = row.claimed_by if claimer_gone(row.claimed_by, here) else None
+        claimed = journal.claim_session(
+            row.session_id, claimer_name(), CLAIM_LEASE, steal_from=steal
         )
-        for event in RECOVERED_EVENTS:
-            fire(
-                LifecycleEvent(
-                    name=event,
-                    fields={
-                        "PHASE": "stopping" if event == "pre-stop" else "stopped",
-                        "RECOVERED": "true",
-                    },
-                    timestamp=time.time(),
-                    recovered=True,
-                ),
-                info,
-            )
+        if claimed is None:
+            continue  # another run or reconciler has it
+        log.warning("recovering session %s of an earlier run that was killed", row.session_id)
+        recover_session(journal, claimed, run_hook, template, metadata)
         recovered.append(row.session_id)
     return recovered
+
+
+def stored_template(row: Any) -> Any:
+    """The template a session ran, loaded from the text it stored (else from its files)."""
+    import tempfile
+
+    from ..spec.loader import load_templates
+
+    texts: Sequence[Mapping[str, str]] = row.templates or ()
+    if not texts:
+        return load_templates([Path(p) for p in row.template_files])
+    if not all("text" in entry for entry in texts):
+        # Journaled by path and hash (the file holds a literal secret): read from here.
+        for entry in texts:
+            found = Path(entry["path"]).read_bytes()
+            if _sha256_hex(found) != entry.get("sha256"):
+                raise ValueError(
+                    f"template {entry['path']} is not the file the session ran (its sha256"
+                    " differs); recover it where the session's template file is"
+                )
+        return load_templates([Path(entry["path"]) for entry in texts])
+    with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-") as folder:
+        paths: list[Path] = []
+        for index, entry in enumerate(texts):
+            # Its own name, so that problems name the file the session ran.
+            path = Path(folder) / str(index) / Path(entry.get("path", "template.yaml")).name
+            path.parent.mkdir()
+            path.write_text(entry.get("text", ""), encoding="utf-8")
+            paths.append(path)
+        return load_templates(paths)
+
+
+def _sha256_hex(data: bytes) -> str:
+    """sha256 without `hashlib`, whose OpenSSL bindings would cost every `run` about 4 ms."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:  # an interpreter built without them
+            from hashlib import sha256
+    return str(sha256(data).hexdigest())

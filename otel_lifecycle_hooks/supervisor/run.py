@@ -138,6 +138,7 @@ class Supervisor:
         self.ingress = IngressCounts()
         self._admission = Admission(self.ingress)
         self._journal: Any = None
+        self._heartbeat: Any = None  # recovery.Heartbeat, once the session is journaled
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
@@ -198,6 +199,7 @@ class Supervisor:
         try:
             self._recover_earlier_runs()
             self._journal_call("open_session", **self._session_row())
+            self._start_heartbeat()
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
@@ -235,9 +237,10 @@ class Supervisor:
         self._processes = AgentProcesses(self._child.pid, self._agent_tag)
         self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
+        self._journal_agent(self._child.pid)
         self._set_phase("running")
         self._legacy("post-start")
-        result = self._record("post-start")
+        result = self._record_owed("post-start")
         self._journal_call("mark_post_start", self.session.session_id if self.session else "")
         if not result.ok:
             self._stop_child(self._grace_deadline())
@@ -303,7 +306,7 @@ class Supervisor:
         self._stop_deadline = deadline
         self._set_phase("stopping")
         self._legacy("pre-stop", deadline=deadline)
-        self._record("pre-stop", deadline=deadline)
+        self._record_owed("pre-stop", deadline=deadline)
         self._forward(signal.SIGTERM)
         return deadline
 
@@ -416,10 +419,12 @@ class Supervisor:
             # queued is journaled as dropped instead of holding the exit.
             self.engine.dispatcher.settle(self._exit_deadline or self._grace_deadline())
         self._legacy("session-end")
-        self._record("session-end", {"EXIT_CODE": str(exit_code)})
+        self._record_owed("session-end", {"EXIT_CODE": str(exit_code)})
         self._journal_call(
             "close_session", self.session.session_id if self.session else "", exit_code
         )
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def _drain_timeout(self) -> float:
         """How long the engine may take to finish at exit: what is left of the grace period,
@@ -450,6 +455,8 @@ class Supervisor:
             log.warning("agent input: %s", self.ingress.summary())
         if self.session is not None:
             self.session.end()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
         if self._telemetry is not None:
@@ -609,6 +616,8 @@ class Supervisor:
     # -- journal and crash recovery --
 
     def _session_row(self) -> dict[str, Any]:
+        from .recovery import session_fields
+
         assert self.session is not None
         return {
             "session_id": self.session.session_id,
@@ -616,6 +625,7 @@ class Supervisor:
             "agent_name": self.metadata["AGENT_NAME"],
             "template_files": [os.path.abspath(f) for f in self.options.template.files],
             "pid": os.getpid(),
+            **session_fields(self.options.template, self.options.environ, self.session.metadata),
         }
 
     def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -627,16 +637,49 @@ class Supervisor:
             log.exception("journal %s failed", method)
             return None
 
+    def _record_owed(
+        self, event: str, fields: Mapping[str, str] | None = None, *, deadline: float | None = None
+    ) -> DispatchResult:
+        """An event a killed session would still owe (or, for post-start, that makes the rest
+        owed): its moment is journaled before any hook is sent, and is its ${TIMESTAMP}, so
+        that recovery sends the same X-Scion-Hook-IDs (recovery.py)."""
+        assert self.session is not None and self.engine is not None
+        moment = self.engine.clock.wall()
+        self._journal_call("begin_event", self.session.session_id, event, moment)
+        values = {"PHASE": self.phase, "ACTIVITY": self.activity}
+        values.update(fields or {})
+        self._dispatching = True  # a second stop signal may abandon these hooks too
+        try:
+            return self.session.record(event, values, deadline=deadline, timestamp=moment)
+        finally:
+            self._dispatching = False
+
+    def _journal_agent(self, pid: int) -> None:
+        from .recovery import process_start_time
+
+        if self.session is not None:
+            started = process_start_time(pid)
+            self._journal_call("mark_agent", self.session.session_id, pid, started)
+
+    def _start_heartbeat(self) -> None:
+        from .recovery import Heartbeat, heartbeat_interval
+
+        if self._journal is not None and self.session is not None:
+            self._heartbeat = Heartbeat(
+                self._journal, self.session.session_id, heartbeat_interval(self.options.environ)
+            )
+
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
         assert self.engine is not None
-        engine = self.engine
+        executor = self.engine.executor
         deadline = time.monotonic() + self.options.grace_period
         recover_orphaned_sessions(
             self._journal,
             self.metadata["AGENT_ID"],
             self.metadata,
-            lambda event, info: engine.fire(event, info, deadline=deadline),
+            lambda hook, event, info: executor.run(hook, event, info, deadline),
+            self.options.template,
         )
 
 

@@ -43,7 +43,9 @@ def test_a_killed_supervisors_session_is_ended_by_the_next_run_once(workspace: W
     wait_until(lambda: post_started_sessions(workspace), what="the first run to reach post-start")
     killed.signal(signal.SIGKILL)
     killed.wait(timeout=10)
-    workspace.cleanup()  # the orphaned agent goes too, as it would with its container
+    # The orphaned agent goes too, as it would with its container (recovery waits for that).
+    wait_until(lambda: list(workspace.root.glob("agent-*.pid")), what="the agent's pid file")
+    workspace.cleanup()
     (lost_session,) = post_started_sessions(workspace)
 
     second = workspace.start(template, workspace.agent_command(exit=0))

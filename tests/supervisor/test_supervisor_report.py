@@ -81,7 +81,7 @@ def test_verbose_shows_every_execution_and_quiet_shows_nothing(
     verbose = workspace.start(template, workspace.agent_command(exit=0), "-v")
     assert verbose.wait() == 0, verbose.stderr
     loud = verbose.stderr
-    assert re.search(r"hook register \(post-start\) success in \S+: 200", loud), loud
+    assert re.search(r"hook register \(post-start\) success in \S+(?: \(history \d+\))?: 200", loud), loud
     assert "hook audit (pre-start) success in" in loud, loud
     quiet = workspace.start(template, workspace.agent_command(exit=0), "--quiet")
     assert quiet.wait() == 0, quiet.stderr

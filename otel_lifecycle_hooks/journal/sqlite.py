@@ -1,4 +1,4 @@
-"""The local execution journal: every hook execution and every supervised session, in SQLite.
+"""The SQLite journal (the embedded default): every hook execution and every supervised session.
 
 The CLI reads it (`list`, `history`, `replay`), and the supervisor uses its sessions table for
 crash recovery: a session that reached post-start and never recorded its end was killed, so its
@@ -30,7 +30,6 @@ Rows hold what callers pass, already redacted: the journal does not redact.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
@@ -38,11 +37,25 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, TypeVar
+
+from . import rows as _rows
+from .rows import (
+    EVENT_COLUMNS,
+    FAILED_OUTCOMES,
+    INSERT_EXECUTION,
+    ExecutionLike,
+    ExecutionRow,
+    SessionRow,
+    commits_at_once,
+    execution_filters,
+    execution_row_of,
+    execution_values,
+)
+from .schema import SCHEMA_VERSION, statements
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 5.0  # seconds to wait for another process's write lock
 # Execution rows are committed at the latest this long after the first uncommitted one...
 COMMIT_AFTER_SECONDS = 0.1
@@ -50,125 +63,7 @@ COMMIT_AFTER_SECONDS = 0.1
 COMMIT_AFTER_ROWS = 64
 JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 
-# Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended;
-# `interrupted`: still in flight when the engine shut down).
-FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS executions (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id      TEXT NOT NULL DEFAULT '',
-    agent_id        TEXT NOT NULL DEFAULT '',
-    hook            TEXT NOT NULL,
-    event           TEXT NOT NULL,
-    outcome         TEXT NOT NULL,
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    duration_ms     REAL NOT NULL DEFAULT 0,
-    started_at      REAL NOT NULL,
-    http_status     INTEGER,
-    exit_code       INTEGER,
-    error_type      TEXT,
-    message         TEXT NOT NULL DEFAULT '',
-    trace_id        TEXT,
-    span_id         TEXT,
-    idempotency_key TEXT,
-    request         TEXT,
-    recovered       INTEGER NOT NULL DEFAULT 0,
-    replayed_from   INTEGER
-);
-CREATE INDEX IF NOT EXISTS executions_by_hook ON executions (hook, id);
-CREATE INDEX IF NOT EXISTS executions_by_start ON executions (started_at);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id      TEXT PRIMARY KEY,
-    agent_id        TEXT NOT NULL DEFAULT '',
-    agent_name      TEXT NOT NULL DEFAULT '',
-    template_files  TEXT NOT NULL DEFAULT '[]',
-    pid             INTEGER,
-    started_at      REAL NOT NULL,
-    post_started_at REAL,
-    ended_at        REAL,
-    exit_code       INTEGER,
-    recovered_at    REAL
-);
-CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (agent_id);
-"""
-
-_EXECUTION_COLUMNS = (
-    "session_id", "agent_id", "hook", "event", "outcome", "attempts", "duration_ms",
-    "started_at", "http_status", "exit_code", "error_type", "message", "trace_id", "span_id",
-    "idempotency_key", "request", "recovered", "replayed_from",
-)  # fmt: skip
-
-
-class ExecutionRow(NamedTuple):
-    """One hook execution as journaled. `request` is the redacted rendered request (or
-    command), kept so that `replay` can send it again; `replayed_from` links a replay to the
-    row it re-sent; `recovered` marks executions fired by crash recovery."""
-
-    hook: str
-    event: str
-    outcome: str  # success | failed | timeout | skipped | refused
-    started_at: float  # unix seconds
-    attempts: int = 1
-    duration_ms: float = 0.0
-    session_id: str = ""
-    agent_id: str = ""
-    http_status: int | None = None
-    exit_code: int | None = None
-    error_type: str | None = None
-    message: str = ""
-    trace_id: str | None = None
-    span_id: str | None = None
-    idempotency_key: str | None = None
-    request: Mapping[str, Any] | None = None
-    recovered: bool = False
-    replayed_from: int | None = None
-    id: int | None = None
-
-
-class SessionRow(NamedTuple):
-    """One supervised agent session, for crash recovery."""
-
-    session_id: str
-    agent_id: str
-    agent_name: str
-    template_files: tuple[str, ...]
-    pid: int | None
-    started_at: float
-    post_started_at: float | None = None
-    ended_at: float | None = None
-    exit_code: int | None = None
-    recovered_at: float | None = None
-
-
-class _ExecutionLike(Protocol):
-    """What `Journal.record` reads from the engine's execution record."""
-
-    session_id: str
-    outcome: str
-    attempts: int
-    duration: float
-    started_at: float
-    idempotency_key: str
-    status_code: int | None
-    exit_code: int | None
-    error_type: str | None
-    message: str
-    request: Mapping[str, Any] | None
-    trace_id: str | None
-    span_id: str | None
-
-
 _T = TypeVar("_T")
-
-
-def default_journal_path(environ: Mapping[str, str]) -> Path:
-    """`$OTEL_LIFECYCLE_HOOKS_JOURNAL`, else `$HOME/.local/state/otel-lifecycle-hooks/journal.sqlite3`."""
-    explicit = environ.get(JOURNAL_ENV)
-    if explicit:
-        return Path(explicit)
-    home = environ.get("HOME") or str(Path.home())
-    return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "journal.sqlite3"
 
 
 class Journal:
@@ -204,9 +99,8 @@ class Journal:
 
     def record_execution(self, row: ExecutionRow) -> int | None:
         """Append `row`; its new id, or None if the journal is not recording."""
-        values = _execution_values(row)
-        # A failed delivery's row is what `replay` re-sends from: never left uncommitted.
-        at_once = row.outcome in FAILED_OUTCOMES
+        values = execution_values(row)
+        at_once = commits_at_once(row)
         return self._run(
             "record an execution",
             lambda db: self._insert_batched(db, values, at_once),
@@ -214,40 +108,19 @@ class Journal:
             batched=True,
         )
 
-    def record(self, execution: _ExecutionLike) -> int | None:
+    def record(self, execution: ExecutionLike) -> int | None:
         """Append the engine's execution record (a sink for the executor): its new id, or
         None if the journal is not recording or the row joined a batch (a successful row that
         follows closely on others, inserted and committed by the journal's own thread)."""
-        hook = getattr(execution, "hook", None)
-        event = getattr(execution, "event", None)
-        row = ExecutionRow(
-            hook=_name_of(hook),
-            event=_name_of(event),
-            outcome=execution.outcome,
-            started_at=execution.started_at,
-            attempts=execution.attempts,
-            duration_ms=execution.duration * 1000.0,
-            session_id=execution.session_id,
-            agent_id=getattr(execution, "agent_id", "") or "",
-            http_status=execution.status_code,
-            exit_code=execution.exit_code,
-            error_type=execution.error_type,
-            message=execution.message,
-            trace_id=execution.trace_id,
-            span_id=execution.span_id,
-            idempotency_key=execution.idempotency_key,
-            request=execution.request,
-            recovered=bool(getattr(event, "recovered", False)),
-            replayed_from=getattr(execution, "replayed_from", None),
-        )
-        if row.outcome in FAILED_OUTCOMES:
+        row = execution_row_of(execution)
+        if commits_at_once(row):
             return self.record_execution(row)
         return self._run("record an execution", lambda db: self._queue(db, row), None, batched=True)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         """The execution with this id, if any."""
         rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
-        return _execution_row(rows[0]) if rows else None
+        return _rows.execution_row(rows[0]) if rows else None
 
     def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
         """The latest executions, newest first; of one hook if `hook_name` is given."""
@@ -258,7 +131,7 @@ class Journal:
                 "SELECT * FROM executions WHERE hook = ? ORDER BY id DESC LIMIT ?",
                 (hook_name, limit),
             )
-        return [_execution_row(row) for row in rows]
+        return [_rows.execution_row(row) for row in rows]
 
     def failed(self, since: float | None = None) -> list[ExecutionRow]:
         """Executions that failed or timed out (started at or after `since`), oldest first."""
@@ -267,7 +140,7 @@ class Journal:
             f"SELECT * FROM executions WHERE outcome IN ({marks}) AND started_at >= ? ORDER BY id",
             (*FAILED_OUTCOMES, since if since is not None else float("-inf")),
         )
-        return [_execution_row(row) for row in rows]
+        return [_rows.execution_row(row) for row in rows]
 
     def delivered_by_replay(self) -> set[int]:
         """Ids of executions that a later replay delivered (a successful row re-sent them)."""
@@ -277,6 +150,27 @@ class Journal:
             (),
         )
         return {row[0] for row in rows}
+
+    def executions(
+        self,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        hook: str | None = None,
+        outcomes: tuple[str, ...] | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+        oldest_first: bool = False,
+    ) -> list[ExecutionRow]:
+        """Executions matching every filter given, newest first (or oldest first)."""
+        where, params = execution_filters(
+            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since
+        )
+        sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_rows.execution_row(row) for row in self._select(sql, params)]
 
     # -- sessions --
 
@@ -289,25 +183,35 @@ class Journal:
         template_files: Sequence[str] = (),
         pid: int | None = None,
         started_at: float | None = None,
+        templates: Sequence[Mapping[str, str]] = (),
+        metadata: Mapping[str, str] | None = None,
+        variables: Mapping[str, str] | None = None,
+        host: str = "",
     ) -> None:
-        """Record that a supervised session started (replacing a row of the same id)."""
-        values = (
-            session_id, agent_id, agent_name, json.dumps(list(template_files)), pid,
-            started_at if started_at is not None else time.time(),
+        """Record that a supervised session started (a row of the same id is kept)."""
+        values = _rows.open_session_values(
+            session_id, agent_id, agent_name, template_files, pid, _now(started_at),
+            templates, metadata or {}, variables or {}, host,
         )  # fmt: skip
-        self._run(
-            "open a session",
-            lambda db: db.execute(
-                "INSERT OR REPLACE INTO sessions"
-                " (session_id, agent_id, agent_name, template_files, pid, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                values,
-            ),
-            None,
-        )
+        self._write("open a session", _rows.OPEN_SESSION, values)
+
+    def begin_event(self, session_id: str, event: str, timestamp: float) -> None:
+        """An owed event (post-start, pre-stop, session-end) begins at `timestamp`, its
+        `${TIMESTAMP}`: committed before any of its hooks is sent. A moment already journaled
+        (by a reconciler's claim) is kept."""
+        column = EVENT_COLUMNS[event]
+        self._update_session(f"{column} = COALESCE({column}, ?)", (timestamp,), session_id)
+
+    def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
+        """The agent process of the session: its pid and start time (from /proc)."""
+        self._update_session("agent_pid = ?, agent_started_at = ?", (pid, started_at), session_id)
+
+    def heartbeat(self, session_id: str, at: float | None = None) -> None:
+        """The session's supervisor is alive at `at`."""
+        self._update_session("heartbeat_at = ?", (_now(at),), session_id)
 
     def mark_post_start(self, session_id: str, at: float | None = None) -> None:
-        """The session reached post-start: from now on, a missing end means a crash."""
+        """The session's post-start hooks finished."""
         self._update_session("post_started_at = ?", (_now(at),), session_id)
 
     def close_session(
@@ -320,19 +224,60 @@ class Journal:
         """Crash recovery fired this session's owed hooks: never recover it again."""
         self._update_session("recovered_at = ?", (_now(at),), session_id)
 
-    def unfinished_sessions(self, agent_id: str) -> list[SessionRow]:
-        """Sessions of `agent_id` that reached post-start, never ended, and were not recovered."""
-        rows = self._select(
-            "SELECT * FROM sessions WHERE agent_id = ? AND post_started_at IS NOT NULL"
-            " AND ended_at IS NULL AND recovered_at IS NULL ORDER BY started_at",
-            (agent_id,),
-        )
-        return [_session_row(row) for row in rows]
+    def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
+        """Sessions (of `agent_id`, or of every agent) that began post-start, never ended,
+        and were not recovered, oldest first."""
+        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
+        params: list[Any] = []
+        if agent_id is not None:
+            sql += " AND agent_id = ?"
+            params.append(agent_id)
+        rows = self._select(sql + " ORDER BY started_at", params)
+        return [_rows.session_row(row) for row in rows]
+
+    def claim_session(
+        self,
+        session_id: str,
+        claimer: str,
+        lease: float,
+        at: float | None = None,
+        *,
+        steal_from: str | None = None,
+    ) -> SessionRow | None:
+        """Take an unfinished session for recovery: the row, with the moments of its owed
+        events fixed, if this caller won it; None if it is finished, recovered, or held by
+        another claimer whose lease has not run out."""
+        now = _now(at)
+        params = (claimer, now + lease, now, now + 0.001, session_id, now, steal_from)
+
+        def claim(db: sqlite3.Connection) -> list[Any]:
+            db.execute("BEGIN IMMEDIATE")  # the write lock first: claimers queue here
+            try:
+                rows = db.execute(_rows.CLAIM, params).fetchall()
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return rows
+
+        rows: list[Any] = self._run("claim a session", claim, [])
+        return _rows.session_row(rows[0]) if rows else None
 
     def session(self, session_id: str) -> SessionRow | None:
         """One session by id."""
         rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
-        return _session_row(rows[0]) if rows else None
+        return _rows.session_row(rows[0]) if rows else None
+
+    def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
+        """The latest sessions (of one agent), newest first."""
+        if agent_id is None:
+            rows = self._select("SELECT * FROM sessions ORDER BY started_at DESC LIMIT ?", (limit,))
+        else:
+            rows = self._select(
+                "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
+                (agent_id, limit),
+            )
+        return [_rows.session_row(row) for row in rows]
 
     def close(self) -> None:
         """Commit what is waiting and close the database; later calls are no-ops."""
@@ -369,7 +314,7 @@ class Journal:
                     f"schema version {version} is newer than this package's {SCHEMA_VERSION}"
                 )
             if version < SCHEMA_VERSION:
-                _create_schema(db)
+                _migrate(db)
         except BaseException:
             db.close()
             raise
@@ -407,12 +352,12 @@ class Journal:
         self._insert_queued(db)  # rows recorded before this one keep the lower ids
         if not db.in_transaction:
             if at_once or now - self._last_commit >= COMMIT_AFTER_SECONDS:  # nothing to join
-                row_id = db.execute(_INSERT_EXECUTION, values).lastrowid
+                row_id = db.execute(INSERT_EXECUTION, values).lastrowid
                 self._last_commit = now
                 return row_id
             db.execute("BEGIN")
             self._batch_started = now
-        row_id = db.execute(_INSERT_EXECUTION, values).lastrowid
+        row_id = db.execute(INSERT_EXECUTION, values).lastrowid
         self._uncommitted += 1
         if (
             at_once
@@ -428,7 +373,7 @@ class Journal:
         now = time.monotonic()
         batch_open = bool(self._queued) or db.in_transaction
         if not batch_open and now - self._last_commit >= COMMIT_AFTER_SECONDS:
-            row_id = db.execute(_INSERT_EXECUTION, _execution_values(row)).lastrowid
+            row_id = db.execute(INSERT_EXECUTION, execution_values(row)).lastrowid
             self._last_commit = now  # after a quiet spell: nothing to join, committed at once
             return row_id
         if not batch_open:
@@ -446,7 +391,7 @@ class Journal:
         queued, self._queued = self._queued, []
         if not db.in_transaction:
             db.execute("BEGIN")
-        db.executemany(_INSERT_EXECUTION, map(_execution_values, queued))
+        db.executemany(INSERT_EXECUTION, map(execution_values, queued))
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:
@@ -491,7 +436,10 @@ class Journal:
 
     def _update_session(self, assignments: str, values: tuple[Any, ...], session_id: str) -> None:
         sql = f"UPDATE sessions SET {assignments} WHERE session_id = ?"
-        self._run("update a session", lambda db: db.execute(sql, (*values, session_id)), None)
+        self._write("update a session", sql, (*values, session_id))
+
+    def _write(self, what: str, sql: str, values: Sequence[Any]) -> None:
+        self._run(what, lambda db: db.execute(sql, values), None)
 
     def _disable(self, what: str, exc: BaseException) -> None:
         if self._healthy:
@@ -515,86 +463,24 @@ class Journal:
             log.warning("execution journal %s is busy; could not %s: %s", self.path, what, exc)
 
 
-def _create_schema(db: sqlite3.Connection) -> None:
+def _migrate(db: sqlite3.Connection) -> None:
     # IMMEDIATE takes the write lock first: two processes may be creating the file at once.
     db.execute("BEGIN IMMEDIATE")
     try:
-        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        current = db.execute("PRAGMA user_version").fetchone()[0]
+        for version, body in statements("sqlite", current):
+            for statement in body:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {version}")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
 
 
-_INSERT_EXECUTION = (
-    f"INSERT INTO executions ({', '.join(_EXECUTION_COLUMNS)})"
-    f" VALUES ({', '.join('?' for _ in _EXECUTION_COLUMNS)})"
-)
-
-
 def _is_busy(exc: BaseException) -> bool:
     return getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED")
 
 
-def _name_of(spec: Any) -> str:
-    # Not getattr's default: str() of a spec is its whole dataclass repr, built for nothing.
-    name = getattr(spec, "name", None)
-    return name if isinstance(name, str) else str(spec)
-
-
 def _now(at: float | None) -> float:
     return at if at is not None else time.time()
-
-
-def _execution_values(row: ExecutionRow) -> tuple[Any, ...]:
-    request = json.dumps(row.request, sort_keys=True) if row.request is not None else None
-    return (
-        row.session_id, row.agent_id, row.hook, row.event, row.outcome, row.attempts,
-        row.duration_ms, row.started_at, row.http_status, row.exit_code, row.error_type,
-        row.message, row.trace_id, row.span_id, row.idempotency_key, request,
-        int(row.recovered), row.replayed_from,
-    )  # fmt: skip
-
-
-def _execution_row(row: sqlite3.Row) -> ExecutionRow:
-    request = json.loads(row["request"]) if row["request"] is not None else None
-    return ExecutionRow(
-        id=row["id"],
-        hook=row["hook"],
-        event=row["event"],
-        outcome=row["outcome"],
-        started_at=row["started_at"],
-        attempts=row["attempts"],
-        duration_ms=row["duration_ms"],
-        session_id=row["session_id"],
-        agent_id=row["agent_id"],
-        http_status=row["http_status"],
-        exit_code=row["exit_code"],
-        error_type=row["error_type"],
-        message=row["message"],
-        trace_id=row["trace_id"],
-        span_id=row["span_id"],
-        idempotency_key=row["idempotency_key"],
-        request=request,
-        recovered=bool(row["recovered"]),
-        replayed_from=row["replayed_from"],
-    )
-
-
-def _session_row(row: sqlite3.Row) -> SessionRow:
-    return SessionRow(
-        session_id=row["session_id"],
-        agent_id=row["agent_id"],
-        agent_name=row["agent_name"],
-        template_files=tuple(json.loads(row["template_files"] or "[]")),
-        pid=row["pid"],
-        started_at=row["started_at"],
-        post_started_at=row["post_started_at"],
-        ended_at=row["ended_at"],
-        exit_code=row["exit_code"],
-        recovered_at=row["recovered_at"],
-    )

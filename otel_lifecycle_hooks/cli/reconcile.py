@@ -1,0 +1,232 @@
+"""`reconcile [--journal URL] [--stale-after 60s] [--watch [--interval 10s]] [--dry-run] [--json]`
+
+Runs, from here, the owed pre-stop and session-end hooks of every session in the journal whose
+supervisor died: sessions that began post-start, never ended, were never recovered, and whose
+heartbeat is older than --stale-after (and, where their pids can be looked up from here, whose
+supervisor and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
+would have used, with the template text and variables the session journaled; secrets come from
+this process's environment, as they did from the agent's. Exactly once across any number of
+reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
+sent, and sends nothing. Exit 0; 1 when the journal cannot be read; 2 on a bad option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("otel_lifecycle_hooks.reconcile")
+
+DEFAULT_INTERVAL = "10s"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the `reconcile` command."""
+    from .history import add_journal_option
+
+    parser = subparsers.add_parser(
+        "reconcile",
+        help="run the owed pre-stop and session-end hooks of sessions whose supervisor died",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--stale-after",
+        default="60s",
+        metavar="DURATION",
+        help="a heartbeat older than this is a dead supervisor's (default 60s; the supervisors' "
+        "heartbeat is every 10s, $OTEL_LIFECYCLE_HOOKS_HEARTBEAT)",
+    )
+    parser.add_argument(
+        "--watch", action="store_true", help="keep reconciling, every --interval, until stopped"
+    )
+    parser.add_argument(
+        "--interval",
+        default=DEFAULT_INTERVAL,
+        metavar="DURATION",
+        help=f"with --watch: time between passes (default {DEFAULT_INTERVAL})",
+    )
+    parser.add_argument("--agent", metavar="ID", help="only sessions of this agent id")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list what would be sent; send nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per session")
+    add_journal_option(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..journal import open_journal
+    from ..spec.durations import DurationError, parse_duration
+    from .history import journal_path
+
+    try:
+        stale_after = parse_duration(args.stale_after)
+        interval = parse_duration(args.interval)
+    except DurationError as exc:
+        print(f"otel-lifecycle-hooks reconcile: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="otel-lifecycle-hooks: %(message)s")
+    location = journal_path(args)
+    if isinstance(location, Path) and not location.is_file() and not args.watch:
+        print(f"nothing to reconcile: there is no journal at {location}")  # none is made
+        return 0
+    journal = open_journal(location)
+    stop = threading.Event()
+    if args.watch and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    try:
+        while True:
+            for report in reconcile_pass(journal, stale_after, args.agent, args.dry_run):
+                print(json.dumps(report) if args.json else _line(report), flush=True)
+            if not journal.healthy:
+                print(
+                    f"otel-lifecycle-hooks reconcile: cannot read the journal {journal.path}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if not args.watch:
+                    return 1
+            if not args.watch or stop.wait(interval):
+                return 0
+    finally:
+        journal.close()
+
+
+def reconcile_pass(
+    journal: Any, stale_after: float, agent_id: str | None, dry_run: bool
+) -> list[dict[str, Any]]:
+    """One pass over the journal's unfinished sessions; a report per session acted on (or, in
+    a dry run, per session that would be)."""
+    import time
+
+    from ..supervisor import recovery
+
+    reports: list[dict[str, Any]] = []
+    here = recovery.process_namespace()
+    for row in journal.unfinished_sessions(agent_id):
+        gone, why = recovery.earlier_run_gone(
+            row, here=here, now=time.time(), stale_after=stale_after,
+            require_stale_heartbeat=True,
+        )  # fmt: skip
+        base = {"session": row.session_id, "agent_id": row.agent_id, "agent": row.agent_name}
+        if not gone:
+            if dry_run:
+                reports.append({**base, "action": "left alone", "reason": why})
+            continue
+        if dry_run:
+            reports.append({**base, "action": "would recover", "hooks": _planned(row)})
+            continue
+        claimed = journal.claim_session(
+            row.session_id,
+            recovery.claimer_name(),
+            recovery.CLAIM_LEASE,
+            steal_from=row.claimed_by if recovery.claimer_gone(row.claimed_by, here) else None,
+        )
+        if claimed is None:
+            continue  # another reconciler (or run) has it
+        try:
+            fired = _recover(journal, claimed)
+        except Exception as exc:  # noqa: BLE001 - one session's failure never stops the pass
+            log.error("session %s: recovery failed: %s", row.session_id, exc)
+            reports.append({**base, "action": "failed", "reason": str(exc)})
+            continue
+        reports.append({**base, "action": "recovered", "hooks": fired})
+    return reports
+
+
+def _recover(journal: Any, row: Any) -> list[str]:
+    from ..engine.engine import HookEngine
+    from ..supervisor import recovery
+
+    template = recovery.stored_template(row)
+    # As the session had them: its non-secret values win; secrets only from here.
+    environ = {**os.environ, **row.variables}
+    telemetry = _telemetry(template, environ, row)
+    engine = HookEngine(
+        template,
+        journal=journal,
+        environ=environ,
+        tracer_provider=telemetry.tracer_provider if telemetry else None,
+        meter_provider=telemetry.meter_provider if telemetry else None,
+    )
+    try:
+        done = recovery.recover_session(
+            journal,
+            row,
+            lambda hook, event, info: engine.executor.run(hook, event, info),
+            template,
+        )
+        flush = getattr(journal, "flush", None)
+        if flush is not None:
+            flush()  # the recovered mark and rows written now, not at exit (PostgreSQL)
+    finally:
+        engine.shutdown()
+        if telemetry is not None:
+            telemetry.shutdown()
+    return done.fired
+
+
+def _telemetry(template: Any, environ: dict[str, str], row: Any) -> Any:
+    """The session's telemetry set-up from OTEL_*, so that recovered hooks have their spans
+    (under the session's agent attributes); None when it cannot be built."""
+    from .. import events as ev
+    from ..telemetry.setup import configure_telemetry
+
+    resource = {
+        attr: row.metadata[name]
+        for name, attr in ev.METADATA_ATTRIBUTES.items()
+        if row.metadata.get(name)
+    }
+    try:
+        return configure_telemetry(
+            template.env, environ, resource_attributes=resource, session_id=row.session_id
+        )
+    except Exception as exc:  # noqa: BLE001 - telemetry never stops a hook
+        log.warning("session %s: telemetry not set up: %s", row.session_id, exc)
+        return None
+
+
+def _planned(row: Any) -> list[str]:
+    """What a claim would send: each owed hook with its id where its moment is fixed."""
+    from ..supervisor import recovery
+
+    try:
+        template = recovery.stored_template(row)
+    except Exception as exc:  # noqa: BLE001 - a dry run reports, never stops
+        return [f"(template unreadable: {exc})"]
+    agent_id = row.metadata.get("AGENT_ID", row.agent_id)
+    planned: list[str] = []
+    pre_stop_owed = row.pre_stop_at is not None or row.session_end_at is None
+    for event, moment, owed in (
+        ("pre-stop", row.pre_stop_at, pre_stop_owed),
+        ("session-end", row.session_end_at, True),
+    ):
+        if not owed:
+            continue
+        for hook in template.hooks_for(event):
+            stamp = _rfc3339(moment) if moment is not None else "(fixed when claimed)"
+            planned.append(f"{event}/{hook.name} {agent_id}:{hook.name}:{event}:{stamp}")
+    return planned
+
+
+def _rfc3339(unix: float) -> str:
+    moment = datetime.datetime.fromtimestamp(unix, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _line(report: dict[str, Any]) -> str:
+    head = f"{report['action']}: session {report['session']} of {report['agent'] or report['agent_id']}"
+    if "reason" in report:
+        return f"{head} ({report['reason']})"
+    hooks = report.get("hooks") or []
+    return head + ("".join(f"\n  {hook}" for hook in hooks) if hooks else " (nothing owed)")

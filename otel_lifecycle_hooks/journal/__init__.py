@@ -1,0 +1,79 @@
+"""The execution journal: every hook execution and every supervised session.
+
+One URL chooses where it lives, the same for every command (`--journal URL`, else
+`$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or `sqlite:///path` for the embedded SQLite file (the
+default, `~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a
+database that a fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same
+schema (`schema.py`), migrated on open, and answer the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .rows import FAILED_OUTCOMES, OWED_EVENTS, ExecutionRow, SessionRow
+from .schema import SCHEMA_VERSION
+from .sqlite import COMMIT_AFTER_ROWS, COMMIT_AFTER_SECONDS, JOURNAL_ENV, Journal
+
+__all__ = [
+    "COMMIT_AFTER_ROWS",
+    "COMMIT_AFTER_SECONDS",
+    "FAILED_OUTCOMES",
+    "JOURNAL_ENV",
+    "OWED_EVENTS",
+    "SCHEMA_VERSION",
+    "ExecutionRow",
+    "Journal",
+    "SessionRow",
+    "default_journal_path",
+    "is_postgres_url",
+    "journal_location",
+    "open_journal",
+]
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_SQLITE_SCHEME = "sqlite://"
+
+
+def is_postgres_url(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith(_POSTGRES_SCHEMES)
+
+
+def journal_location(explicit: str | Path | None, environ: Mapping[str, str]) -> str | Path:
+    """`explicit` (--journal), else `$OTEL_LIFECYCLE_HOOKS_JOURNAL`, else the default file: a
+    PostgreSQL URL as it is, anything else as the path of a SQLite file."""
+    given = explicit or environ.get(JOURNAL_ENV)
+    if not given:
+        return default_journal_path(environ)
+    if isinstance(given, Path) or is_postgres_url(given):
+        return given
+    if given.startswith(_SQLITE_SCHEME):
+        # sqlite:///abs/path, as a file:/// URL names an absolute path (SQLAlchemy's four
+        # slashes mean the same); sqlite://rel/path is relative.
+        rest = given[len(_SQLITE_SCHEME) :]
+        return Path("/" + rest.lstrip("/")) if rest.startswith("/") else Path(rest)
+    return Path(given)
+
+
+def default_journal_path(environ: Mapping[str, str]) -> Path:
+    """The SQLite file: `$OTEL_LIFECYCLE_HOOKS_JOURNAL` when it names one, else
+    `$HOME/.local/state/otel-lifecycle-hooks/journal.sqlite3`."""
+    explicit = environ.get(JOURNAL_ENV)
+    if explicit and not is_postgres_url(explicit):
+        location = journal_location(explicit, {})
+        assert isinstance(location, Path)
+        return location
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "journal.sqlite3"
+
+
+def open_journal(location: str | Path, **options: Any) -> Any:
+    """The journal at `location` (a path, `sqlite:///...` or `postgresql://...`)."""
+    if is_postgres_url(location):
+        from .postgres import PostgresJournal
+
+        return PostgresJournal(str(location), **options)
+    resolved = journal_location(location, {})
+    return Journal(resolved, **{k: v for k, v in options.items() if k == "busy_timeout"})

@@ -1,0 +1,674 @@
+"""The PostgreSQL journal: one database that a fleet of supervisors and reconcilers share.
+
+Writing never waits for the database. Every write is queued in memory and a writer thread
+commits the queue in batches; a database that is slow or down only makes the queue longer.
+Past `MAX_PENDING` queued writes, further ones go to a local spill file instead of memory.
+Session writes (what recovery relies on) are also appended to that file as they are made, so
+that a supervisor killed before its writer caught up leaves them on disk. Whatever is still
+unwritten at `close` (after `CLOSE_TIMEOUT`) is kept in the file and reported in one line; the
+next journal opened on this machine for the same database adopts such files and writes them.
+Replaying a write twice is harmless: execution rows carry a unique `row_uid`, and session
+writes only fill what is empty or move a moment forward.
+
+One exception bounds, rather than removes, a wait: the moment an owed event begins (its
+X-Scion-Hook-ID) waits up to `BEGIN_EVENT_WAIT` for its commit while the database answers, so
+that a reconciler elsewhere reuses that id; while the database is known down it does not wait.
+
+Reads (`history`, `reconcile`, recovery at start) and claims use their own connection and are
+made when asked: they are not on a hook's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from . import rows as _rows
+from .rows import (
+    EVENT_COLUMNS,
+    FAILED_OUTCOMES,
+    ExecutionLike,
+    ExecutionRow,
+    SessionRow,
+    commits_at_once,
+    execution_filters,
+    execution_row_of,
+    execution_values,
+)
+from .schema import SCHEMA_VERSION, statements
+
+log = logging.getLogger("otel_lifecycle_hooks.journal")
+
+MAX_PENDING = 10_000  # queued writes kept in memory; past this they are spilled to the file
+BATCH_ROWS = 500  # writes committed in one transaction
+# A write waits this long for others to share its transaction (one commit per delivery would
+# be the database's and the supervisor's largest cost under load); a waited-on write does not.
+BATCH_WINDOW = 0.1
+CLOSE_TIMEOUT = 5.0  # seconds `close` waits for the queue to be written
+BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (database up)
+ADOPTED_WAIT = 3.0  # seconds recovery waits for adopted spill files to be written
+READER_IDLE = 10.0  # seconds after which an unused reading connection is closed
+CONNECT_TIMEOUT = 3  # seconds, for every connection
+RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts to reach a database that is down
+# Serialises migrations of one database across every process that opens it.
+_MIGRATION_LOCK = 0x6F746C68
+
+_INSERT_EXECUTION = _rows.INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
+
+_Write = tuple[str, tuple[Any, ...]]
+
+
+def _sql(text: str) -> str:
+    return text.replace("?", "%s")
+
+
+def redacted_url(url: str) -> str:
+    """The URL with any password (in its userinfo or a `password=` parameter) taken out."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        parts = parts._replace(netloc=netloc)
+    if "password" in parts.query.lower():
+        kept = [
+            "password=***" if item.split("=", 1)[0].lower() == "password" else item
+            for item in parts.query.split("&")
+        ]
+        parts = parts._replace(query="&".join(kept))
+    return urlunsplit(parts)
+
+
+def default_spill_dir(url: str, environ: Mapping[str, str]) -> Path:
+    """Where writes that could not reach this database wait: one folder per database."""
+    home = environ.get("HOME") or str(Path.home())
+    key = hashlib.sha256(redacted_url(url).encode()).hexdigest()[:16]
+    return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "pending" / key
+
+
+class PostgresJournal:
+    """The execution journal over a PostgreSQL database. Thread-safe; never raises."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        spill_dir: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self.url = url
+        self.path = redacted_url(url)  # what messages name (the SQLite journal's `path`)
+        self._spill_dir = (
+            Path(spill_dir)
+            if spill_dir
+            else default_spill_dir(url, os.environ if environ is None else environ)
+        )
+        self._max_pending = max_pending
+        self._cond = threading.Condition()
+        self._queue: deque[_Write] = deque()
+        self._in_flight = 0  # writes at the queue's head that the writer is committing
+        self._closing = False
+        self._db_down = False  # the writer's last attempt failed
+        self._down_reported = False
+        self._committed = 0  # writes committed since open (waiters compare against it)
+        self._enqueued = 0
+        self._urgent = False  # a caller waits for the queue's commit: no batching window
+        self.refused = 0  # writes the database refused (reported one by one)
+        self._healthy = True
+        self._spill_lock = threading.Lock()
+        self._spill: IO[str] | None = None
+        self._spill_path = self._spill_dir / "unused.jsonl"  # named when first written
+        self._spilled_unwritten = 0  # writes only in the spill file
+        # Files to write (orphans adopted, our own spill rotated out), each held under flock
+        # until written and removed: another journal never takes a file that is held.
+        self._held: list[tuple[Path, IO[str]]] = self._adopt_orphans()
+        self._read_lock = threading.Lock()
+        self._reader: Any = None
+        self._reader_used = 0.0  # monotonic time of its last read
+        self._writer = threading.Thread(target=self._write_loop, name="journal-pg", daemon=True)
+        self._writer.start()
+
+    @property
+    def healthy(self) -> bool:
+        """False while reads fail (the database is down, or holds a newer schema)."""
+        return self._healthy
+
+    # -- executions --
+
+    def record_execution(self, row: ExecutionRow) -> int | None:
+        """Queue `row`; None (its id is the database's, known once written)."""
+        # An owed event's row (what recovery reads to skip a hook that ran) and a failed
+        # delivery's (what replay re-sends) are kept on disk at once, as session writes are.
+        durable = commits_at_once(row)
+        self._enqueue(_INSERT_EXECUTION, execution_values(row, _row_uid()), durable=durable)
+        return None
+
+    def record(self, execution: ExecutionLike) -> None:
+        """Queue the engine's execution record (a sink for the executor)."""
+        self.record_execution(execution_row_of(execution))
+
+    def get(self, execution_id: int) -> ExecutionRow | None:
+        rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
+        return _rows.execution_row(rows[0]) if rows else None
+
+    def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
+        return self.executions(hook=hook_name, limit=limit)
+
+    def failed(self, since: float | None = None) -> list[ExecutionRow]:
+        return self.executions(outcomes=FAILED_OUTCOMES, since=since, oldest_first=True)
+
+    def executions(
+        self,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        hook: str | None = None,
+        outcomes: tuple[str, ...] | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+        oldest_first: bool = False,
+    ) -> list[ExecutionRow]:
+        """Executions matching every filter given, newest first (or oldest first)."""
+        where, params = execution_filters(
+            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since
+        )
+        sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_rows.execution_row(row) for row in self._select(sql, params)]
+
+    def delivered_by_replay(self) -> set[int]:
+        rows = self._select(
+            "SELECT DISTINCT replayed_from FROM executions"
+            " WHERE replayed_from IS NOT NULL AND outcome = 'success'",
+            (),
+        )
+        return {row["replayed_from"] for row in rows}
+
+    # -- sessions --
+
+    def open_session(
+        self,
+        session_id: str,
+        *,
+        agent_id: str = "",
+        agent_name: str = "",
+        template_files: Sequence[str] = (),
+        pid: int | None = None,
+        started_at: float | None = None,
+        templates: Sequence[Mapping[str, str]] = (),
+        metadata: Mapping[str, str] | None = None,
+        variables: Mapping[str, str] | None = None,
+        host: str = "",
+    ) -> None:
+        values = _rows.open_session_values(
+            session_id, agent_id, agent_name, template_files, pid, _now(started_at),
+            templates, metadata or {}, variables or {}, host,
+        )  # fmt: skip
+        self._enqueue(_sql(_rows.OPEN_SESSION), values)
+
+    def begin_event(self, session_id: str, event: str, timestamp: float) -> None:
+        column = EVENT_COLUMNS[event]
+        ticket = self._enqueue(
+            _sql(f"UPDATE sessions SET {column} = COALESCE({column}, %s) WHERE session_id = %s"),
+            (timestamp, session_id),
+        )
+        deadline = time.monotonic() + BEGIN_EVENT_WAIT
+        with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
+            while self._committed < ticket and not self._db_down and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+
+    def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
+        self._update("agent_pid = %s, agent_started_at = %s", (pid, started_at), session_id)
+
+    def heartbeat(self, session_id: str, at: float | None = None) -> None:
+        now = _now(at)
+        self._enqueue(
+            "UPDATE sessions SET heartbeat_at = %s WHERE session_id = %s"
+            " AND (heartbeat_at IS NULL OR heartbeat_at < %s)",
+            (now, session_id, now),
+            durable=False,
+        )
+
+    def mark_post_start(self, session_id: str, at: float | None = None) -> None:
+        self._update("post_started_at = %s", (_now(at),), session_id)
+
+    def close_session(
+        self, session_id: str, exit_code: int | None, at: float | None = None
+    ) -> None:
+        self._update("ended_at = %s, exit_code = %s", (_now(at), exit_code), session_id)
+
+    def mark_recovered(self, session_id: str, at: float | None = None) -> None:
+        self._update("recovered_at = %s", (_now(at),), session_id)
+
+    def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
+        self._wait_for_adopted()
+        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
+        params: list[Any] = []
+        if agent_id is not None:
+            sql += " AND agent_id = ?"
+            params.append(agent_id)
+        return [_rows.session_row(r) for r in self._select(sql + " ORDER BY started_at", params)]
+
+    def claim_session(
+        self,
+        session_id: str,
+        claimer: str,
+        lease: float,
+        at: float | None = None,
+        *,
+        steal_from: str | None = None,
+    ) -> SessionRow | None:
+        """Take an unfinished session for recovery (one UPDATE: under the row's lock, of any
+        number of claimers exactly one sees it unclaimed); None if another holds it."""
+        self._wait_for_adopted()
+        now = _now(at)
+        params = (claimer, now + lease, now, now + 0.001, session_id, now, steal_from)
+        rows = self._select(_rows.CLAIM, params)
+        return _rows.session_row(rows[0]) if rows else None
+
+    def session(self, session_id: str) -> SessionRow | None:
+        rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
+        return _rows.session_row(rows[0]) if rows else None
+
+    def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
+        if agent_id is None:
+            rows = self._select("SELECT * FROM sessions ORDER BY started_at DESC LIMIT ?", (limit,))
+        else:
+            rows = self._select(
+                "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
+                (agent_id, limit),
+            )
+        return [_rows.session_row(row) for row in rows]
+
+    def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
+        """Wait until every queued write is committed; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
+            target = self._enqueued
+            while self._committed < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _wait_for_adopted(self, timeout: float = ADOPTED_WAIT) -> None:
+        """Recovery reads after the writes a killed supervisor left on this machine (the
+        moments of its owed events) are in: otherwise it would claim new ones."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._held and not self._db_down:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
+    def pending(self) -> int:
+        """Writes not committed yet (queued, or only in the spill file)."""
+        with self._cond:
+            return len(self._queue) + self._spilled_unwritten
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Write what is queued within `timeout`; keep the rest in the spill file, and say so."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        # A database known to be down is not waited for: what is queued is kept at once.
+        deadline = time.monotonic() + timeout
+        while self._writer.is_alive() and not self._db_down:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._writer.join(min(remaining, 0.05))
+        with self._cond:
+            left = list(self._queue)
+            self._queue.clear()
+        if left:
+            self._spill_writes(left)
+        with self._spill_lock:
+            unwritten = self._spilled_unwritten
+            if self._spill is not None:
+                if not unwritten:  # removed while still held: nobody adopts it meanwhile
+                    with contextlib.suppress(OSError):
+                        self._spill_path.unlink()
+                self._spill.close()
+                self._spill = None
+        if unwritten:
+            log.warning(
+                "execution journal %s unreachable: %d writes kept in %s, written by the next"
+                " journal opened for it on this machine",
+                self.path,
+                unwritten,
+                self._spill_path,
+            )
+        for _, handle in self._held:  # not written: left, unlocked, for the next journal
+            handle.close()
+        with self._read_lock:
+            if self._reader is not None:
+                with contextlib.suppress(Exception):
+                    self._reader.close()
+                self._reader = None
+
+    # -- writing --
+
+    def _update(self, assignments: str, values: tuple[Any, ...], session_id: str) -> None:
+        self._enqueue(
+            f"UPDATE sessions SET {assignments} WHERE session_id = %s", (*values, session_id)
+        )
+
+    def _enqueue(self, sql: str, params: tuple[Any, ...], *, durable: bool = True) -> int:
+        """Queue one write; its ticket (the commit count at which it is written). `durable`
+        writes (sessions) are also appended to the spill file at once."""
+        # PostgreSQL's text cannot hold NUL, which an agent may well send: U+FFFD instead.
+        params = tuple(
+            p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
+        )
+        if durable:
+            self._spill_writes([(sql, params)], written_later=True)
+        with self._cond:
+            if self._closing:
+                self._spill_writes([(sql, params)])
+                return self._enqueued
+            if len(self._queue) >= self._max_pending:
+                self._spill_writes([(sql, params)])
+                return self._enqueued
+            self._queue.append((sql, params))
+            self._enqueued += 1
+            ticket = self._enqueued
+            self._cond.notify_all()
+        return ticket
+
+    def _spill_writes(self, writes: Sequence[_Write], *, written_later: bool = False) -> None:
+        """Append writes to this process's spill file; `written_later`: the queue holds them
+        too (a copy for a crash), so they are not counted as unwritten."""
+        try:
+            with self._spill_lock:
+                if self._spill is None:
+                    self._spill, self._spill_path = self._new_spill_file()
+                for sql, params in writes:
+                    self._spill.write(json.dumps([sql, list(params)]) + "\n")
+                self._spill.flush()  # in the kernel: a SIGKILL does not lose it
+                if not written_later:
+                    self._spilled_unwritten += len(writes)
+        except OSError as exc:
+            log.error(
+                "execution journal %s: could not keep %d writes: %s", self.path, len(writes), exc
+            )
+
+    def _new_spill_file(self) -> tuple[IO[str], Path]:
+        self._spill_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        stem = f"{os.getpid()}-{random.getrandbits(48):012x}"
+        hidden = self._spill_dir / f"{stem}.new"
+        fd = os.open(hidden, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o600)
+        handle = os.fdopen(fd, "a", encoding="utf-8")
+        # Locked before it gets the name others look for: held while this process lives, so
+        # that a file nobody holds is an orphan to adopt.
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path = self._spill_dir / f"{stem}.jsonl"
+        os.replace(hidden, path)
+        return handle, path
+
+    def _adopt_orphans(self) -> list[tuple[Path, IO[str]]]:
+        """Spill files of processes that are gone, held for this journal's writer."""
+        adopted: list[tuple[Path, IO[str]]] = []
+        try:
+            candidates = sorted(self._spill_dir.glob("*.jsonl"))
+        except OSError:
+            return adopted
+        for path in candidates:
+            try:
+                handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held until written
+            except OSError:
+                continue  # taken and written by another journal meanwhile
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()  # held by a live process
+                continue
+            adopted.append((path, handle))
+        return adopted
+
+    def _write_loop(self) -> None:
+        db: Any = None
+        failures = 0
+        while True:
+            with self._cond:
+                while not (self._queue or self._held or self._closing or self._spilled_unwritten):
+                    self._cond.wait(READER_IDLE)
+                    self._release_idle_reader()
+                window_ends = time.monotonic() + BATCH_WINDOW
+                while (
+                    self._queue
+                    and len(self._queue) < BATCH_ROWS
+                    and not (self._urgent or self._closing or self._db_down)
+                ):
+                    left = window_ends - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                self._urgent = False
+                if self._closing and not self._queue:
+                    break
+                adopted = self._held[0] if self._held and not self._queue else None
+                replay_own = bool(not self._queue and adopted is None and self._spilled_unwritten)
+                batch = [self._queue[i] for i in range(min(BATCH_ROWS, len(self._queue)))]
+            try:
+                if db is None:
+                    db = self._connect(autocommit=False)
+                if adopted is not None:
+                    self._write_file(db, adopted[0])
+                    adopted[0].unlink()
+                    adopted[1].close()
+                    with self._cond:
+                        self._held.pop(0)
+                        self._cond.notify_all()
+                elif replay_own:
+                    self._replay_own_spill(db)
+                else:
+                    self._write_batch(db, batch)
+                    with self._cond:
+                        for _ in batch:
+                            self._queue.popleft()
+                        self._committed += len(batch)
+                        self._cond.notify_all()
+                failures = 0
+                if self._db_down:
+                    log.warning("execution journal %s reachable again", self.path)
+                    self._down_reported = False  # the next outage is reported too
+                with self._cond:
+                    self._db_down = False
+            except Exception as exc:  # noqa: BLE001 - psycopg's errors, and a file we could not read
+                with self._cond:
+                    self._db_down = True
+                    self._cond.notify_all()
+                if not self._down_reported:
+                    self._down_reported = True
+                    log.warning(
+                        "execution journal %s unreachable (%s); writes are kept and written"
+                        " when it answers",
+                        self.path,
+                        _first_line(exc),
+                    )
+                if db is not None:
+                    with contextlib.suppress(Exception):
+                        db.close()
+                    db = None
+                delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
+                failures += 1
+                with self._cond:
+                    if self._closing:
+                        break
+                    self._cond.wait(delay)
+        if db is not None:
+            with contextlib.suppress(Exception):
+                db.close()
+
+    def _write_batch(self, db: Any, batch: Sequence[_Write]) -> None:
+        """One transaction for the batch. A write the database refuses (not a connection
+        failure) must not hold up the rest: the batch is then written one by one, and each
+        refused write is reported and left out."""
+        import psycopg
+
+        try:
+            with db.transaction(), db.cursor() as cursor:
+                index = 0
+                while index < len(batch):  # consecutive writes of one statement go together
+                    sql = batch[index][0]
+                    end = index
+                    while end < len(batch) and batch[end][0] == sql:
+                        end += 1
+                    cursor.executemany(sql, [params for _, params in batch[index:end]])
+                    index = end
+            return
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise  # the database is unreachable: kept, and tried again
+        except psycopg.Error:
+            pass
+        for sql, params in batch:
+            try:
+                with db.transaction(), db.cursor() as cursor:
+                    cursor.execute(sql, params)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except psycopg.Error as exc:
+                self.refused += 1
+                log.error(
+                    "execution journal %s refused a write, left out (%d so far): %s",
+                    self.path,
+                    self.refused,
+                    _first_line(exc),
+                )
+
+    def _write_file(self, db: Any, path: Path) -> None:
+        writes: list[_Write] = []
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    sql, params = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a crash
+                writes.append((sql, tuple(params)))
+        for start in range(0, len(writes), BATCH_ROWS):
+            self._write_batch(db, writes[start : start + BATCH_ROWS])
+
+    def _replay_own_spill(self, db: Any) -> None:
+        # Rotated out first (still held): writes spilled meanwhile go to a new file, counted
+        # afresh; this one is written like an adopted file.
+        with self._spill_lock:
+            if self._spill is None:
+                self._spilled_unwritten = 0
+                return
+            self._spill.flush()
+            self._held.append((self._spill_path, self._spill))
+            self._spill = None
+            self._spilled_unwritten = 0
+
+    # -- reading --
+
+    def _select(self, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
+        with self._read_lock:
+            try:
+                self._reader_used = time.monotonic()
+                if self._reader is None:
+                    self._reader = self._connect(autocommit=True)
+                with self._reader.cursor() as cursor:
+                    cursor.execute(_sql(sql), list(params))
+                    rows = list(cursor.fetchall()) if cursor.description else []
+                self._healthy = True  # a database that was down answers again
+                return rows
+            except Exception as exc:  # noqa: BLE001 - psycopg's errors: a read never raises
+                log.error("execution journal %s: could not read: %s", self.path, _first_line(exc))
+                self._healthy = False
+                if self._reader is not None:
+                    with contextlib.suppress(Exception):
+                        self._reader.close()
+                self._reader = None
+                return []
+
+    def _release_idle_reader(self) -> None:
+        """A supervisor reads only at start: its reading connection is not held for the whole
+        session (a fleet's agents would hold twice the connections they need)."""
+        if self._reader is None or time.monotonic() - self._reader_used < READER_IDLE:
+            return
+        if self._read_lock.acquire(blocking=False):
+            try:
+                if self._reader is not None:
+                    with contextlib.suppress(Exception):
+                        self._reader.close()
+                    self._reader = None
+            finally:
+                self._read_lock.release()
+
+    def _connect(self, *, autocommit: bool) -> Any:
+        import psycopg
+        from psycopg.rows import dict_row
+
+        db = psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            row_factory=dict_row,
+            application_name="otel-lifecycle-hooks",
+            # No server-side prepared statements: a pooler in transaction mode (PgBouncer) in
+            # front of the database then works as it is.
+            prepare_threshold=None,
+        )
+        try:
+            _migrate(db)
+        except Exception:
+            db.close()
+            raise
+        db.autocommit = autocommit
+        return db
+
+
+def _migrate(db: Any) -> None:
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        db.execute("CREATE TABLE IF NOT EXISTS journal_schema (version INTEGER NOT NULL)")
+        row = db.execute("SELECT max(version) AS version FROM journal_schema").fetchone()
+        current = (row["version"] if row else None) or 0
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"schema version {current} is newer than this package's {SCHEMA_VERSION}"
+            )
+        for version, body in statements("postgresql", current):
+            for statement in body:
+                db.execute(statement)
+            db.execute("INSERT INTO journal_schema (version) VALUES (%s)", (version,))
+
+
+def _row_uid() -> str:
+    return f"{random.getrandbits(128):032x}"
+
+
+def _now(at: float | None) -> float:
+    return at if at is not None else time.time()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

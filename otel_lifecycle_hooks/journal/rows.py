@@ -1,0 +1,279 @@
+"""The journal's rows, and the SQL both backends share for sessions and fleet queries.
+
+SQL here is written with `?` placeholders; the PostgreSQL backend turns them into `%s`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
+
+# Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended).
+FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
+# The events whose hooks a killed session still owes, and the post-start that makes them owed:
+# the moment each began is journaled before its hooks are sent (it is their X-Scion-Hook-ID).
+OWED_EVENTS = ("pre-stop", "session-end")
+EVENT_COLUMNS = {
+    "post-start": "post_start_at",
+    "pre-stop": "pre_stop_at",
+    "session-end": "session_end_at",
+}
+
+EXECUTION_COLUMNS = (
+    "session_id", "agent_id", "hook", "event", "outcome", "attempts", "duration_ms",
+    "started_at", "http_status", "exit_code", "error_type", "message", "trace_id", "span_id",
+    "idempotency_key", "request", "recovered", "replayed_from", "row_uid",
+)  # fmt: skip
+
+
+class ExecutionRow(NamedTuple):
+    """One hook execution as journaled. `request` is the redacted rendered request (or
+    command), kept so that `replay` can send it again; `replayed_from` links a replay to the
+    row it re-sent; `recovered` marks executions fired by crash recovery."""
+
+    hook: str
+    event: str
+    outcome: str  # success | failed | timeout | skipped | refused
+    started_at: float  # unix seconds
+    attempts: int = 1
+    duration_ms: float = 0.0
+    session_id: str = ""
+    agent_id: str = ""
+    http_status: int | None = None
+    exit_code: int | None = None
+    error_type: str | None = None
+    message: str = ""
+    trace_id: str | None = None
+    span_id: str | None = None
+    idempotency_key: str | None = None
+    request: Mapping[str, Any] | None = None
+    recovered: bool = False
+    replayed_from: int | None = None
+    id: int | None = None
+
+
+class SessionRow(NamedTuple):
+    """One supervised agent session: what crash recovery and a reconciler need.
+
+    `templates` holds each template file's path, sha256 and text; `variables` the non-secret
+    values the owed hooks read from the supervisor's environment (secrets are never stored:
+    a reconciler resolves them from its own). `post_start_at`, `pre_stop_at` and
+    `session_end_at` are the moments those events began (their `${TIMESTAMP}`), journaled
+    before any of their hooks was sent; `post_started_at` and `ended_at` when they finished."""
+
+    session_id: str
+    agent_id: str
+    agent_name: str
+    template_files: tuple[str, ...]
+    pid: int | None
+    started_at: float
+    post_started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    recovered_at: float | None = None
+    templates: tuple[Mapping[str, str], ...] = ()
+    metadata: Mapping[str, str] = {}
+    variables: Mapping[str, str] = {}
+    host: str = ""
+    agent_pid: int | None = None
+    agent_started_at: float | None = None
+    heartbeat_at: float | None = None
+    post_start_at: float | None = None
+    pre_stop_at: float | None = None
+    session_end_at: float | None = None
+    claimed_by: str | None = None
+    claim_expires_at: float | None = None
+
+
+class ExecutionLike(Protocol):
+    """What `record` reads from the engine's execution record."""
+
+    session_id: str
+    outcome: str
+    attempts: int
+    duration: float
+    started_at: float
+    idempotency_key: str
+    status_code: int | None
+    exit_code: int | None
+    error_type: str | None
+    message: str
+    request: Mapping[str, Any] | None
+    trace_id: str | None
+    span_id: str | None
+
+
+def execution_row_of(execution: ExecutionLike) -> ExecutionRow:
+    """The journal row of the engine's execution record."""
+    hook = getattr(execution, "hook", None)
+    event = getattr(execution, "event", None)
+    return ExecutionRow(
+        hook=_name_of(hook),
+        event=_name_of(event),
+        outcome=execution.outcome,
+        started_at=execution.started_at,
+        attempts=execution.attempts,
+        duration_ms=execution.duration * 1000.0,
+        session_id=execution.session_id,
+        agent_id=getattr(execution, "agent_id", "") or "",
+        http_status=execution.status_code,
+        exit_code=execution.exit_code,
+        error_type=execution.error_type,
+        message=execution.message,
+        trace_id=execution.trace_id,
+        span_id=execution.span_id,
+        idempotency_key=execution.idempotency_key,
+        request=execution.request,
+        recovered=bool(getattr(event, "recovered", False)),
+        replayed_from=getattr(execution, "replayed_from", None),
+    )
+
+
+def commits_at_once(row: ExecutionRow) -> bool:
+    """Rows that are never left waiting in a batch: a failed delivery's (what `replay` re-sends
+    from) and an owed event's (what recovery reads to know which hooks already ran)."""
+    return row.outcome in FAILED_OUTCOMES or row.event in OWED_EVENTS or row.event == "post-start"
+
+
+def execution_values(row: ExecutionRow, row_uid: str | None = None) -> tuple[Any, ...]:
+    request = json.dumps(row.request, sort_keys=True) if row.request is not None else None
+    return (
+        row.session_id, row.agent_id, row.hook, row.event, row.outcome, row.attempts,
+        row.duration_ms, row.started_at, row.http_status, row.exit_code, row.error_type,
+        row.message, row.trace_id, row.span_id, row.idempotency_key, request,
+        int(row.recovered), row.replayed_from, row_uid,
+    )  # fmt: skip
+
+
+def execution_row(row: Any) -> ExecutionRow:
+    """From a database row (sqlite3.Row or a dict), read by column name."""
+    request = json.loads(row["request"]) if row["request"] is not None else None
+    return ExecutionRow(
+        id=row["id"],
+        hook=row["hook"],
+        event=row["event"],
+        outcome=row["outcome"],
+        started_at=row["started_at"],
+        attempts=row["attempts"],
+        duration_ms=row["duration_ms"],
+        session_id=row["session_id"],
+        agent_id=row["agent_id"],
+        http_status=row["http_status"],
+        exit_code=row["exit_code"],
+        error_type=row["error_type"],
+        message=row["message"],
+        trace_id=row["trace_id"],
+        span_id=row["span_id"],
+        idempotency_key=row["idempotency_key"],
+        request=request,
+        recovered=bool(row["recovered"]),
+        replayed_from=row["replayed_from"],
+    )
+
+
+def session_row(row: Any) -> SessionRow:
+    return SessionRow(
+        session_id=row["session_id"],
+        agent_id=row["agent_id"],
+        agent_name=row["agent_name"],
+        template_files=tuple(json.loads(row["template_files"] or "[]")),
+        pid=row["pid"],
+        started_at=row["started_at"],
+        post_started_at=row["post_started_at"],
+        ended_at=row["ended_at"],
+        exit_code=row["exit_code"],
+        recovered_at=row["recovered_at"],
+        templates=tuple(json.loads(row["templates"] or "[]")),
+        metadata=json.loads(row["metadata"] or "{}"),
+        variables=json.loads(row["variables"] or "{}"),
+        host=row["host"] or "",
+        agent_pid=row["agent_pid"],
+        agent_started_at=row["agent_started_at"],
+        heartbeat_at=row["heartbeat_at"],
+        post_start_at=row["post_start_at"],
+        pre_stop_at=row["pre_stop_at"],
+        session_end_at=row["session_end_at"],
+        claimed_by=row["claimed_by"],
+        claim_expires_at=row["claim_expires_at"],
+    )
+
+
+def _name_of(spec: Any) -> str:
+    # Not getattr's default: str() of a spec is its whole dataclass repr, built for nothing.
+    name = getattr(spec, "name", None)
+    return name if isinstance(name, str) else str(spec)
+
+
+INSERT_EXECUTION = (
+    f"INSERT INTO executions ({', '.join(EXECUTION_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in EXECUTION_COLUMNS)})"
+)
+
+OPEN_SESSION = (
+    "INSERT INTO sessions (session_id, agent_id, agent_name, template_files, pid, started_at,"
+    " templates, metadata, variables, host, heartbeat_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+)
+# A session that reached post-start (or began it: its registration may have gone out) and
+# neither ended nor was recovered.
+UNFINISHED = (
+    "(post_start_at IS NOT NULL OR post_started_at IS NOT NULL)"
+    " AND ended_at IS NULL AND recovered_at IS NULL"
+)
+# Taking a session for recovery: one statement, so that of any number of claimers one wins.
+# The moments of the owed events not begun yet are fixed here, once: a claimer that dies
+# leaves them to the next, which sends the same X-Scion-Hook-IDs. pre-stop is owed only if
+# session-end had not begun (a session that ended by itself never stopped). A claim is taken
+# over once its lease ran out, or from a named claimer known to be dead.
+CLAIM = (
+    "UPDATE sessions SET claimed_by = ?, claim_expires_at = ?,"
+    " pre_stop_at = CASE WHEN pre_stop_at IS NULL AND session_end_at IS NULL THEN ?"
+    " ELSE pre_stop_at END,"
+    " session_end_at = COALESCE(session_end_at, ?)"
+    f" WHERE session_id = ? AND {UNFINISHED}"
+    " AND (claimed_by IS NULL OR claim_expires_at < ? OR claimed_by = ?) RETURNING *"
+)
+
+
+def open_session_values(
+    session_id: str,
+    agent_id: str,
+    agent_name: str,
+    template_files: Any,
+    pid: int | None,
+    started_at: float,
+    templates: Any,
+    metadata: Mapping[str, str],
+    variables: Mapping[str, str],
+    host: str,
+) -> tuple[Any, ...]:
+    return (
+        session_id, agent_id, agent_name, json.dumps(list(template_files)), pid, started_at,
+        json.dumps(list(templates)), json.dumps(dict(metadata)), json.dumps(dict(variables)),
+        host, started_at,
+    )  # fmt: skip
+
+
+def execution_filters(
+    *,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    hook: str | None = None,
+    outcomes: tuple[str, ...] | None = None,
+    since: float | None = None,
+) -> tuple[str, list[Any]]:
+    """A WHERE clause (or '') and its parameters for the fleet views' filters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (("agent_id", agent_id), ("session_id", session_id), ("hook", hook)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if outcomes:
+        clauses.append(f"outcome IN ({', '.join('?' for _ in outcomes)})")
+        params.extend(outcomes)
+    if since is not None:
+        clauses.append("started_at >= ?")
+        params.append(since)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
