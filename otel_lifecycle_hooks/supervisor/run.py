@@ -30,10 +30,11 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
+from .channel import SessionChannel
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .recovery import recover_orphaned_sessions
-from .server import SOCKET_ENV, EventServer
+from .server import EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -121,6 +122,7 @@ class Supervisor:
         self.session: AgentSession | None = None
         self._tracker: Any = None
         self._server: EventServer | None = None
+        self._channel: SessionChannel | None = None
         self._journal: Any = None
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
@@ -349,6 +351,8 @@ class Supervisor:
         return None
 
     def _close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
         if self._server is not None:
             self._server.close()
         if self.session is not None:
@@ -427,8 +431,6 @@ class Supervisor:
         if self._telemetry is not None:
             for key, value in self._telemetry.otel_env.items():
                 env.setdefault(key, value)
-        if self._server is not None:
-            env[SOCKET_ENV] = self._server.path
         traceparent = self._traceparent()
         if traceparent:
             env["TRACEPARENT"] = traceparent
@@ -440,6 +442,9 @@ class Supervisor:
             from ..actions.script import user_process_options
 
             kwargs.update(user_process_options(self.options.user, env))
+        if self._server is not None:  # after HOME is the agent's: its pointer file goes there
+            self._channel = SessionChannel(self._server.path, owner=_socket_owner(self.options.user))
+            env.update(self._channel.open(env))
         return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
 
     def _traceparent(self) -> str | None:

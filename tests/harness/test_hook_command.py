@@ -143,7 +143,7 @@ def test_no_supervisor_and_no_template_is_logged_and_exits_0(
         ["--dialect", "claude"], json.dumps(load_payload("claude", "stop")).encode(), env
     )
     assert result.returncode == 0
-    assert "OTEL_LIFECYCLE_HOOKS_SOCKET is not set" in log_lines(env)[-1]
+    assert "$LIFECYCLE_HOOKS_SOCKET is not set" in log_lines(env)[-1]
     assert b"not delivered" in result.stderr
 
 
