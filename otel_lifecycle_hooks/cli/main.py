@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "history": "history",
     "replay": "replay",
     "trace": "trace",
+    "harness": "harness",
 }
 
 

@@ -48,6 +48,7 @@ SOCKET_ENV = ENV_PREFIX + "SOCKET"
 LEGACY_SOCKET_ENV = LEGACY_ENV_PREFIX + "SOCKET"
 POINTER_DIR_NAME = "otel-lifecycle-hooks"
 POINTER_VERSION = 1
+PING_KIND = "ping"  # `harness doctor`'s probe: counted by the supervisor, fires nothing
 MAX_POINTER_BYTES = 4096
 MAX_ANCESTORS = 64  # how far up the process tree a client looks for its supervisor
 CONNECT_TIMEOUT = 0.2  # seconds; a hook must never hold up its harness

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..harness.socket_client import (
     LEGACY_SOCKET_ENV,
+    PING_KIND,
     POINTER_VERSION,
     SOCKET_ENV,
     pointer_directories,
@@ -28,41 +30,72 @@ from ..harness.socket_client import (
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
+HTTP_ROUTE_ENV = "LIFECYCLE_HOOKS_HTTP"  # 1: open the HTTP route for any agent; 0: never
 HTTP_URL_ENV = "LIFECYCLE_HOOKS_HTTP_URL"
 HTTP_TOKEN_ENV = "LIFECYCLE_HOOKS_HTTP_TOKEN"
 CLAUDE_SETTINGS_ENV = "LIFECYCLE_HOOKS_CLAUDE_SETTINGS"
 
 
+def wants_http_route(
+    command: Sequence[str], metadata: Mapping[str, str], environ: Mapping[str, str]
+) -> bool:
+    """Whether a session opens the loopback HTTP route: for Claude Code (the template's
+    `harness: claude`, or a `claude` command), or when $LIFECYCLE_HOOKS_HTTP says so. Other
+    sessions do without it: it costs every `run` an HTTP server and a token."""
+    chosen = environ.get(HTTP_ROUTE_ENV, "").strip().lower()
+    if chosen in ("0", "false", "no", "off"):
+        return False
+    if chosen in ("1", "true", "yes", "on"):
+        return True
+    if metadata.get("HARNESS_NAME", "").lower() in ("claude", "claude-code"):
+        return True
+    return bool(command) and os.path.basename(command[0]) == "claude"
+
+
 class SessionChannel:
-    """The variables and the pointer file of one session; `close` takes the file away."""
+    """The routes into one session: the delivery function the Unix socket and the HTTP route
+    share (it counts what arrives, for `harness doctor`), the variables and the pointer file;
+    `close` takes the HTTP route and the file away."""
 
     def __init__(
         self,
-        socket_path: str,
-        deliver: Callable[[dict[str, Any]], None] | None = None,
+        deliver: Callable[[dict[str, Any]], None],
         owner: tuple[int, int] | None = None,
+        http: bool = False,
     ) -> None:
-        """`deliver`: where the HTTP route hands each message (the socket's own function);
-        None: no HTTP route. `owner`: (uid, gid) of the agent when it runs as another user."""
-        self.socket_path = socket_path
-        self._deliver = deliver
+        """`deliver`: the supervisor's own delivery function. `owner`: (uid, gid) of the agent
+        when it runs as another user. `http`: also open the loopback HTTP route."""
+        self._supervisor_deliver = deliver
         self._owner = owner
+        self._want_http = http
+        self._received = 0
+        self._count_lock = threading.Lock()
+        self.socket_path = ""
         self._pointer: Path | None = None
         self._http: Any = None
 
-    def open(self, child_env: Mapping[str, str]) -> dict[str, str]:
+    def deliver(self, message: dict[str, Any]) -> None:
+        """Hand one message to the supervisor (a `ping` only counts: doctor's probe)."""
+        with self._count_lock:
+            self._received += 1
+        if message.get("kind") == PING_KIND:
+            return
+        self._supervisor_deliver(message)
+
+    def received(self) -> int:
+        with self._count_lock:
+            return self._received
+
+    def open(self, socket_path: str, child_env: Mapping[str, str]) -> dict[str, str]:
         """Start the HTTP route (if any), write the pointer file; the variables for the agent."""
-        variables = {SOCKET_ENV: self.socket_path, LEGACY_SOCKET_ENV: self.socket_path}
-        pointer: dict[str, Any] = {
-            "v": POINTER_VERSION,
-            "pid": os.getpid(),
-            "socket": self.socket_path,
-        }
-        if self._deliver is not None:
+        self.socket_path = socket_path
+        variables = {SOCKET_ENV: socket_path, LEGACY_SOCKET_ENV: socket_path}
+        pointer: dict[str, Any] = {"v": POINTER_VERSION, "pid": os.getpid(), "socket": socket_path}
+        if self._want_http:
             try:
                 from .ingest_http import HttpIngest
 
-                self._http = HttpIngest(self._deliver).start()
+                self._http = HttpIngest(self.deliver, self.received).start()
             except OSError as exc:
                 log.warning("HTTP event route not started: %s", exc.strerror or exc)
             else:
@@ -91,7 +124,7 @@ class SessionChannel:
     def _write_claude_settings(self) -> Path | None:
         """A Claude Code settings file whose hooks post to this session's HTTP route, beside
         the socket (in the supervisor's private directory): `claude --settings "$..."`."""
-        from ..harness.install_claude import http_hooks_settings
+        from ..harness.claude_hooks import http_hooks_settings
 
         path = Path(self.socket_path).with_name("claude-settings.json")
         try:

@@ -30,7 +30,7 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
-from .channel import SessionChannel
+from .channel import SessionChannel, wants_http_route
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .recovery import recover_orphaned_sessions
@@ -183,7 +183,9 @@ class Supervisor:
     def _lifecycle(self) -> int:
         options = self.options
         self._set_phase("provisioning")
-        self._server = EventServer(self._deliver, owner=_socket_owner(options.user)).start()
+        http = wants_http_route(options.command, self.metadata, options.environ)
+        self._channel = SessionChannel(self._deliver, _socket_owner(options.user), http)
+        self._server = EventServer(self._channel.deliver, owner=_socket_owner(options.user)).start()
         self._legacy("pre-start")
         result = self._record("pre-start")
         if self._stop_signal is not None:
@@ -442,9 +444,8 @@ class Supervisor:
             from ..actions.script import user_process_options
 
             kwargs.update(user_process_options(self.options.user, env))
-        if self._server is not None:  # after HOME is the agent's: its pointer file goes there
-            self._channel = SessionChannel(self._server.path, owner=_socket_owner(self.options.user))
-            env.update(self._channel.open(env))
+        if self._server is not None and self._channel is not None:  # HOME is the agent's now
+            env.update(self._channel.open(self._server.path, env))
         return subprocess.Popen(list(command), env=env, start_new_session=True, **kwargs)
 
     def _traceparent(self) -> str | None:

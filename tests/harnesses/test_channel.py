@@ -74,8 +74,8 @@ def test_status_finds_its_supervisor_through_the_pointer_file(
     home = tmp_path / "home"
     home.mkdir()
     # This test process stands for the supervisor: its pid names the pointer file.
-    channel = SessionChannel(server.path)
-    variables = channel.open({"HOME": str(home)})
+    channel = SessionChannel(received)
+    variables = channel.open(server.path, {"HOME": str(home)})
     try:
         pointer = home / ".local/state/otel-lifecycle-hooks/run" / f"supervisor-{os.getpid()}.json"
         assert stat.S_IMODE(pointer.stat().st_mode) == 0o600
@@ -128,8 +128,9 @@ def test_a_pointer_file_that_is_a_symbolic_link_is_not_followed(
 def test_the_runtime_directory_is_preferred_when_there_is_one(tmp_path: Path) -> None:
     runtime = tmp_path / "run-user"
     runtime.mkdir(mode=0o700)
-    channel = SessionChannel(str(tmp_path / "events.sock"))
-    channel.open({"HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(runtime)})
+    channel = SessionChannel(Received())
+    channel.open(str(tmp_path / "events.sock"), {"HOME": str(tmp_path / "home"),
+                                                 "XDG_RUNTIME_DIR": str(runtime)})
     try:
         assert (runtime / "otel-lifecycle-hooks" / f"supervisor-{os.getpid()}.json").exists()
         assert stat.S_IMODE((runtime / "otel-lifecycle-hooks").stat().st_mode) == 0o700
@@ -170,3 +171,33 @@ def test_the_agent_gets_the_new_and_the_old_socket_variable(tmp_path: Path) -> N
     seen = json.loads(dump.read_text())
     assert seen["LIFECYCLE_HOOKS_SOCKET"] == seen["OTEL_LIFECYCLE_HOOKS_SOCKET"]
     assert seen["LIFECYCLE_HOOKS_SOCKET"].endswith("events.sock")
+
+
+def test_doctor_inside_a_session_sees_the_supervisor_and_its_ping_arrive(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    report = tmp_path / "doctor.json"
+    script = (
+        "env -u LIFECYCLE_HOOKS_SOCKET -u OTEL_LIFECYCLE_HOOKS_SOCKET "
+        "-u LIFECYCLE_HOOKS_HTTP_URL -u LIFECYCLE_HOOKS_HTTP_TOKEN "
+        f"{PACKAGE_CLI} harness doctor --json > {report}; echo $? >> {report}.rc"
+    )
+    with TargetServer() as receiver:
+        template = write_template(tmp_path / "t.yaml", receiver, tmp_path / "rt.jsonl", "sh")
+        env = base_env(home) | {"LIFECYCLE_HOOKS_HTTP": "1"}  # the route doctor counts through
+        process = start_run(["sh", "-c", script], env, template, tmp_path)
+        assert finish(process, TIMEOUT)[0] == 0
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert (tmp_path / "doctor.json.rc").read_text().strip() == "0"
+    assert checks["pointer file"]["ok"]
+    assert checks["socket"]["ok"]
+    assert checks["events arrive"]["ok"], checks["events arrive"]["detail"]
+
+
+def test_doctor_outside_any_session_says_so_and_exits_1(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(PACKAGE_CLI), "harness", "doctor"], env=base_env(tmp_path), capture_output=True,
+        text=True, timeout=TIMEOUT, check=False,
+    )
+    assert result.returncode == 1
+    assert "FAIL socket: no supervisor socket found" in result.stdout
