@@ -28,10 +28,11 @@ class Step:
 
     command: str | None = None
     text: str = ""
+    escalated: bool = False  # Codex: the call asks to run outside the sandbox (an approval)
 
     @classmethod
-    def shell(cls, command: str) -> Step:
-        return cls(command=command)
+    def shell(cls, command: str, escalated: bool = False) -> Step:
+        return cls(command=command, escalated=escalated)
 
     @classmethod
     def reply(cls, text: str) -> Step:
@@ -253,7 +254,11 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                     "id": f"fc_{len(server.requests):04d}",
                     "call_id": f"call_{len(server.requests):04d}",
                     "name": "exec_command",
-                    "arguments": json.dumps({"cmd": step.command}),
+                    "arguments": json.dumps(
+                        {"cmd": step.command, "sandbox_permissions": "require_escalated",
+                         "justification": "the test asks for it"}
+                        if step.escalated else {"cmd": step.command}
+                    ),
                     "status": "completed",
                 }
             else:

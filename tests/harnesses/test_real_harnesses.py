@@ -1,0 +1,139 @@
+"""The real Claude Code, Gemini CLI and Codex, configured by `harness install`, under `run`.
+
+Each runs offline against the fake model APIs (tests/harnesses/fake_models.py): turn 1 asks for
+a shell command, turn 2 answers in text. The template has a webhook on each of the nine
+template events and a script hook on the runtime events (tests/harnesses/session.py).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.harnesses.fake_models import Step
+from tests.harnesses.real import (
+    HARNESS_CLASSES,
+    RealHarness,
+    Session,
+    harness_binary,
+    kill_if_alive,
+    wait_for_pid_file,
+    wait_until_gone,
+)
+from tests.harnesses.session import PACKAGE_CLI
+
+# What each harness calls its shell tool in hook payloads.
+SHELL_TOOL = {"claude": "Bash", "gemini": "run_shell_command", "codex": "Bash"}
+# Flags each needs to run the shell tool headless without asking. Codex's sandbox refuses
+# sockets (so `status`) and writes outside the workspace unless told otherwise.
+CODEX_SANDBOX = ["--sandbox", "workspace-write", "-c", "sandbox_workspace_write.network_access=true"]
+RUN_TOOLS = {"claude": ["--allowedTools", "Bash"], "gemini": [], "codex": CODEX_SANDBOX}
+NEVER_IN_A_CLEAN_SESSION = {"pre-stop", "error", "limits-exceeded"}
+
+
+@pytest.fixture(params=sorted(HARNESS_CLASSES))
+def harness(request: pytest.FixtureRequest) -> RealHarness:
+    name = request.param
+    return HARNESS_CLASSES[name](harness_binary(name))
+
+
+def test_a_session_fires_its_hooks_with_their_variables_in_one_trace(
+    harness: RealHarness, tmp_path: Path
+) -> None:
+    script = [
+        # By absolute path: Codex runs its tool in a login shell, which resets PATH.
+        Step.shell(f"{PACKAGE_CLI} status task_completed 'summary from the tool' && echo tool-ran"),
+        Step.reply("The command printed tool-ran."),
+    ]
+    result = harness.run(tmp_path, script, extra=RUN_TOOLS[harness.name])
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    fired = set(result.fired_events())
+    assert {"pre-start", "post-start", "phase-change", "activity-change", "task-completed",
+            "session-end"} <= fired, (fired, result.hook_log()[-3000:])
+    assert not fired & NEVER_IN_A_CLEAN_SESSION
+    assert [v["PHASE"] for v in result.fired("phase-change")] == [
+        "provisioning", "starting", "running", "stopping", "stopped"
+    ]
+    [post_start] = result.fired("post-start")
+    assert post_start["PHASE"] == "running"
+    assert post_start["AGENT_NAME"] == Path(harness.binary).name
+    assert post_start["HARNESS_NAME"] == harness.name
+    # `status` ran inside the agent's shell tool, where no OTEL_* variable reaches.
+    [completed] = result.fired("task-completed")
+    assert completed["TASK_SUMMARY"] == "summary from the tool"
+    assert completed["ACTIVITY"] == "completed"
+    [session_end] = result.fired("session-end")
+    assert session_end["EXIT_CODE"] == "0"
+
+    runtime = result.runtime_events()
+    tool_starts = [e for e in runtime if e["hook_event_name"] == "tool-start"]
+    assert [e["context"]["TOOL_NAME"] for e in tool_starts] == [SHELL_TOOL[harness.name]]
+    assert "tool-end" in [e["hook_event_name"] for e in runtime]
+    # Every hook request of the session carried the same trace.
+    assert len(result.trace_ids()) == 1
+    assert "not delivered" not in result.hook_log()
+
+
+# Gemini CLI starts its shell tool with `setsid`, out of the agent's process group: that case
+# is in test_real_harness_activity.py, with the other expectations on the supervisor's side.
+@pytest.mark.parametrize("name", ["claude", "codex"])
+def test_sigterm_in_the_middle_of_a_tool_stops_the_session_and_leaves_no_process(
+    name: str, tmp_path: Path
+) -> None:
+    check_sigterm_leaves_no_process(HARNESS_CLASSES[name](harness_binary(name)), tmp_path)
+
+
+def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> None:
+    pid_file = tmp_path / "work" / "tool.pid"  # inside the workspace Codex lets tools write
+    # A duration no other process has: the sleep is found by it (inside Codex's sandbox the
+    # tool's own idea of its pid is another namespace's).
+    duration = f"29.{random.randrange(10**6):06d}"
+    script = [Step.shell(f"echo $$ > {pid_file}; exec sleep {duration}"),
+              Step.reply("never reached")]
+    seen: dict[str, list[int]] = {}
+
+    def terminate_during_the_tool(process: subprocess.Popen[str], session: Session) -> None:
+        wait_for_pid_file(pid_file)
+        seen["tool"] = _processes_with_argument(duration)
+        seen["agent"] = _children(process.pid)
+        process.send_signal(signal.SIGTERM)
+
+    try:
+        result = harness.run(tmp_path, script, extra=RUN_TOOLS[harness.name],
+                             during=terminate_during_the_tool)
+        fired = set(result.fired_events())
+        assert {"pre-stop", "session-end"} <= fired, result.hook_log()[-3000:]
+        assert [v["PHASE"] for v in result.fired("phase-change")][-2:] == ["stopping", "stopped"]
+        assert seen["agent"], "the supervisor had no child"
+        assert seen["tool"], "the tool's sleep was not found"
+        for pid in seen["agent"] + seen["tool"]:
+            assert wait_until_gone(pid), f"process {pid} outlived run"
+    finally:
+        for pid in seen.get("agent", []) + seen.get("tool", []):
+            kill_if_alive(pid)
+
+
+def _processes_with_argument(argument: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argument.encode() in words:
+                found.append(int(entry.name))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
