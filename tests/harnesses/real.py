@@ -90,9 +90,11 @@ class RealHarness:
         during: Callable[[subprocess.Popen[str], Session], None] | None = None,
         program: list[str] | None = None,
         env_extra: dict[str, str] | None = None,
+        after_install: Callable[[Session], None] | None = None,
     ) -> SessionResult:
         """One session; `during(run_process, session)` runs while it does (to signal it);
-        `program`: install with this hook program instead of through the CLI."""
+        `program`: install with this hook program instead of through the CLI;
+        `after_install(session)`: add the user's own configuration after ours."""
         home, work = root / "home", root / "work"
         home.mkdir(parents=True)
         work.mkdir()
@@ -104,6 +106,8 @@ class RealHarness:
                 install_with_cli(self.name, env)
             else:
                 plan("install", self.name, Scope(home, environ=env), program).apply()
+            if after_install is not None:
+                after_install(session)
             template = write_template(root / "scion-agent.yaml", receiver,
                                       root / "runtime.jsonl", self.name)
             process = start_run(self.command(prompt, extra), env, template, work)
@@ -172,6 +176,23 @@ class Codex(RealHarness):
 
     def command(self, prompt: str, extra: Sequence[str]) -> list[str]:
         return [str(self.binary), "exec", "--skip-git-repo-check", *extra, prompt]
+
+
+# A user's own hook that answers a permission prompt with "allow" (Claude Code and Codex read
+# the same answer on stdout).
+ALLOW_PERMISSION = {
+    "type": "command",
+    "command": "echo '{\"hookSpecificOutput\": {\"hookEventName\": \"PermissionRequest\", "
+    "\"decision\": {\"behavior\": \"allow\"}}}'",
+}
+
+
+def add_users_permission_hook(settings_file: Path, matcher: str | None) -> None:
+    settings = json.loads(settings_file.read_text())
+    group: dict[str, object] = {} if matcher is None else {"matcher": matcher}
+    group["hooks"] = [ALLOW_PERMISSION]
+    settings["hooks"].setdefault("PermissionRequest", []).append(group)
+    settings_file.write_text(json.dumps(settings, indent=2))
 
 
 HARNESS_CLASSES: dict[str, type[RealHarness]] = {"claude": Claude, "gemini": Gemini, "codex": Codex}
