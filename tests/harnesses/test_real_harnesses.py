@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harnesses import scenarios
 from tests.harnesses.fake_models import Step
 from tests.harnesses.real import (
     HARNESS_CLASSES,
@@ -137,3 +138,21 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(child) for child in text.split()]
+
+
+@pytest.mark.parametrize("name", ["claude", "codex"])
+def test_a_permission_prompt_answered_headless_lets_the_tool_run(name: str, tmp_path: Path) -> None:
+    """Claude Code asks through PermissionRequest (no --allowedTools); Codex with
+    --approve-for-me when the model asks to leave the sandbox. The user's own hook answers
+    "allow"; ours only reports. (Gemini CLI cannot ask headless: see docs/harness-setup.md.)"""
+    scenario = scenarios.permission(name)
+    assert scenario is not None
+    harness = HARNESS_CLASSES[name](harness_binary(name))
+    result = harness.run(tmp_path, scenario.script, extra=scenario.extra,
+                         after_install=scenario.after_install)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert scenarios.answered(tmp_path), "the tool did not run after the answer"
+    runtime = [e["hook_event_name"] for e in result.runtime_events()]
+    assert "notification" in runtime, runtime
+    assert "waiting_for_input" in result.activities()
+    assert runtime.index("notification") < len(runtime) - 1 - runtime[::-1].index("tool-end")
