@@ -201,3 +201,43 @@ def test_doctor_outside_any_session_says_so_and_exits_1(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "FAIL socket: no supervisor socket found" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the supervisor writes for another user only as root")
+def test_as_root_for_another_user_a_pointer_folder_the_agent_linked_elsewhere_is_not_written(
+    tmp_path: Path,
+) -> None:
+    """The agent owns its HOME: it could point ~/.local/state/otel-lifecycle-hooks/run at a
+    folder of root's. The supervisor, root, must not write its file there."""
+    nobody = (65534, 65534)
+    home = tmp_path / "home"
+    state = home / ".local" / "state" / "otel-lifecycle-hooks"
+    state.mkdir(parents=True)
+    for folder in (home, home / ".local", home / ".local" / "state", state):
+        os.chown(folder, *nobody)
+    roots_folder = tmp_path / "roots-only"
+    roots_folder.mkdir(mode=0o700)
+    (state / "run").symlink_to(roots_folder)
+    os.lchown(state / "run", *nobody)
+    channel = SessionChannel(Received(), owner=nobody)
+    try:
+        channel.open(str(tmp_path / "events.sock"), {"HOME": str(home)})
+        assert list(roots_folder.iterdir()) == []
+    finally:
+        channel.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the supervisor writes for another user only as root")
+def test_as_root_for_another_user_the_pointer_file_belongs_to_that_user(tmp_path: Path) -> None:
+    nobody = (65534, 65534)
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, *nobody)
+    channel = SessionChannel(Received(), owner=nobody)
+    try:
+        channel.open(str(tmp_path / "events.sock"), {"HOME": str(home)})
+        [pointer] = (home / ".local/state/otel-lifecycle-hooks/run").glob("supervisor-*.json")
+        assert (pointer.stat().st_uid, stat.S_IMODE(pointer.stat().st_mode)) == (65534, 0o600)
+        assert pointer.parent.stat().st_uid == 65534
+    finally:
+        channel.close()
