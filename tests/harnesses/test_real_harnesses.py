@@ -156,3 +156,26 @@ def test_a_permission_prompt_answered_headless_lets_the_tool_run(name: str, tmp_
     assert "notification" in runtime, runtime
     assert "waiting_for_input" in result.activities()
     assert runtime.index("notification") < len(runtime) - 1 - runtime[::-1].index("tool-end")
+
+
+def test_claude_code_over_its_turn_limit_fires_limits_exceeded_then_stops(tmp_path: Path) -> None:
+    harness = HARNESS_CLASSES["claude"](harness_binary("claude"))
+    result = harness.run(tmp_path, [Step.shell("echo tool-ran"), Step.reply("Done.")],
+                         extra=RUN_TOOLS["claude"], env_extra={"SCION_MAX_TURNS": "1"})
+    assert result.returncode == 10  # run's exit code for a limit
+    [limit] = result.fired("limits-exceeded")
+    assert limit["ACTIVITY"] == "limits_exceeded"
+    assert {"pre-stop", "session-end"} <= set(result.fired_events())
+
+
+def test_claude_code_killed_under_a_tool_fires_error_with_its_exit_code(tmp_path: Path) -> None:
+    harness = HARNESS_CLASSES["claude"](harness_binary("claude"))
+    # The tool kills its own harness: a crash nobody asked for.
+    result = harness.run(tmp_path, [Step.shell("kill -KILL $PPID"), Step.reply("never")],
+                         extra=RUN_TOOLS["claude"])
+    assert result.returncode == 137
+    [error] = result.fired("error")
+    assert (error["PHASE"], error["EXIT_CODE"]) == ("error", "137")
+    assert error["ERROR_MESSAGE"] == "agent terminated by SIGKILL"
+    [session_end] = result.fired("session-end")
+    assert session_end["EXIT_CODE"] == "137"
