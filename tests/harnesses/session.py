@@ -137,6 +137,8 @@ def base_env(home: Path) -> dict[str, str]:
         "NO_COLOR": "1",
         "CI": "true",
         "OTEL_LIFECYCLE_HOOKS_TRACE_DIR": str(home / "traces"),
+        # A checkout run without installing it (PYTHONPATH) stays the one under test.
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
     }
 
 
