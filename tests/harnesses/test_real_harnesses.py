@@ -7,6 +7,7 @@ template events and a script hook on the runtime events (tests/harnesses/session
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -179,3 +180,18 @@ def test_claude_code_killed_under_a_tool_fires_error_with_its_exit_code(tmp_path
     assert error["ERROR_MESSAGE"] == "agent terminated by SIGKILL"
     [session_end] = result.fired("session-end")
     assert session_end["EXIT_CODE"] == "137"
+
+
+def test_harness_doctor_from_inside_the_agents_shell_tool_finds_the_supervisor(
+    harness: RealHarness, tmp_path: Path
+) -> None:
+    report = tmp_path / "work" / "doctor.json"  # in the workspace: Codex's sandbox writes there
+    command = f"{PACKAGE_CLI} harness doctor {harness.name} --json > {report}; echo $? >> {report}.rc"
+    result = harness.run(tmp_path, [Step.shell(command), Step.reply("Checked.")],
+                         extra=RUN_TOOLS[harness.name])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert Path(f"{report}.rc").read_text().strip() == "0", report.read_text()
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert checks["socket"]["ok"] and checks[f"{harness.name} config"]["ok"], checks
+    if harness.name == "claude":  # its session has the HTTP route: the ping is counted back
+        assert checks["events arrive"]["ok"] and not checks["events arrive"]["optional"]
