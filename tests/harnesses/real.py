@@ -151,7 +151,13 @@ class Gemini(RealHarness):
         )
         settings = session.home / ".gemini" / "settings.json"
         settings.parent.mkdir(parents=True)
-        settings.write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        # Offline: no update check, usage statistics or telemetry to try to send.
+        settings.write_text(json.dumps({
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+        }))
 
     def command(self, prompt: str, extra: Sequence[str]) -> list[str]:
         return [str(self.binary), "-p", prompt, *(extra or ["--approval-mode", "yolo"])]
@@ -166,7 +172,8 @@ class Codex(RealHarness):
         session.env.update(CODEX_HOME=str(codex_home), FAKE_OPENAI_KEY="sk-test-not-a-key")
         (codex_home / "config.toml").write_text(
             'model = "gpt-5"\n'
-            'model_provider = "fake"\n\n'
+            'model_provider = "fake"\n'
+            "check_for_update_on_startup = false\n\n"
             "[model_providers.fake]\n"
             'name = "fake"\n'
             f'base_url = "{session.fake.url}/v1"\n'
