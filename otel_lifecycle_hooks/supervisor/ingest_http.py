@@ -8,8 +8,8 @@ to the same delivery function as the Unix socket's, in the order the payloads ar
 It answers at once, before delivery, with `200` and an empty body: Claude Code reads that as
 success with nothing to say, so the agent is never held up or steered. A missing or wrong token
 gets 401, a peer that is not loopback 403, a body over `MAX_BODY_BYTES` (or without a length)
-413/411, a body that is not a JSON object 400, and a full queue 503 (Claude Code goes on; the
-event is lost and logged). `GET /v1/status` (with the token) tells `harness doctor` how many
+413/411, a body that is not a JSON object 400, and a full queue (`MAX_QUEUED_PAYLOADS`, or
+`MAX_QUEUED_BYTES` waiting) 503: Claude Code goes on, the event is lost and logged. `GET /v1/status` (with the token) tells `harness doctor` how many
 messages this session received.
 """
 
@@ -31,6 +31,8 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # as `hook` reads at most from stdin
 MAX_QUEUED_PAYLOADS = 1024
+# What may wait for delivery at once: a flood of large bodies is refused (503), not buffered.
+MAX_QUEUED_BYTES = 32 * 1024 * 1024
 CLIENT_TIMEOUT = 2.0  # seconds a connection may stay silent
 CLAUDE_PATH = "/claude"
 STATUS_PATH = "/v1/status"
@@ -53,13 +55,19 @@ class HttpIngest:
         self,
         deliver: Callable[[dict[str, Any]], None],
         received: Callable[[], int] | None = None,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
     ) -> None:
         """`deliver`: the socket's delivery function; `received`: how many messages the
         session got so far (for `GET /v1/status`)."""
         self._deliver = deliver
         self._received = received or (lambda: 0)
+        self._max_queued_bytes = max_queued_bytes
+        self._queued_bytes = 0
+        self._queued_lock = threading.Lock()
         self.token = secrets.token_urlsafe(32)
-        self._payloads: queue.Queue[dict[str, Any] | None] = queue.Queue(MAX_QUEUED_PAYLOADS)
+        self._payloads: queue.Queue[tuple[dict[str, Any], int] | None] = queue.Queue(
+            MAX_QUEUED_PAYLOADS
+        )
         self._server = _LoopbackServer(("127.0.0.1", 0), _handler(self))
         self._serving = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -90,13 +98,20 @@ class HttpIngest:
             return False
         return hmac.compare_digest(header[len("Bearer "):].encode(), self.token.encode())
 
-    def accept(self, payload: dict[str, Any]) -> bool:
-        """Queue one payload for delivery; False when the queue is full."""
-        try:
-            self._payloads.put_nowait(payload)
-        except queue.Full:
-            log.warning("HTTP event route: %d payloads waiting, one dropped", MAX_QUEUED_PAYLOADS)
-            return False
+    def accept(self, payload: dict[str, Any], size: int) -> bool:
+        """Queue one payload (of `size` bytes) for delivery; False when the queue is full."""
+        with self._queued_lock:
+            if self._queued_bytes + size > self._max_queued_bytes:
+                log.warning("HTTP event route: %d bytes waiting, a payload dropped",
+                            self._queued_bytes)
+                return False
+            try:
+                self._payloads.put_nowait((payload, size))
+            except queue.Full:
+                log.warning("HTTP event route: %d payloads waiting, one dropped",
+                            MAX_QUEUED_PAYLOADS)
+                return False
+            self._queued_bytes += size
         return True
 
     def received(self) -> int:
@@ -107,9 +122,12 @@ class HttpIngest:
 
         dialect = get_dialect("claude")
         while True:
-            payload = self._payloads.get()
-            if payload is None:
+            item = self._payloads.get()
+            if item is None:
                 return
+            payload, size = item
+            with self._queued_lock:
+                self._queued_bytes -= size
             try:
                 events = dialect.translate(payload, [])
             except Exception as exc:  # noqa: BLE001 - one bad payload never stops the route
@@ -191,7 +209,7 @@ def _handler(ingest: HttpIngest) -> type[BaseHTTPRequestHandler]:
             if not isinstance(payload, dict):
                 self._answer(400)
                 return
-            self._answer(200 if ingest.accept(payload) else 503)
+            self._answer(200 if ingest.accept(payload, length) else 503)
 
         def do_GET(self) -> None:
             if not self._allowed():

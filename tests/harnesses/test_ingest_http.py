@@ -178,3 +178,25 @@ def test_real_claude_code_posts_its_events_to_the_supervisor_with_no_hook_proces
 
 def _uninstall_command_hooks(session: Any) -> None:
     (session.home / ".claude" / "settings.json").unlink()
+
+
+def test_a_flood_of_large_bodies_is_refused_while_delivery_waits_not_buffered() -> None:
+    delivering, release = threading.Event(), threading.Event()
+
+    def stalled(message: dict[str, Any]) -> None:
+        delivering.set()
+        release.wait(30)
+
+    ingest = HttpIngest(stalled, max_queued_bytes=64 * 1024).start()
+    body = json.dumps({"hook_event_name": "Stop", "padding": "x" * 20_000}).encode()
+    try:
+        with httpx.Client(base_url=ingest.url, trust_env=False, timeout=10) as client:
+            first = client.post("/claude", content=body, headers=auth(ingest)).status_code
+            assert delivering.wait(10)  # the first one is out of the queue, being delivered
+            queued = [client.post("/claude", content=body, headers=auth(ingest)).status_code
+                      for _ in range(5)]
+    finally:
+        release.set()
+        ingest.close()
+    # Three more fit in 64 KiB while the delivery waits; the rest are refused, not buffered.
+    assert (first, queued) == (200, [200, 200, 200, 503, 503])
