@@ -149,6 +149,12 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
     socket_path = variable or (pointer or {}).get("socket") or ""
     http_url = environ.get("LIFECYCLE_HOOKS_HTTP_URL") or (pointer or {}).get("http_url") or ""
     token = environ.get("LIFECYCLE_HOOKS_HTTP_TOKEN") or (pointer or {}).get("http_token") or ""
+    if http_url and not _is_loopback_url(http_url):
+        # The pointer file and the variables are the agent's to write: never send the token
+        # anywhere but to this machine.
+        add("http route", False, f"{http_url!r} is not a loopback http:// URL: not contacted",
+            optional=True)
+        http_url = ""
     before = _received(http_url, token) if http_url and token else None
     if http_url:
         add("http route", before is not None,
@@ -182,6 +188,20 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
         _check_installed(harness, environ, add, result)
     result["ok"] = all(c["ok"] or c["optional"] for c in checks)
     return result
+
+
+def _is_loopback_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    from ..supervisor.ingest_http import is_loopback
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme == "http" and not parts.username and is_loopback(host)
 
 
 def _received(url: str, token: str) -> int | None:

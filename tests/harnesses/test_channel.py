@@ -241,3 +241,20 @@ def test_as_root_for_another_user_the_pointer_file_belongs_to_that_user(tmp_path
         assert pointer.parent.stat().st_uid == 65534
     finally:
         channel.close()
+
+
+def test_doctor_never_sends_the_token_to_an_address_that_is_not_loopback(tmp_path: Path) -> None:
+    """The pointer file and the variables are the agent's to write: a planted URL elsewhere is
+    reported, not contacted."""
+    env = base_env(tmp_path) | {
+        "LIFECYCLE_HOOKS_SOCKET": str(tmp_path / "nothing.sock"),
+        "LIFECYCLE_HOOKS_HTTP_URL": "http://192.0.2.10:8080",
+        "LIFECYCLE_HOOKS_HTTP_TOKEN": "planted",
+    }
+    result = subprocess.run(
+        [str(PACKAGE_CLI), "harness", "doctor", "--json"], env=env, capture_output=True,
+        text=True, timeout=TIMEOUT, check=False,
+    )
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert "is not a loopback http:// URL: not contacted" in checks["http route"]["detail"]
+    assert "planted" not in result.stdout + result.stderr
