@@ -154,9 +154,10 @@ def test_a_permission_prompt_answered_headless_lets_the_tool_run(name: str, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     assert scenarios.answered(tmp_path), "the tool did not run after the answer"
     runtime = [e["hook_event_name"] for e in result.runtime_events()]
+    # Not ordered against tool-end: once the user's hook has answered, Claude Code may run
+    # the tool before our PermissionRequest hook (another process) has delivered its event.
     assert "notification" in runtime, runtime
     assert "waiting_for_input" in result.activities()
-    assert runtime.index("notification") < len(runtime) - 1 - runtime[::-1].index("tool-end")
 
 
 def test_claude_code_over_its_turn_limit_fires_limits_exceeded_then_stops(tmp_path: Path) -> None:
