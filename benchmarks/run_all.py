@@ -34,6 +34,7 @@ SCRIPTS = [
     "bench_script_spawn.py",
     "bench_memory.py",
     "bench_startup.py",
+    "bench_harness_event.py",
 ]
 
 

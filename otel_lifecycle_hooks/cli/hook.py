@@ -4,12 +4,12 @@
 
 Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`, within `STDIN_DEADLINE`) on stdin, or from the last argument when
 that is a JSON object (Codex's `notify` passes it so), translates it with the dialect, and sends
-the normalized events to the supervisor's socket (`$OTEL_LIFECYCLE_HOOKS_SOCKET`). Without a
-reachable supervisor and with a template, it tracks activity in a state file and runs the hooks
-in-process. Without `--dialect` the dialect is guessed from the payload's shape.
+the normalized events to the supervisor's socket (`$LIFECYCLE_HOOKS_SOCKET`, else the one named
+by the pointer file its supervisor wrote). Without a reachable supervisor and with a template, it
+tracks activity in a state file and runs the hooks in-process. Without `--dialect` the dialect is guessed from the payload's shape.
 
 It always exits 0: a hook must never break its harness. Failures go to stderr in one line and
-to the hook log (`$OTEL_LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`); payload content never
+to the hook log (`$LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`); payload content never
 does. `main` runs before argparse is imported and imports no OpenTelemetry, HTTP client or YAML
 on the way to the socket: a harness pays for this command on every event.
 """
@@ -32,12 +32,15 @@ if TYPE_CHECKING:
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 # How long `hook` waits for its payload on stdin (a harness writes it at once).
 STDIN_DEADLINE = 5.0  # seconds
-LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
+# No `OTEL_` prefix: Claude Code removes those variables from its hooks' environment.
+LOG_ENV = "LIFECYCLE_HOOKS_LOG"
+LEGACY_LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"  # still read, for one release
 _DESCRIPTION = """\
 Reads one harness hook payload (JSON) on stdin, or from the last argument when that is a JSON
 object (Codex notify), and sends its normalized events to the supervisor at
-$OTEL_LIFECYCLE_HOOKS_SOCKET. With no supervisor and a template, runs the hooks in-process.
-Always exits 0; failures are logged to stderr and to $OTEL_LIFECYCLE_HOOKS_LOG ($HOME/agent.log).
+$LIFECYCLE_HOOKS_SOCKET (else its pointer file). With no supervisor and a template, runs the
+hooks in-process.
+Always exits 0; failures are logged to stderr and to $LIFECYCLE_HOOKS_LOG ($HOME/agent.log).
 
 examples:
   echo '{"hook_event_name": "PreToolUse", "tool_name": "Bash"}' | otel-lifecycle-hooks hook --dialect claude
@@ -259,7 +262,8 @@ def log(message: str, environ: Mapping[str, str] | None = None) -> None:
         sys.stderr.write(f"otel-lifecycle-hooks: {line}\n")
     except (OSError, ValueError, AttributeError):
         pass
-    path = env.get(LOG_ENV) or os.path.join(env.get("HOME") or os.path.expanduser("~"), "agent.log")
+    home = env.get("HOME") or os.path.expanduser("~")
+    path = env.get(LOG_ENV) or env.get(LEGACY_LOG_ENV) or os.path.join(home, "agent.log")
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         with open(path, "a", encoding="utf-8") as hook_log:
@@ -282,7 +286,7 @@ def add_parser(subparsers: Any) -> None:
         "--dialect",
         metavar="NAME",
         help="claude, gemini, codex, opencode, core-agent, cursor, or a dialect file's name "
-        "found in $OTEL_LIFECYCLE_HOOKS_DIALECTS (default: guessed from the payload)",
+        "found in $LIFECYCLE_HOOKS_DIALECTS (default: guessed from the payload)",
     )
     parser.add_argument("--dialect-file", metavar="PATH", help="a dialect.yaml to translate with")
     parser.add_argument(
@@ -291,7 +295,7 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         help="templates to run in-process when no supervisor is reachable "
-        "(default: $OTEL_LIFECYCLE_HOOKS_TEMPLATE)",
+        "(default: $LIFECYCLE_HOOKS_TEMPLATE)",
     )
     parser.add_argument("extra", nargs="*", metavar="ARG", help="a JSON payload (Codex notify)")
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "replay": "replay",
     "reconcile": "reconcile",
     "trace": "trace",
+    "harness": "harness",
 }
 
 

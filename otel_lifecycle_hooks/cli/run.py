@@ -142,8 +142,10 @@ def quick_parse(args: list[str]) -> SimpleNamespace | None:
 def template_paths(given: list[str]) -> list[str]:
     if given:
         return given
-    if os.environ.get(TEMPLATE_ENV):
-        return [p for p in os.environ[TEMPLATE_ENV].split(os.pathsep) if p]
+    # The name without `OTEL_` first (the one a Claude Code hook or tool can see).
+    named = os.environ.get(TEMPLATE_ENV.removeprefix("OTEL_")) or os.environ.get(TEMPLATE_ENV)
+    if named:
+        return [p for p in named.split(os.pathsep) if p]
     return ["scion-agent.yaml"] if os.path.exists("scion-agent.yaml") else []
 
 

@@ -6,7 +6,7 @@ Without a signal, `status` shows each running supervisor: its agent, phase and a
 Explicit agent signals, as `sciontool status` has: an agent (or its harness) says it waits for
 the user, is blocked on something, finished its task, or hit a limit. The signal goes to the
 supervisor's socket. Without a supervisor but with a template (`--template`, or
-`$OTEL_LIFECYCLE_HOOKS_TEMPLATE`), the hooks run in-process instead. Exit 0 when the signal was
+`$LIFECYCLE_HOOKS_TEMPLATE`), the hooks run in-process instead. Exit 0 when the signal was
 delivered; 1, with the reason on stderr, when it could not be.
 """
 

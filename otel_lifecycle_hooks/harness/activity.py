@@ -131,6 +131,8 @@ class ActivityTracker:
         self.since = clock() if since is None else since
         # Whether a turn is open: work seen since the last end of turn.
         self.in_turn = in_turn
+        # The harness event that ended the last turn, while nothing else has come since.
+        self.turn_ended_by: str | None = None
         # The notification kind the agent waits on, None when the wait did not come from one.
         self.waiting_on = waiting_on
         self.turn_end_completes_task = turn_end_completes_task
@@ -140,6 +142,9 @@ class ActivityTracker:
         name = event.event
         if name == "notification" and self._repeats_the_prompt(event):
             return []  # the same prompt told a second time: the first one was dispatched
+        if self._repeats_the_turn_end(event):
+            return []  # Codex tells one turn's end twice (Stop, then notify)
+        self.turn_ended_by = (event.raw_event or name) if name in _TURN_ENDS else None
         previous = self.activity
         completes = False
         if name == "model-end":
@@ -226,6 +231,16 @@ class ActivityTracker:
             waiting_on=pick("waiting_on", str, None),
             turn_end_completes_task=turn_end_completes_task,
             clock=clock,
+        )
+
+    def _repeats_the_turn_end(self, event: NormalizedEvent) -> bool:
+        """An end of turn right after another one told by a different harness event: the same
+        moment twice. One source telling consecutive turn ends (notify alone) is not."""
+        return (
+            event.event == "agent-end"
+            and not self.in_turn
+            and self.turn_ended_by is not None
+            and self.turn_ended_by != (event.raw_event or event.event)
         )
 
     def _repeats_the_prompt(self, event: NormalizedEvent) -> bool:

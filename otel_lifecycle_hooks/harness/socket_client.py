@@ -1,7 +1,11 @@
 """The client side of the supervisor's event socket.
 
 The supervisor (`otel-lifecycle-hooks run`) listens on a Unix stream socket whose path it puts
-in `$OTEL_LIFECYCLE_HOOKS_SOCKET` for the agent and its hooks. Protocol, version 1:
+in `$LIFECYCLE_HOOKS_SOCKET` for the agent and its hooks. The name has no `OTEL_` prefix because
+Claude Code removes every `OTEL_*` variable from its hooks' and tools' environment; the older
+`$OTEL_LIFECYCLE_HOOKS_SOCKET` is still read, for one release. When no variable reaches the
+client, it finds its supervisor through the pointer file that supervisor wrote for it (see
+`find_pointer`). Protocol, version 1:
 
 - A client connects (timeout `CONNECT_TIMEOUT`, 200 ms; a full backlog is retried within
   it), writes one or more lines and closes its end. No reply is sent or awaited; the server reads until end of file.
@@ -39,7 +43,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-SOCKET_ENV = "OTEL_LIFECYCLE_HOOKS_SOCKET"
+# The package's variables that must reach a hook command or a tool: no `OTEL_` prefix.
+ENV_PREFIX = "LIFECYCLE_HOOKS_"
+LEGACY_ENV_PREFIX = "OTEL_LIFECYCLE_HOOKS_"  # read as a fallback for one release
+SOCKET_ENV = ENV_PREFIX + "SOCKET"
+LEGACY_SOCKET_ENV = LEGACY_ENV_PREFIX + "SOCKET"
+POINTER_DIR_NAME = "otel-lifecycle-hooks"
+POINTER_VERSION = 1
+PING_KIND = "ping"  # `harness doctor`'s probe: counted by the supervisor, fires nothing
+MAX_POINTER_BYTES = 4096
+MAX_ANCESTORS = 64  # how far up the process tree a client looks for its supervisor
 CONNECT_TIMEOUT = 0.2  # seconds; a hook must never hold up its harness
 SEND_TIMEOUT = 1.0  # seconds for the whole write, once connected
 MAX_LINE_BYTES = 1024 * 1024
@@ -51,12 +64,100 @@ class SupervisorUnavailable(OSError):
     """No supervisor socket is configured, or it did not accept the connection in time."""
 
 
+def package_env(environ: Mapping[str, str], name: str) -> str:
+    """`$LIFECYCLE_HOOKS_<name>`, else the older `$OTEL_LIFECYCLE_HOOKS_<name>`, else ""."""
+    return environ.get(ENV_PREFIX + name) or environ.get(LEGACY_ENV_PREFIX + name) or ""
+
+
 def socket_path(environ: Mapping[str, str] | None = None) -> str:
-    """The supervisor socket's path; raises `SupervisorUnavailable` when none is set."""
-    path = (os.environ if environ is None else environ).get(SOCKET_ENV, "")
-    if not path:
-        raise SupervisorUnavailable(f"${SOCKET_ENV} is not set: no supervisor is running")
-    return path
+    """The supervisor socket's path: from the environment, else from the pointer file of the
+    supervisor this process runs under; raises `SupervisorUnavailable` when there is neither."""
+    env = os.environ if environ is None else environ
+    path = package_env(env, "SOCKET")
+    if path:
+        return path
+    pointer = find_pointer(env)
+    if pointer is not None and isinstance(pointer.get("socket"), str) and pointer["socket"]:
+        return str(pointer["socket"])
+    raise SupervisorUnavailable(
+        f"${SOCKET_ENV} is not set and no supervisor's pointer file was found: "
+        "no supervisor is running"
+    )
+
+
+def pointer_directories(environ: Mapping[str, str]) -> list[str]:
+    """Where supervisors leave pointer files for their agent: the user's runtime directory
+    when there is one, and the state directory under $HOME (both are read; the first is
+    written)."""
+    folders = []
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        folders.append(os.path.join(runtime, POINTER_DIR_NAME))
+    home = environ.get("HOME") or os.path.expanduser("~")
+    folders.append(os.path.join(home, ".local", "state", POINTER_DIR_NAME, "run"))
+    return folders
+
+
+def pointer_file_name(supervisor_pid: int) -> str:
+    return f"supervisor-{supervisor_pid}.json"
+
+
+def find_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The pointer file of the nearest supervisor among this process's ancestors, or None.
+
+    A hook command or a tool runs somewhere below the supervisor in the process tree (shells
+    and `setsid` change the group and session, never the parent chain), so the first ancestor
+    that has a pointer file is the supervisor of this very session, even when several run
+    under the same user at once.
+    """
+    env = os.environ if environ is None else environ
+    folders = [f for f in pointer_directories(env) if os.path.isdir(f)]
+    if not folders:
+        return None
+    for pid in _ancestors():
+        name = pointer_file_name(pid)
+        for folder in folders:
+            pointer = _read_pointer(os.path.join(folder, name))
+            if pointer is not None and pointer.get("pid") == pid:
+                return pointer
+    return None
+
+
+def _ancestors() -> Iterable[int]:
+    pid = os.getppid()
+    for _ in range(MAX_ANCESTORS):
+        if pid <= 1:
+            return
+        yield pid
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                # The command name (field 2) may hold spaces and parentheses: parse after it.
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            pid = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            return  # no /proc (macOS): only the direct parent is looked at
+
+
+def _read_pointer(path: str) -> dict[str, Any] | None:
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if os.fstat(descriptor).st_uid != os.getuid():
+            return None  # not written by a supervisor of ours
+        data = os.read(descriptor, MAX_POINTER_BYTES + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_POINTER_BYTES:
+        return None
+    try:
+        pointer = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(pointer, dict) or pointer.get("v") != POINTER_VERSION:
+        return None
+    return pointer
 
 
 def encode(obj: Mapping[str, Any]) -> bytes:

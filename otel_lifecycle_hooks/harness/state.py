@@ -25,7 +25,7 @@ STATE_VERSION = 1
 def state_path(environ: Mapping[str, str] | None = None) -> Path:
     """Where the state file is, from the environment."""
     env = os.environ if environ is None else environ
-    explicit = env.get(STATE_ENV)
+    explicit = env.get(STATE_ENV.removeprefix("OTEL_")) or env.get(STATE_ENV)
     if explicit:
         return Path(explicit)
     home = Path(env.get("HOME") or Path.home())

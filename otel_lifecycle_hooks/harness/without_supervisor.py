@@ -38,7 +38,8 @@ def template_paths(given: Sequence[str], environ: Mapping[str, str] | None = Non
     if given:
         return list(given)
     env = os.environ if environ is None else environ
-    return [p for p in env.get(TEMPLATE_ENV, "").split(os.pathsep) if p]
+    named = env.get(TEMPLATE_ENV.removeprefix("OTEL_")) or env.get(TEMPLATE_ENV, "")
+    return [p for p in named.split(os.pathsep) if p]
 
 
 def fire_events(

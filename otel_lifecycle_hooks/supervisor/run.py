@@ -30,11 +30,12 @@ from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..spec.model import Template
 from .admission import Admission, Admitted, IngressCounts
+from .channel import SessionChannel, wants_http_route
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
 from .recovery import recover_orphaned_sessions
-from .server import SOCKET_ENV, EventServer
+from .server import EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -137,6 +138,7 @@ class Supervisor:
         # Every message from the agent passes here, whatever route it came by (admission.py).
         self.ingress = IngressCounts()
         self._admission = Admission(self.ingress)
+        self._channel: SessionChannel | None = None
         self._journal: Any = None
         self._heartbeat: Any = None  # recovery.Heartbeat, once the session is journaled
         self._child_started = time.monotonic()
@@ -211,8 +213,10 @@ class Supervisor:
     def _lifecycle(self) -> int:
         options = self.options
         self._set_phase("provisioning")
+        http = wants_http_route(options.command, self.metadata, options.environ)
+        self._channel = SessionChannel(self._deliver, _socket_owner(options.user), http)
         self._server = EventServer(
-            self._deliver, owner=_socket_owner(options.user), refuse=self.ingress.refuse
+            self._channel.deliver, owner=_socket_owner(options.user), refuse=self.ingress.refuse
         ).start()
         self._legacy("pre-start")
         result = self._record("pre-start")
@@ -449,6 +453,8 @@ class Supervisor:
     def _close(self) -> None:
         if self._set_subreaper:
             set_subreaper(False)  # the process may live on (a library caller, a test)
+        if self._channel is not None:
+            self._channel.close()
         if self._server is not None:
             self._server.close()
         if self.ingress.total:
@@ -541,8 +547,6 @@ class Supervisor:
         if self._telemetry is not None:
             for key, value in self._telemetry.otel_env.items():
                 env.setdefault(key, value)
-        if self._server is not None:
-            env[SOCKET_ENV] = self._server.path
         env[AGENT_TAG_ENV] = self._agent_tag
         traceparent = self._traceparent()
         if traceparent:
@@ -555,6 +559,8 @@ class Supervisor:
             from ..actions.script import user_process_options
 
             kwargs.update(user_process_options(self.options.user, env))
+        if self._server is not None and self._channel is not None:  # HOME is the agent's now
+            env.update(self._channel.open(self._server.path, env))
         # The agent dies with a killed supervisor, instead of running on unsupervised.
         argv, identity = die_with_parent(command, env, kwargs)
         return subprocess.Popen(argv, env=env, start_new_session=True, **identity)

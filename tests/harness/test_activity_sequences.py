@@ -120,16 +120,21 @@ def test_gemini_a_turn_is_not_idle_until_its_end_and_compacts_nothing() -> None:
     assert names(derived).count("model-end") == 2  # one per model call, not per chunk
 
 
-def test_codex_a_turn_with_an_approval_then_its_completion() -> None:
+def test_codex_a_turn_with_an_approval_ends_once_though_stop_and_notify_both_tell_it() -> None:
     derived = derive("codex", CODEX_TURN)
-    assert activities(derived) == [
-        "thinking",
-        "executing",
-        "waiting_for_input",
-        "thinking",
-        "idle",
-        "completed",
-    ]
+    assert activities(derived) == ["thinking", "executing", "waiting_for_input", "thinking", "idle"]
+    assert names(derived).count("agent-end") == 1
+    assert "task-completed" not in names(derived)  # as for Claude Code and Gemini CLI
+
+
+def test_codex_notify_alone_ends_each_turn() -> None:
+    turn_end = notify("agent-turn-complete", **{"last-assistant-message": "Done."})
+    derived = derive("codex", [turn_end, turn_end])
+    assert names(derived).count("agent-end") == 2
+
+
+def test_codex_completes_a_headless_task_at_the_turn_end_when_asked() -> None:
+    derived = derive("codex", CODEX_TURN, turn_end_completes_task=True)
     completed = [d for d in derived if d.event == "task-completed"]
     assert [d.fields["TASK_SUMMARY"] for d in completed] == ["All tests pass."]
 

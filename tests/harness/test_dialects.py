@@ -301,7 +301,7 @@ def test_codex_notify_reads_its_json_from_the_last_argument(load_payload: Loader
     events = get_dialect("codex").translate({}, ["--flag", notify])
     assert events == [
         NormalizedEvent(
-            "response-complete",
+            "agent-end",
             "codex",
             "agent-turn-complete",
             session_id="019d036c-aaaa-7000-8000-000000000001",

@@ -93,7 +93,7 @@ def test_codex_notify_is_read_from_the_last_argument(
     [[line]] = line_server.wait_for(1)
     wire = json.loads(line)
     assert (wire["event"], wire["fields"]) == (
-        "response-complete",
+        "agent-end",
         {"ASSISTANT_TEXT": "Fixed: the test now passes."},
     )
 
@@ -148,7 +148,7 @@ def test_no_supervisor_and_no_template_is_logged_and_exits_0(
         ["--dialect", "claude"], json.dumps(load_payload("claude", "stop")).encode(), env
     )
     assert result.returncode == 0
-    assert "OTEL_LIFECYCLE_HOOKS_SOCKET is not set" in log_lines(env)[-1]
+    assert "$LIFECYCLE_HOOKS_SOCKET is not set" in log_lines(env)[-1]
     assert b"not delivered" in result.stderr
 
 

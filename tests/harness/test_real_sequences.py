@@ -71,12 +71,13 @@ CASES = {
         ["session-start", "prompt-submit", "tool-start", "notification", "tool-end", "agent-end"],
         ["thinking", "executing", "waiting_for_input", "thinking", "idle"],
     ),
-    # The approval is asked after PreToolUse: the tool's end shows work resumed, so the task
-    # completes at agent-turn-complete instead of staying waiting_for_input.
+    # The approval is asked after PreToolUse: the tool's end shows work resumed, so the turn
+    # ends idle instead of staying waiting_for_input; notify's agent-turn-complete repeats the
+    # Stop hook's end of the turn and derives nothing.
     "codex-0.171.0-run-permission-answered.jsonl": (
         ["session-start", "prompt-submit", "model-start", "tool-start", "notification"]
-        + ["tool-end", "model-start", "agent-end", "response-complete"],
-        ["thinking", "executing", "waiting_for_input", "thinking", "idle", "completed"],
+        + ["tool-end", "model-start", "agent-end"],
+        ["thinking", "executing", "waiting_for_input", "thinking", "idle"],
     ),
     # PreCompress (trigger auto) came before both model calls; nothing was compacted.
     "gemini-0.61.0-headless-yolo-shell.jsonl": (
@@ -86,14 +87,14 @@ CASES = {
     ),
     "codex-0.171.0-exec-bypass-shell.jsonl": (
         ["session-start", "prompt-submit", "model-start", "tool-start", "tool-end"]
-        + ["model-start", "agent-end", "response-complete"],
-        ["thinking", "executing", "thinking", "idle", "completed"],
+        + ["model-start", "agent-end"],
+        ["thinking", "executing", "thinking", "idle"],
     ),
     # The refused call has no PostToolUse: the next model request shows work resumed.
     "codex-0.171.0-exec-on-request-denied.jsonl": (
         ["session-start", "prompt-submit", "model-start", "tool-start", "model-start"]
-        + ["agent-end", "response-complete"],
-        ["thinking", "executing", "thinking", "idle", "completed"],
+        + ["agent-end"],
+        ["thinking", "executing", "thinking", "idle"],
     ),
 }
 

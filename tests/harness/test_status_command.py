@@ -58,7 +58,7 @@ def test_a_signal_without_a_message_gets_the_default_one(
 def test_no_supervisor_exits_1_and_says_why(env: dict[str, str]) -> None:
     result = run_status(["blocked", "waiting for deploy"], env)
     assert result.returncode == 1
-    assert b"OTEL_LIFECYCLE_HOOKS_SOCKET is not set" in result.stderr
+    assert b"$LIFECYCLE_HOOKS_SOCKET is not set" in result.stderr
 
 
 def test_a_dead_socket_exits_1(env: dict[str, str], socket_dir: Path) -> None:

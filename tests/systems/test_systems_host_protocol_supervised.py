@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from otel_lifecycle_hooks.harness.activity import ActivityTracker
 from otel_lifecycle_hooks.harness.dialects import get_dialect
 from otel_lifecycle_hooks.journal import Journal
 from otel_lifecycle_hooks.systems.host_protocol import EVENT_STAGES, STAGES
@@ -181,11 +182,15 @@ def test_a_published_protocol_script_reads_its_keys_at_each_stage_of_a_real_sess
     # Registered through discover: only its stages, in the order the harness's events came:
     # the stages its events fire (docs/hook-systems.md), a tool call and the end of the turn
     # among them in every dialect.
+    # The runtime events the supervisor dispatches: the tracker's (a moment a harness tells
+    # twice, as Codex's Stop and notify, is dispatched once).
+    tracker = ActivityTracker()
     expected = [
         stage
         for payload in payloads
         for event in get_dialect(dialect).translate(payload, [])
-        for stage in EVENT_STAGES.get(event.event, ())
+        for derived in tracker.observe(event)
+        for stage in EVENT_STAGES.get(derived.event, ())
         if stage in ("before_turn", "after_turn", "before_tool", "after_tool", "before_stop")
     ]
     assert [s for s in expected if "turn" not in s] == ["before_tool", "after_tool", "before_stop"]

@@ -108,7 +108,8 @@ def find_dialect_file(name: str, environ: Mapping[str, str]) -> Path | None:
 
     if not _SAFE_NAME.match(name):
         return None  # never let a name walk out of the directories
-    directories = [Path(d) for d in environ.get(DIALECTS_ENV, "").split(os.pathsep) if d]
+    named = environ.get(DIALECTS_ENV.removeprefix("OTEL_")) or environ.get(DIALECTS_ENV, "")
+    directories = [Path(d) for d in named.split(os.pathsep) if d]
     for directory in [*directories, Path(__file__).parent]:
         candidate = directory / f"{name}.yaml"
         if candidate.is_file():

@@ -6,8 +6,10 @@ claude dialect does, plus `PreModelRequest` (before each model request) as `mode
 `PermissionRequest` is the approval prompt, a `notification` as for Claude. `SessionEnd` is not
 translated, for the reason given in the claude dialect. The legacy `notify = [...]` program instead receives one JSON object as its
 LAST argv element: `{"type": "agent-turn-complete", "thread-id": ..., "turn-id": ...,
-"input-messages": [...], "last-assistant-message": ...}`; that one becomes `response-complete`,
-as Scion maps it. Already-normalized names (`tool-start`, ...) in `type` or `event` pass through.
+"input-messages": [...], "last-assistant-message": ...}`; that one is the end of the turn
+(`agent-end`, as the Stop hook is), so that a turn ends with the same events as under Claude
+Code and Gemini CLI; told by both Stop and notify, the turn ends once (harness/activity.py).
+Already-normalized names (`tool-start`, ...) in `type` or `event` pass through.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 NAME = "codex"
 
 _NOTIFY_TYPES: dict[str, str] = {
-    "agent-turn-complete": "response-complete",
+    "agent-turn-complete": "agent-end",
     "approval-requested": "notification",
     "notification": "notification",
 }

@@ -1,0 +1,318 @@
+"""`harness install|uninstall`: a harness's own configuration, written to call this package.
+
+Each harness has a small module (`install_claude`, `install_gemini`, `install_codex`,
+`install_opencode`) that turns a `Scope` into an `InstallPlan`: the files it would change, each
+as its text before and after. Planning reads files and never writes; `InstallPlan.apply` writes
+them (atomically, keeping a file's mode). So `--dry-run` is the same plan printed as a diff.
+
+What we add is recognisable by its command (`... hook --dialect NAME`), so installing twice
+changes nothing, a user's own hooks are kept where they are, and uninstalling removes exactly
+what an install added.
+
+`supervisor.channel` imports this module on every `run` (for Claude Code's http settings): what
+only install and uninstall use (difflib, shlex, shutil) is imported where it is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROGRAM = "otel-lifecycle-hooks"
+HOOK_TIMEOUT_SECONDS = 10  # what a harness allows one hook call; ours take milliseconds
+
+
+class InstallError(Exception):
+    """A configuration that cannot be read or changed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where to install: the user's own configuration (under `home`), or a project's."""
+
+    home: Path
+    project: Path | None = None
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"project {self.project}" if self.project is not None else "user"
+
+
+@dataclass
+class FileChange:
+    """One file's text before and after (None: the file does not exist)."""
+
+    path: Path
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def diff(self) -> str:
+        import difflib
+
+        before = [] if self.before is None else self.before.splitlines(keepends=True)
+        after = [] if self.after is None else self.after.splitlines(keepends=True)
+        lines = difflib.unified_diff(
+            before,
+            after,
+            fromfile=str(self.path) if self.before is not None else "/dev/null",
+            tofile=str(self.path) if self.after is not None else "/dev/null",
+        )
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+@dataclass
+class InstallPlan:
+    """What an install or uninstall changes, and what the user should know about it."""
+
+    harness: str
+    action: str  # "install" | "uninstall"
+    scope: Scope
+    changes: list[FileChange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[FileChange]:
+        return [change for change in self.changes if change.changed]
+
+    def diff(self) -> str:
+        return "".join(change.diff() for change in self.changed)
+
+    def apply(self) -> None:
+        for change in self.changed:
+            if change.after is None:
+                try:
+                    change.path.unlink()
+                except FileNotFoundError:
+                    pass
+            else:
+                write_text_atomically(change.path, change.after)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "harness": self.harness,
+            "action": self.action,
+            "scope": self.scope.label,
+            "changed": [str(change.path) for change in self.changed],
+            "unchanged": [str(change.path) for change in self.changes if not change.changed],
+            "notes": self.notes,
+        }
+
+
+# -- reading and writing -------------------------------------------------------------------
+
+
+def read_text(path: Path) -> str | None:
+    """The file's text, None when it does not exist; `InstallError` when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InstallError(f"{path}: cannot be read ({reason}); nothing was changed") from None
+
+
+def read_json_object(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """The file's text and its JSON object ({} for a missing or empty file)."""
+    text = read_text(path)
+    if text is None or not text.strip():
+        return text, {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        position = ""
+        if isinstance(exc, json.JSONDecodeError):
+            position = f" at line {exc.lineno}, column {exc.colno}"
+        raise InstallError(
+            f"{path}: not valid JSON{position}; fix or move it and run again "
+            "(nothing was changed)"
+        ) from None
+    if not isinstance(value, dict):
+        raise InstallError(
+            f"{path}: holds a JSON {type(value).__name__}, but a settings object is expected; "
+            "nothing was changed"
+        )
+    return text, value
+
+
+def json_text(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = None
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        pass
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    if mode is not None:
+        os.chmod(temporary, mode)
+    os.replace(temporary, path)
+
+
+# -- our command -------------------------------------------------------------------------------
+
+
+def package_command() -> list[str]:
+    """How a harness runs this package: the console script beside this interpreter, else the
+    one on PATH, else `python -m otel_lifecycle_hooks` (absolute paths, as harnesses may run
+    hooks with another PATH)."""
+    beside = Path(sys.executable).with_name(PROGRAM)
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    import shutil
+
+    found = shutil.which(PROGRAM)
+    if found:
+        return [os.path.abspath(found)]
+    return [sys.executable, "-m", "otel_lifecycle_hooks"]
+
+
+def hook_argv(dialect: str, program: list[str] | None = None) -> list[str]:
+    return [*(program or package_command()), "hook", "--dialect", dialect]
+
+
+def shell_command(argv: Iterable[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(arg) for arg in argv)
+
+
+def is_our_command(command: object, dialect: str) -> bool:
+    """Whether a hook command is one an install of `dialect` wrote."""
+    if not isinstance(command, str):
+        return False
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    for index in range(len(words) - 2):
+        if words[index : index + 3] == ["hook", "--dialect", dialect]:
+            before = " ".join(words[:index])
+            return PROGRAM in before or "otel_lifecycle_hooks" in before
+    return False
+
+
+# -- Claude-shaped hook settings (Claude Code, Gemini CLI, Codex hooks.json) -------------------
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One harness event to hook, with the matcher its groups need (None: no matcher)."""
+
+    name: str
+    matcher: str | None = None
+
+
+def add_command_hooks(
+    settings: dict[str, Any], path: Path, events: Iterable[HookEvent], handler: dict[str, Any],
+    is_ours: Callable[[Mapping[str, Any]], bool],
+) -> dict[str, Any]:
+    """`settings` with `handler` in its own group on every event that does not have one of
+    ours yet; the user's groups are left as they are, in their order."""
+    result = json.loads(json.dumps(settings))  # a deep copy; the input stays as read
+    hooks = result.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InstallError(f"{path}: \"hooks\" is not an object; nothing was changed")
+    for event in events:
+        groups = hooks.setdefault(event.name, [])
+        if not isinstance(groups, list):
+            raise InstallError(
+                f"{path}: \"hooks.{event.name}\" is not a list of groups; nothing was changed"
+            )
+        if any(_group_has(group, is_ours) for group in groups):
+            continue
+        group: dict[str, Any] = {}
+        if event.matcher is not None:
+            group["matcher"] = event.matcher
+        group["hooks"] = [dict(handler)]
+        groups.append(group)
+    return result
+
+
+def remove_command_hooks(
+    settings: dict[str, Any], is_ours: Callable[[Mapping[str, Any]], bool]
+) -> dict[str, Any]:
+    """`settings` without our handlers; a group left empty, then an event left empty, go too."""
+    result = json.loads(json.dumps(settings))
+    hooks = result.get("hooks")
+    if not isinstance(hooks, dict):
+        return result
+    for name in list(hooks):
+        groups = hooks[name]
+        if not isinstance(groups, list):
+            continue
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                remaining = [h for h in group["hooks"] if not (isinstance(h, dict) and is_ours(h))]
+                if not remaining and group["hooks"]:
+                    continue
+                group = {**group, "hooks": remaining}
+            kept.append(group)
+        if kept:
+            hooks[name] = kept
+        else:
+            del hooks[name]
+    if not hooks:
+        del result["hooks"]
+    return result
+
+
+def _group_has(group: object, is_ours: Callable[[Mapping[str, Any]], bool]) -> bool:
+    if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+        return False
+    return any(isinstance(h, dict) and is_ours(h) for h in group["hooks"])
+
+
+def json_settings_change(
+    path: Path, transform: Callable[[dict[str, Any]], dict[str, Any]]
+) -> FileChange:
+    """The change `transform` makes to the JSON object in `path`; a file whose content would
+    not change keeps its text byte for byte."""
+    before, settings = read_json_object(path)
+    updated = transform(settings)
+    if updated == settings:
+        return FileChange(path, before, before)
+    return FileChange(path, before, json_text(updated))
+
+
+# -- the harnesses -------------------------------------------------------------------------
+
+
+HARNESSES = ("claude", "gemini", "codex", "opencode")
+
+
+def harness_module(name: str) -> Any:
+    """The install module of harness `name`; `InstallError` naming the known ones."""
+    if name not in HARNESSES:
+        raise InstallError(
+            f"unknown harness {name!r}: expected one of {', '.join(HARNESSES)}"
+        )
+    import importlib
+
+    return importlib.import_module(f"{__package__}.install_{name}")
+
+
+def plan(action: str, harness: str, scope: Scope, program: list[str] | None = None) -> InstallPlan:
+    """The install or uninstall plan of `harness` for `scope`, without writing anything."""
+    module = harness_module(harness)
+    if action == "install":
+        return module.plan_install(scope, program or package_command())  # type: ignore[no-any-return]
+    return module.plan_uninstall(scope)  # type: ignore[no-any-return]

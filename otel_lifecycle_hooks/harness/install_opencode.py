@@ -1,0 +1,78 @@
+"""opencode: a plugin file that forwards its events to `hook --dialect opencode`.
+
+opencode loads every `.js` file in `~/.config/opencode/plugins/` (user) and in a project's
+`.opencode/plugins/`. The file is ours alone: install writes it, uninstall deletes it, and a
+file of that name that we did not write is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .install import FileChange, InstallError, InstallPlan, Scope, hook_argv, read_text
+
+DIALECT = "opencode"
+PLUGIN_NAME = "otel-lifecycle-hooks.js"
+MARKER = "// Written by `otel-lifecycle-hooks harness install opencode`"
+
+
+def plugin_path(scope: Scope) -> Path:
+    if scope.project is not None:
+        return scope.project / ".opencode" / "plugins" / PLUGIN_NAME
+    config_home = scope.environ.get("XDG_CONFIG_HOME") or str(scope.home / ".config")
+    return Path(config_home) / "opencode" / "plugins" / PLUGIN_NAME
+
+
+def plugin_source(program: list[str]) -> str:
+    argv = json.dumps(hook_argv(DIALECT, program))
+    return f"""{MARKER}; removed by `harness uninstall opencode`.
+// Each event goes to the hook command on stdin; a failure never reaches the agent.
+import {{ spawn }} from "node:child_process"
+
+const HOOK = {argv}
+
+const send = (body) =>
+  new Promise((resolve) => {{
+    try {{
+      const child = spawn(HOOK[0], HOOK.slice(1), {{ stdio: ["pipe", "ignore", "ignore"] }})
+      child.on("error", () => resolve())
+      child.on("close", () => resolve())
+      child.stdin.on("error", () => resolve())
+      child.stdin.end(JSON.stringify(body))
+    }} catch {{
+      resolve()
+    }}
+  }})
+
+export const OtelLifecycleHooks = async () => ({{
+  event: async ({{ event }}) => send(event),
+  "chat.message": async (input, output) => send({{ type: "chat.message", input, output }}),
+  "tool.execute.before": async (input, output) =>
+    send({{ type: "tool.execute.before", input, output }}),
+  "tool.execute.after": async (input, output) =>
+    send({{ type: "tool.execute.after", input, output }}),
+}})
+"""
+
+
+def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
+    path = plugin_path(scope)
+    before = read_text(path)
+    if before is not None and MARKER not in before:
+        raise InstallError(f"{path}: exists and was not written by this package; not replaced")
+    return InstallPlan(DIALECT, "install", scope, [FileChange(path, before, plugin_source(program))])
+
+
+def plan_uninstall(scope: Scope) -> InstallPlan:
+    path = plugin_path(scope)
+    before = read_text(path)
+    plan = InstallPlan(DIALECT, "uninstall", scope, [])
+    if before is None:
+        return plan
+    if MARKER not in before:
+        plan.notes.append(f"{path} was not written by this package: left alone")
+        plan.changes.append(FileChange(path, before, before))
+        return plan
+    plan.changes.append(FileChange(path, before, None))
+    return plan
