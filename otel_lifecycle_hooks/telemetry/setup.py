@@ -520,7 +520,31 @@ def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
     return None
 
 
+_missing_extras_told: set[str] = set()
+
+
+class MissingExtra(Exception):
+    """An exporter the configuration asks for needs a package extra that is not installed."""
+
+
+def _require_extra(module: str, extra: str, asked_by: str) -> None:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package is missing, or blocked
+        found = False
+    if not found:
+        raise MissingExtra(
+            f"{asked_by} needs the {extra!r} extra, which is not installed: "
+            f"pip install 'otel-lifecycle-hooks[{extra}]'"
+        )
+
+
 def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[], None]]:
+    _require_extra(
+        "opentelemetry.exporter.prometheus", "prometheus", "OTEL_METRICS_EXPORTER=prometheus"
+    )
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -565,6 +589,11 @@ def _otlp_exporter(settings: OtlpSettings) -> Any:
 
 
 def _grpc_exporter(settings: OtlpSettings) -> Any:
+    _require_extra(
+        "opentelemetry.exporter.otlp.proto.grpc",
+        "grpc",
+        "OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)",
+    )
     import grpc
 
     credentials = None
@@ -605,6 +634,12 @@ def _guarded(name: str, build: Callable[[], Any]) -> Any:
     agent."""
     try:
         return build()
+    except MissingExtra as exc:
+        # Traces and metrics may both ask for the same extra: one line says it.
+        if str(exc) not in _missing_extras_told:
+            _missing_extras_told.add(str(exc))
+            logger.warning("telemetry not exported: %s", exc)
+        return None
     except Exception as exc:  # noqa: BLE001
         logger.warning("telemetry exporter %r not started: %s", name, type(exc).__name__)
         return None
