@@ -45,7 +45,8 @@ def test_prometheus_without_its_extra_names_the_extra(
     telemetry.shutdown(timeout=1)
 
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert lines == [
+    expected = (
         "telemetry not exported: OTEL_METRICS_EXPORTER=prometheus needs the 'prometheus' extra, "
         "which is not installed: pip install 'otel-lifecycle-hooks[prometheus]'"
-    ]
+    )
+    assert lines == [expected]
