@@ -256,6 +256,9 @@ def send(
             "UnsupportedProtocol",
             f"unsupported scheme {scheme or '(none)'!r}: write an http(s) URL",
         )
+    invalid = _invalid_url(request.url)
+    if invalid is not None:
+        return _failure("permanent", 0.0, "InvalidURL", f"invalid URL: {invalid}")
     body = request.body
     if body is None and method in _BODY_METHODS:
         body = b""
@@ -272,10 +275,17 @@ def send(
             timeout=httpx.Timeout(max(timeout, 0.001)),
             extensions=extensions,
         )
-    except (httpx.InvalidURL, ValueError, UnicodeError):
+    except httpx.InvalidURL:
         # httpx's own message may quote the authority, which may hold a password.
         return _failure(
             "permanent", 0.0, "InvalidURL", "invalid URL: its host or port cannot be read"
+        )
+    except (ValueError, UnicodeError):  # a header httpx cannot encode (its value unquoted)
+        return _failure(
+            "permanent",
+            0.0,
+            "LocalProtocolError",
+            "a header name or value cannot be sent: HTTP headers are ASCII text",
         )
     refusal = guard_request(built, credentialed=credentialed, origin=origin)
     if refusal is not None:
@@ -304,6 +314,21 @@ def send(
         _SENDING.reset(sending)
         deadline.stop()
     return result
+
+
+def _invalid_url(url: str) -> str | None:
+    """What makes `url` unsendable, in words that never quote it (userinfo may hold a
+    password); None for a URL httpx may try."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "its host or port cannot be read"
+    if not parts.hostname:
+        return "it has no host"
+    if port == 0:
+        return "port 0"
+    return None
 
 
 def guard_request(

@@ -395,3 +395,58 @@ def test_an_engine_with_http_hooks_starts_without_importing_httpx(tmp_path) -> N
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+# -- URLs and headers that cannot be sent ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:0/hook",
+        "http://127.0.0.1:99999/hook",
+        "http:///hook",
+        "http://[::1/hook",
+        "http://hook:s3cr3t#x@hooks.example.test/hook",
+    ],
+)
+def test_a_url_that_cannot_be_requested_is_permanent_and_never_quoted(
+    client: HttpClient, url: str
+) -> None:
+    result = send(client, post(url), 1.0)
+
+    assert (result.kind, result.error_type) == ("permanent", "InvalidURL")
+    assert "s3cr3t" not in result.message
+
+
+def test_a_header_that_could_split_the_request_is_refused(client: HttpClient) -> None:
+    server = RawServer(keep_alive)
+    try:
+        result = send(
+            client,
+            post(f"http://127.0.0.1:{server.port}/hook", {"X-Note": "a\r\nX-Injected: 1"}),
+            2.0,
+        )
+    finally:
+        server.close()
+
+    assert result.kind == "permanent"
+    assert all(b"X-Injected" not in request for request in server.received)
+
+
+def test_a_non_ascii_path_is_sent_percent_encoded_as_utf_8(client: HttpClient) -> None:
+    server = RawServer(keep_alive)
+    try:
+        result = send(client, post(f"http://127.0.0.1:{server.port}/caf\u00e9"), 2.0)
+    finally:
+        server.close()
+
+    assert result.kind == "ok"
+    assert server.received[0].startswith(b"POST /caf%C3%A9 HTTP/1.1\r\n")
+
+
+def test_a_header_value_that_is_not_ascii_is_a_clear_permanent_failure(client: HttpClient) -> None:
+    result = send(client, post("http://127.0.0.1:1/hook", {"X-Note": "caf\u00e9"}), 1.0)
+
+    assert (result.kind, result.error_type) == ("permanent", "LocalProtocolError")
+    assert "caf" not in result.message and "ASCII" in result.message
