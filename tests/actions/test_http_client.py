@@ -450,3 +450,80 @@ def test_a_header_value_that_is_not_ascii_is_a_clear_permanent_failure(client: H
 
     assert (result.kind, result.error_type) == ("permanent", "LocalProtocolError")
     assert "caf" not in result.message and "ASCII" in result.message
+
+
+# -- the attempt's deadline holds in total, not per read --------------------------------------
+
+SLACK = 1.5  # seconds allowed past a timeout for thread scheduling and teardown
+
+
+def test_a_tls_handshake_that_drips_cannot_stretch_the_attempt(client: HttpClient) -> None:
+    # The "server" starts a 16 KiB TLS record and then sends one byte every 0.2 s: each read
+    # of the handshake would be granted the whole timeout afresh.
+    stop = threading.Event()
+
+    def drip(server: RawServer, conn: socket.socket) -> None:
+        conn.recv(65536)  # ClientHello
+        conn.sendall(b"\x16\x03\x03\x40\x00")
+        while not stop.wait(0.2):
+            conn.sendall(b"\x00")
+
+    server = RawServer(drip)
+    results: list = []
+    attempt = threading.Thread(
+        target=lambda: results.append(
+            send(client, post(f"https://127.0.0.1:{server.port}/hook"), 1.0)
+        ),
+        daemon=True,
+    )
+    try:
+        attempt.start()
+        attempt.join(timeout=1.0 + SLACK)
+        still_running = attempt.is_alive()
+    finally:
+        stop.set()
+        server.close()
+        attempt.join(timeout=5)
+
+    assert not still_running, "the attempt outlived its 1 s timeout"
+    assert results[0].kind == "timeout"
+
+
+def test_a_large_upload_to_a_slow_tls_reader_cannot_stretch_the_attempt(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssl
+
+    from tests.support.target_server import self_signed_certificate
+
+    certificate, key = self_signed_certificate(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(str(certificate), str(key))
+    stop = threading.Event()
+
+    def read_slowly(server: RawServer, conn: socket.socket) -> None:
+        with server_context.wrap_socket(conn, server_side=True) as tls:
+            while not stop.wait(0.02) and tls.recv(16384):
+                pass
+
+    server = RawServer(read_slowly)
+    client = make_client(tracer_provider=TracerProvider())
+    body = b"x" * (16 * 1024 * 1024)
+    request = RenderedRequest("POST", f"https://127.0.0.1:{server.port}/hook", {}, body)
+    results: list = []
+    attempt = threading.Thread(
+        target=lambda: results.append(send(client, request, 1.0)), daemon=True
+    )
+    try:
+        attempt.start()
+        attempt.join(timeout=1.0 + SLACK)
+        still_running = attempt.is_alive()
+    finally:
+        stop.set()
+        server.close()
+        attempt.join(timeout=5)
+        client.close()
+
+    assert not still_running, "the attempt outlived its 1 s timeout"
+    assert results[0].kind == "timeout"
