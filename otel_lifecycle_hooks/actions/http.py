@@ -36,6 +36,8 @@ contain the URL's path, query or userinfo, or a header value: they may hold secr
 from __future__ import annotations
 
 import contextvars
+import heapq
+import itertools
 import logging
 import math
 import os
@@ -408,19 +410,14 @@ class _Deadline:
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._done = False
-        self._timer: threading.Timer | None = None
 
     def start(self) -> None:
-        self._timer = threading.Timer(max(self.timeout, 0.0), self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        _WATCHDOG.watch(time.monotonic() + max(self.timeout, 0.0), self)
 
     def stop(self) -> None:
         with self._lock:
             self._done = True
             self._sockets.clear()
-        if self._timer is not None:
-            self._timer.cancel()
 
     def trace(self, event_name: str, info: Mapping[str, Any]) -> None:
         if event_name == "connection.connect_tcp.complete":
@@ -438,13 +435,52 @@ class _Deadline:
             else:
                 self._sockets.append(sock)
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         with self._lock:
             if self._done:
                 return
             self.expired = True
             for sock in self._sockets:
                 _shut(sock)
+
+
+class _Watchdog:
+    """One thread for every attempt's deadline (a thread per attempt would cost a tenth of
+    a request): it sleeps until the earliest deadline and expires those that passed. A
+    finished attempt stays in the heap until its time, and is skipped then."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._condition = threading.Condition()
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, at: float, deadline: _Deadline) -> None:
+        with self._condition:
+            heapq.heappush(self._heap, (at, next(self._order), deadline))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="otel-lifecycle-hooks-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0][2] is deadline:  # a new earliest deadline: wake to it
+                self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._heap:
+                    self._condition.wait()
+                at = self._heap[0][0]
+                now = time.monotonic()
+                if at > now:
+                    self._condition.wait(at - now)
+                    continue
+                _, _, deadline = heapq.heappop(self._heap)
+            deadline.expire()
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _shut(sock: socket.socket) -> None:
