@@ -358,7 +358,9 @@ class Telemetry:
     @property
     def exit_timeout(self) -> float:
         """Seconds closing the providers may take at exit (EXIT_TIMEOUT_VARIABLE)."""
-        return _milliseconds(self.otel_env.get(EXIT_TIMEOUT_VARIABLE), EXIT_TIMEOUT_MS_DEFAULT) / 1000
+        return (
+            _milliseconds(self.otel_env.get(EXIT_TIMEOUT_VARIABLE), EXIT_TIMEOUT_MS_DEFAULT) / 1000
+        )
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Flush and close what this package created, within `timeout` seconds in all
