@@ -3,6 +3,8 @@ direct route agree on every host, and URL userinfo counts as a credential everyw
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from otel_lifecycle_hooks import loopback
@@ -128,3 +130,38 @@ def test_a_url_password_is_sent_as_basic_auth_and_redacted_from_journal_log_and_
         for s in exporter.get_finished_spans()
     ]
     assert spans and all(password not in text for text in spans)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_bearer_token_for_a_loopback_hook_never_reaches_an_http_proxy(
+    tmp_path, target_server, monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    from otel_lifecycle_hooks.engine import AgentSession, HookEngine
+    from tests.actions.test_http_client import RawServer, keep_alive
+
+    token = "tok-77aa10"
+    proxy = RawServer(keep_alive)
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+    target_server.always("/hook", Reply(204))
+    text = (template(target_server.url("/hook", host=host)) + "    blocking: true\n").replace(
+        "action: {type: http, ",
+        "action: {type: http, auth: {type: bearer-token, token_env: HUB_TOKEN}, ",
+    )
+    engine = HookEngine(
+        load_template_text(text),
+        environ={**os.environ, "HUB_TOKEN": token},
+        journal=False,
+        hook_log=False,
+    )
+    try:
+        session = AgentSession(engine, agent_name="agent-1")
+        result = session.record("post-start", {})
+        session.end()
+        engine.shutdown(5)
+    finally:
+        proxy.close()
+
+    assert result.executions[0].outcome == "success", result.executions[0].message
+    assert target_server.requests[0].headers["authorization"] == f"Bearer {token}"
+    assert proxy.received == []
