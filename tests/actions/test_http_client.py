@@ -57,8 +57,8 @@ class RawServer:
             self.accepted += 1
             self._connections.append(conn)
             thread = threading.Thread(target=self._serve_one, args=(conn,), daemon=True)
+            thread.start()  # before it is listed: close() joins only started threads
             self._threads.append(thread)
-            thread.start()
 
     def _serve_one(self, conn: socket.socket) -> None:
         with conn:
