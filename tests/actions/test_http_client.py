@@ -527,3 +527,23 @@ def test_a_large_upload_to_a_slow_tls_reader_cannot_stretch_the_attempt(
 
     assert not still_running, "the attempt outlived its 1 s timeout"
     assert results[0].kind == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("template", "origin"),
+    [
+        ("https://hub.example/v1/${PATH}", ("https", "hub.example", 443)),
+        ("http://127.0.0.1:8080/x?q=${Q}", ("http", "127.0.0.1", 8080)),
+        ("https://HUB.example:8443", ("https", "hub.example", 8443)),
+        ("${REGISTRY_URL}/tools", None),  # the origin comes from a variable
+        ("https://${HOST}/x", None),
+        ("https://hub.example:${PORT}/x", None),
+        ("https://user:${PW}@hub.example/x", None),
+    ],
+)
+def test_the_origin_a_url_template_fixes_is_read_from_its_literal_text(
+    template: str, origin: tuple | None
+) -> None:
+    from otel_lifecycle_hooks.engine.executor import literal_origin
+
+    assert literal_origin(template) == origin
