@@ -402,6 +402,9 @@ class _Deadline:
     httpx bounds each read and write, not their sum. The sockets are learnt from httpcore's
     `trace` extension when a connection is opened, and from the response's `network_stream`
     when a pooled one is reused (so a reused connection's headers are bounded per read only).
+    Before a connection exists there is no socket to shut: httpcore tries each address of a
+    name in turn, each within the connect timeout (the time left), so a name with several
+    unreachable addresses can take that long per address.
     """
 
     def __init__(self, timeout: float) -> None:
