@@ -5,6 +5,7 @@ exact shape."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,7 +16,6 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 import respx
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -178,36 +178,69 @@ def test_the_client_span_is_the_httpx_instrumentations_child_of_the_hook_span_wi
     assert "http.client.request.duration" in names
 
 
-@pytest.mark.parametrize(
-    "host_first", [True, False], ids=["host-instruments-first", "package-first"]
-)
-def test_a_host_that_instruments_httpx_globally_gets_one_span_per_request_each_in_its_provider(
-    target_server: TargetServer, host_first: bool
-):
-    package_provider, package_spans = traced()
-    host_provider, host_spans = traced()
-    target_server.always("/hook", Reply(204))
-    instrumentor = HTTPXClientInstrumentor()
-    try:
-        if host_first:
-            instrumentor.instrument(tracer_provider=host_provider)
-        client = make_client(tracer_provider=package_provider)
-        if not host_first:
-            instrumentor.instrument(tracer_provider=host_provider)
-        with package_provider.get_tracer("t").start_as_current_span("agent.lifecycle_hook"):
-            assert send(client, post(target_server.url("/hook")), 5.0).ok
-        with httpx.Client() as own:  # the host application's own request
-            assert own.get(target_server.url("/hook")).status_code == 204
-        client.close()
-    finally:
-        instrumentor.uninstrument()
+# Each order runs in a fresh interpreter: instrumenting httpx globally, and the semantic
+# conventions the first instrumentation of a process settles, are process-wide.
+GLOBAL_INSTRUMENTATION = """
+import json, sys
+import httpx
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from otel_lifecycle_hooks.actions.http import make_client, send
+from otel_lifecycle_hooks.render import RenderedRequest
 
-    assert len(client_spans(package_spans)) == 1
-    (host_span,) = client_spans(host_spans)
-    assert (
-        host_span.attributes.get("http.request.method", host_span.attributes.get("http.method"))
-        == "GET"
-    )
+def traced():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+url, host_first = sys.argv[1], sys.argv[2] == "host-first"
+package_provider, package_spans = traced()
+host_provider, host_spans = traced()
+if host_first:
+    HTTPXClientInstrumentor().instrument(tracer_provider=host_provider)
+client = make_client(tracer_provider=package_provider)
+if not host_first:
+    HTTPXClientInstrumentor().instrument(tracer_provider=host_provider)
+with package_provider.get_tracer("t").start_as_current_span("agent.lifecycle_hook"):
+    assert send(client, RenderedRequest("POST", url, {}, b"{}"), 5.0).ok
+with httpx.Client() as own:  # the host application's own request
+    assert own.get(url).status_code == 204
+client.close()
+
+def described(exporter):
+    return [
+        {"method": s.attributes.get("http.request.method", s.attributes.get("http.method")),
+         "stable": "http.request.method" in s.attributes}
+        for s in exporter.get_finished_spans() if s.kind == SpanKind.CLIENT
+    ]
+
+print(json.dumps({"package": described(package_spans), "host": described(host_spans)}))
+"""
+
+
+@pytest.mark.parametrize("order", ["host-first", "package-first"])
+def test_a_host_that_instruments_httpx_globally_gets_one_span_per_request_each_in_its_provider(
+    target_server: TargetServer, order: str
+):
+    target_server.always("/hook", Reply(204))
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_SEMCONV_STABILITY_OPT_IN"}
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_INSTRUMENTATION, target_server.url("/hook"), order],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    spans = json.loads(done.stdout)
+    (package,) = spans["package"]
+    (host,) = spans["host"]
+    assert (package["method"], host["method"]) == ("POST", "GET")
+    # The first instrumentation of the process settles the conventions for all
+    # (docs/existing-tracer.md): the host's default when it came first, else stable ones.
+    assert package["stable"] is host["stable"] is (order == "package-first")
 
 
 # -- the request's shape (respx) ---------------------------------------------------------------
