@@ -41,6 +41,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import socket
 import ssl
 import threading
@@ -73,6 +74,7 @@ _READ_CHUNK = 64 * 1024  # bytes asked of the response per read
 # Where a request carries the function that redacts its URL for the CLIENT span.
 _REDACT_EXTENSION = "otel_lifecycle_hooks.redact_url"
 _STABILITY_VARIABLE = "OTEL_SEMCONV_STABILITY_OPT_IN"
+_PROXY_ANSWER = re.compile(r"[1-5][0-9][0-9] [ -~]{0,80}$")
 # The loggers httpx and httpcore write each request's URL and headers to.
 _LIBRARY_LOGGERS = (
     "httpx",
@@ -112,12 +114,18 @@ class HttpClient:
     """The client every hook of an engine shares: one pooled, instrumented `httpx.Client`."""
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
-        self._through_environment = httpx.Client(
-            trust_env=True, follow_redirects=False, cookies=_no_cookies(), timeout=None
-        )
+        self._through_environment: httpx.Client | None = None
+        self._unusable_proxy: str | None = None
+        try:
+            self._through_environment = httpx.Client(
+                trust_env=True, follow_redirects=False, cookies=_no_cookies(), timeout=None
+            )
+        except ImportError as exc:  # a socks:// proxy without httpx's `socks` extra
+            # Every request that would go through it fails with this; none goes around it.
+            self._unusable_proxy = f"the proxy the environment names cannot be used: {exc}"
         self._direct = httpx.HTTPTransport(trust_env=True)
         self.client = httpx.Client(
-            transport=_Route(self._through_environment, self._direct),
+            transport=_Route(self._through_environment, self._direct, self._unusable_proxy),
             trust_env=False,
             follow_redirects=False,
             cookies=_no_cookies(),
@@ -174,19 +182,33 @@ class _Route(httpx.BaseTransport):
     application instrumented globally make no second span of it, in the host's provider.
     """
 
-    def __init__(self, through_environment: httpx.Client, direct: httpx.HTTPTransport) -> None:
+    def __init__(
+        self,
+        through_environment: httpx.Client | None,
+        direct: httpx.HTTPTransport,
+        unusable_proxy: str | None = None,
+    ) -> None:
         self._through_environment = through_environment
         self._direct = direct
+        self._unusable_proxy = unusable_proxy
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         with suppress_http_instrumentation():
             if is_loopback_host(request.url.host):
                 return self._direct.handle_request(request)
+            if self._through_environment is None:
+                raise _ProxyUnusable(self._unusable_proxy or "no usable proxy")
             return self._through_environment.send(request, stream=True)
 
     def close(self) -> None:
         self._direct.close()
-        self._through_environment.close()
+        if self._through_environment is not None:
+            self._through_environment.close()
+
+
+class _ProxyUnusable(httpx.ProxyError):
+    """The environment names a proxy this installation cannot speak to (a configuration
+    error: retrying does not help)."""
 
 
 def _no_cookies() -> CookieJar:
@@ -552,16 +574,18 @@ def _classify_error(
             "TLSError",
             f"TLS handshake with {host} failed: {_ssl_reason(tls_error)}",
         )
+    if isinstance(exc, _ProxyUnusable):
+        return _failure("permanent", duration, "ProxyError", str(exc))
     if isinstance(exc, httpx.ProxyError):
+        # httpx names the proxy's answer ("407 Proxy Authentication Required"), never its URL.
+        answer = str(exc) if _PROXY_ANSWER.match(str(exc)) else "the proxy refused or failed"
         return _failure(
-            "transient",
-            duration,
-            "ProxyError",
-            f"ProxyError on the way to {host}: the proxy refused or failed",
+            "transient", duration, "ProxyError", f"ProxyError on the way to {host}: {answer}",
             status,
-        )
+        )  # fmt: skip
     if any(isinstance(cause, socket.gaierror) for cause in causes):
-        return _failure("transient", duration, "DNSError", f"cannot resolve host {host}")
+        through = " (or the proxy the environment names for it)" if _proxied(url) else ""
+        return _failure("transient", duration, "DNSError", f"cannot resolve host {host}{through}")
     if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL)):
         return _failure(
             "permanent",
@@ -582,6 +606,16 @@ def _classify_error(
         f"unexpected {type(exc).__name__} sending to {host}",
         status,
     )
+
+
+def _proxied(url: httpx.URL) -> bool:
+    """Whether the environment names a proxy for `url`'s scheme (as httpx reads it)."""
+    import urllib.request
+
+    if is_loopback_host(url.host):
+        return False
+    proxies = urllib.request.getproxies()
+    return bool(proxies.get(url.scheme) or proxies.get("all"))
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:

@@ -580,3 +580,42 @@ def test_the_origin_a_url_template_fixes_is_read_from_its_literal_text(
     from otel_lifecycle_hooks.engine.executor import literal_origin
 
     assert literal_origin(template) == origin
+
+
+def test_a_tunnel_the_proxy_refuses_is_a_proxy_error_naming_its_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(server: RawServer, conn: socket.socket) -> None:
+        if server.read_request(conn):
+            conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+
+    proxy = RawServer(refuse)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://hook:pw-s3cr3t@127.0.0.1:{proxy.port}")
+    client = make_client(tracer_provider=TracerProvider())
+    try:
+        result = send(client, post("https://registry.example/v1/services?token=s3cret"), 5.0)
+    finally:
+        client.close()
+        proxy.close()
+
+    assert (result.kind, result.error_type) == ("transient", "ProxyError")
+    assert "407 Proxy Authentication Required" in result.message
+    assert "s3cret" not in result.message and "pw-s3cr3t" not in result.message
+    assert proxy.received[0].startswith(b"CONNECT registry.example:443 HTTP/1.1\r\n")
+
+
+def test_a_proxy_this_installation_cannot_speak_is_a_permanent_clear_failure(
+    monkeypatch: pytest.MonkeyPatch, target_server: TargetServer
+) -> None:
+    monkeypatch.setenv("https_proxy", "socks5://127.0.0.1:1080")
+    target_server.on("/hook", Reply(204))
+    client = make_client(tracer_provider=TracerProvider())
+    try:
+        result = send(client, post("https://registry.example/v1"), 2.0)
+        loopback = send(client, post(target_server.url("/hook")), 2.0)
+    finally:
+        client.close()
+
+    assert (result.kind, result.error_type) == ("permanent", "ProxyError")
+    assert "socks" in result.message.lower()
+    assert loopback.ok  # loopback never goes through a proxy
