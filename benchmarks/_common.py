@@ -480,6 +480,10 @@ class LoopbackServerProcess:
         assert self._process.stdin is not None
         self._process.stdin.write(f"expect {count}\n")
         self._process.stdin.flush()
+        # Requests sent before the server took the command would be forgotten with the
+        # earlier arrivals, and the expected count never reached.
+        if self._read_line(30).split() != ["expecting", str(count)]:
+            raise RuntimeError("the loopback server did not take the expect command")
 
     def wait_arrivals(self, timeout: float) -> ArrivalReport:
         """The report of the expected arrivals; TimeoutError if they did not all come."""

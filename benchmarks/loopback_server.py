@@ -10,7 +10,9 @@ through a selector.
 
 Commands, one per line on stdin:
 
-- `expect N`: forget what arrived so far; once N more requests arrived, print
+- `expect N`: forget what arrived so far and print `expecting N` (so that the sender knows
+  no request it sends from then on is counted against an earlier expectation); once N more
+  requests arrived, print
   `arrived <count> <distinct paths> <first arrival> <last arrival>` (arrivals are
   `time.perf_counter()` values: CLOCK_MONOTONIC on Linux, the same clock in every process).
 
@@ -131,6 +133,7 @@ def read_commands(arrivals: Arrivals) -> None:
         command, _, argument = line.strip().partition(" ")
         if command == "expect":
             arrivals.expect(int(argument))
+            print(f"expecting {int(argument)}", flush=True)
 
 
 def main() -> None:

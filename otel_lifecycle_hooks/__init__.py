@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "LifecycleHookProcessor": "otel_lifecycle_hooks.engine.processor",
+    "LifecycleHookLogProcessor": "otel_lifecycle_hooks.engine.log_processor",
     "AgentSession": "otel_lifecycle_hooks.engine.session",
     "HookEngine": "otel_lifecycle_hooks.engine.engine",
     "load_templates": "otel_lifecycle_hooks.spec.loader",
@@ -24,6 +25,7 @@ _LAZY = {
 __all__ = [
     "AgentSession",
     "HookEngine",
+    "LifecycleHookLogProcessor",
     "LifecycleHookProcessor",
     "TemplateError",
     "__version__",

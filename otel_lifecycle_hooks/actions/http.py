@@ -1,125 +1,255 @@
-"""One attempt of an `http` or `webhook` action: one request through the shared, pooled client.
+"""One attempt of an `http`, `webhook` or `jsonrpc` request, through httpx.
 
 `send` performs exactly one request and classifies how it ended (`AttemptResult`); retries,
-spans for the hook and policies belong to the engine. What `send` guarantees:
+hook spans and policies belong to the engine. What `send` guarantees:
 
-- The whole attempt - connect, TLS, sending, and reading up to `max_body` bytes of the
-  response - ends by `timeout` seconds after it started: every socket operation waits only
-  for the time left (see `transport.py`), so a server that drips bytes cannot stretch it.
-- Redirects are never followed (a 3xx is a permanent failure naming the Location).
-- At most `max_body` bytes of the response are read; the rest is never downloaded.
-- The attempt is one CLIENT span, child of the current span (the hook's), with the stable
-  HTTP semantic conventions (`http.request.method`, `url.full` as redacted, `server.address`,
-  `server.port`, `network.protocol.version`, `http.response.status_code`, `error.type`), and
-  its request carries the current trace context (`traceparent`) through the global
-  propagator. Its duration is recorded in the `http.client.request.duration` histogram.
-- No cookies are kept: a cookie one target sets (perhaps its session credential) never rides
-  along on later requests.
+- **One pooled client per engine** (`HttpClient`), an `httpx.Client` instrumented with
+  `HTTPXClientInstrumentor.instrument_client` on the package's tracer and meter providers: each
+  attempt is one CLIENT span of that instrumentation, a child of the current span (the hook's),
+  its duration in `http.client.request.duration`, and the request carries the current trace
+  context (`traceparent`) through the global propagator. The span uses the stable HTTP
+  conventions (see `_stable_http_conventions`). A host application that instruments httpx
+  globally gets no second span of these requests, whichever instruments first: the request
+  leaves the package's span with HTTP instrumentation suppressed.
+- **The attempt ends by `timeout` seconds after it started.** httpx's timeouts are the time
+  left, and a watchdog shuts the attempt's socket down at the deadline, so a server that drips
+  bytes cannot stretch it (httpx's timeouts hold per read).
+- **Proxies and CA files come from the environment as httpx reads them** (`https_proxy`,
+  `no_proxy`, `SSL_CERT_FILE`...). A loopback host (`loopback.py`) never goes through a
+  proxy: a proxy's 127.0.0.1 is not ours, and a credential for a plain-http loopback target
+  would cross it in clear.
+- **The credential guard runs on the request as it is about to be sent**: one that carries
+  credentials (auth, an Authorization header, URL userinfo) goes only over https or to a
+  loopback host, and, given the origin the template fixed, only to that origin.
+- Redirects are never followed (a 3xx is a permanent failure naming the Location); at most
+  `max_body` bytes of the response are read; no cookies are kept.
 
-error_type values: `http.<status>`, `http.redirect`, `timeout`, the transport's error class
-for failures on the wire (`ConnectError`, `ReadError`, `WriteError`, `RemoteProtocolError`,
+error_type values: `http.<status>`, `http.redirect`, `timeout`, httpx's error class for
+failures on the wire (`ConnectError`, `ReadError`, `WriteError`, `RemoteProtocolError`,
 `ProxyError`), `DNSError` for a name that does not resolve (transient: resolvers flap while
-containers start), `TLSError` for a failed TLS handshake or certificate check (permanent:
-retrying does not change a certificate), `InvalidURL` / `UnsupportedProtocol` /
-`LocalProtocolError` (permanent). Messages never contain the URL's path or query string or a
-header value: they may hold secrets.
+containers start), `TLSError` for a failed TLS handshake or certificate check (permanent),
+`InvalidURL` / `UnsupportedProtocol` / `LocalProtocolError` (permanent), and the guard's
+`auth.transport_refused` / `auth.origin_refused` (permanent, nothing sent). Messages never
+contain the URL's path, query or userinfo, or a header value: they may hold secrets.
 """
 
 from __future__ import annotations
 
+import contextvars
+import heapq
+import itertools
+import logging
 import math
 import os
+import re
 import socket
-import sys
+import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from contextlib import contextmanager
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+import httpx
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 
 from .. import __version__
+from ..auth.errors import ORIGIN_REFUSED, TRANSPORT_REFUSED
+from ..loopback import is_loopback_host
 from ..render import RenderedRequest
-from ..tracecontext import trace_headers
-from . import wire
 from .base import AttemptResult
-from .transport import Connection, ConnectionPool, Target, basic_credentials
-from .wire import Response, TransportError
 
 DEFAULT_MAX_BODY = 64 * 1024
 USER_AGENT = f"otel-lifecycle-hooks/{__version__}"
-INSTRUMENTATION_SCOPE = "otel_lifecycle_hooks.http"
 
 # Content types whose body is kept in the result, for response capture.
 _TEXT_TYPES = ("application/json", "text/")
-# The methods the HTTP conventions name; any other is `_OTHER` on the span.
-_KNOWN_METHODS = frozenset(
-    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
-)
-# The HTTP conventions' advice for http.client.request.duration, in seconds.
-_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
-# Headers the client writes itself, from the body it sends.
-_FRAMING_HEADERS = ("content-length", "transfer-encoding")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Headers httpx writes itself, from the body it sends.
+_FRAMING_HEADERS = ("content-length", "transfer-encoding", "host")
 _READ_CHUNK = 64 * 1024  # bytes asked of the response per read
+# Where a request carries the function that redacts its URL for the CLIENT span.
+_REDACT_EXTENSION = "otel_lifecycle_hooks.redact_url"
+_STABILITY_VARIABLE = "OTEL_SEMCONV_STABILITY_OPT_IN"
+_PROXY_ANSWER = re.compile(r"[1-5][0-9][0-9] [ -~]{0,80}$")
+# The loggers httpx and httpcore write each request's URL and headers to.
+_LIBRARY_LOGGERS = (
+    "httpx",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+)
+# True while this context sends a hook request.
+_SENDING = contextvars.ContextVar("otel_lifecycle_hooks_sending", default=False)
+
+
+class Origin(NamedTuple):
+    """Where a request may go: scheme, host (lower case, no brackets) and port."""
+
+    scheme: str
+    host: str
+    port: int
+
+
+def origin_of(url: str) -> Origin | None:
+    """The origin of an absolute http(s) URL; None when it has none (or cannot be read)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        return None
+    default = 443 if scheme == "https" else 80
+    return Origin(scheme, parts.hostname.lower(), default if port is None else port)
 
 
 class HttpClient:
-    """The client every hook of a process shares: a keep-alive pool, a tracer and a histogram."""
+    """The client every hook of an engine shares: one pooled, instrumented `httpx.Client`."""
 
-    def __init__(
-        self,
-        tracer_provider: Any = None,
-        meter_provider: Any = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        self.pool = ConnectionPool(environ)
-        self.tracer = trace.get_tracer(INSTRUMENTATION_SCOPE, __version__, tracer_provider)
-        meter = metrics.get_meter(INSTRUMENTATION_SCOPE, __version__, meter_provider)
-        self.duration = meter.create_histogram(
-            "http.client.request.duration",
-            unit="s",
-            description="Duration of HTTP client requests.",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self._through_environment: httpx.Client | None = None
+        self._unusable_proxy: str | None = None
+        try:
+            self._through_environment = httpx.Client(
+                trust_env=True, follow_redirects=False, cookies=_no_cookies(), timeout=None
+            )
+        except ImportError as exc:  # a socks:// proxy without httpx's `socks` extra
+            # Every request that would go through it fails with this; none goes around it.
+            self._unusable_proxy = f"the proxy the environment names cannot be used: {exc}"
+        self._direct = httpx.HTTPTransport(trust_env=True)
+        self.client = httpx.Client(
+            transport=_Route(self._through_environment, self._direct, self._unusable_proxy),
+            trust_env=False,
+            follow_redirects=False,
+            cookies=_no_cookies(),
+            headers={
+                "User-Agent": USER_AGENT,
+                # A compressed body could inflate far beyond max_body inside a single read.
+                "Accept-Encoding": "identity",
+            },
         )
-        self.propagator = _propagator()
+        _quiet_library_logs()
+        with _stable_http_conventions():
+            HTTPXClientInstrumentor.instrument_client(
+                self.client,
+                tracer_provider=tracer_provider,
+                meter_provider=meter_provider,
+                request_hook=_redact_span_url,
+            )
 
     def close(self) -> None:
-        """Close the idle connections; the client is not used afterwards."""
-        self.pool.close()
+        """Close the pooled connections; the client is not used afterwards."""
+        self.client.close()
 
 
-def _propagator() -> Any:
-    """The global propagator (OTEL_PROPAGATORS, or what the host application set), or None
-    for W3C trace context written directly (`tracecontext.py`) when nothing could have asked
-    for more.
+class _WithoutHookRequests(logging.Filter):
+    """Drops what httpx and httpcore log about the package's own requests: their URLs and
+    headers may hold secrets (the hook log and journal record each execution, redacted). A
+    host application's requests are logged as it configured."""
 
-    Loading the global one reads the propagators' entry points (about 4 ms of every start-up).
-    Without OTEL_PROPAGATORS, and with neither `opentelemetry.propagate` nor
-    `opentelemetry.baggage` imported, the global one is the default (trace context and
-    baggage) and there is no baggage in any context to send: trace context is all it would
-    write. Chosen when the client is made, at the first HTTP hook.
-    """
-    if (
-        os.environ.get("OTEL_PROPAGATORS")
-        or "opentelemetry.propagate" in sys.modules
-        or "opentelemetry.baggage" in sys.modules
-    ):
-        from opentelemetry import propagate
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _SENDING.get()
 
-        return propagate.get_global_textmap()
-    return None
+
+_FILTER = _WithoutHookRequests()
+
+
+def _quiet_library_logs() -> None:
+    for name in _LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
 
 
 def make_client(tracer_provider: Any = None, meter_provider: Any = None) -> HttpClient:
-    """The one client shared by all hooks: pooled, no redirects, no cookies, traced.
-
-    `tracer_provider` / `meter_provider` default to the global ones. Proxies and CA files
-    come from the environment (`https_proxy`, `no_proxy`, `SSL_CERT_FILE`...), as the
-    platform tells every client in a container how to reach the outside.
-    """
+    """The one client shared by all hooks of an engine: pooled, no redirects, no cookies,
+    instrumented on `tracer_provider` / `meter_provider` (the global ones by default)."""
     return HttpClient(tracer_provider, meter_provider)
+
+
+class _Route(httpx.BaseTransport):
+    """The package client's transport: loopback directly, anything else as the environment says.
+
+    The package's CLIENT span is made around this call (`instrument_client` wraps it); below it
+    the request goes on with HTTP instrumentation suppressed, so that httpx transports a host
+    application instrumented globally make no second span of it, in the host's provider.
+    """
+
+    def __init__(
+        self,
+        through_environment: httpx.Client | None,
+        direct: httpx.HTTPTransport,
+        unusable_proxy: str | None = None,
+    ) -> None:
+        self._through_environment = through_environment
+        self._direct = direct
+        self._unusable_proxy = unusable_proxy
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        with suppress_http_instrumentation():
+            if is_loopback_host(request.url.host):
+                return self._direct.handle_request(request)
+            if self._through_environment is None:
+                raise _ProxyUnusable(self._unusable_proxy or "no usable proxy")
+            return self._through_environment.send(request, stream=True)
+
+    def close(self) -> None:
+        self._direct.close()
+        if self._through_environment is not None:
+            self._through_environment.close()
+
+
+class _ProxyUnusable(httpx.ProxyError):
+    """The environment names a proxy this installation cannot speak to (a configuration
+    error: retrying does not help)."""
+
+
+def _no_cookies() -> CookieJar:
+    # A cookie one target sets (perhaps its session credential) never rides along later.
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
+def _redact_span_url(span: Any, request: Any) -> None:
+    """The instrumentation's request hook: `url.full` as the engine's redactor shows it."""
+    redact = request.extensions.get(_REDACT_EXTENSION)
+    if redact is not None and span.is_recording():
+        span.set_attribute("url.full", redact(str(request.url)))
+
+
+@contextmanager
+def _stable_http_conventions() -> Iterator[None]:
+    """Ask for the stable HTTP conventions while the client is instrumented.
+
+    The instrumentation reads OTEL_SEMCONV_STABILITY_OPT_IN once per process, the first time
+    any OpenTelemetry instrumentation is set up, and keeps that answer for every later one.
+    When the variable does not name `http` (or `http/dup`), `http` is added for this call only:
+    the environment children inherit is unchanged. If this is the process's first
+    instrumentation, instrumentations set up later in the process also get the stable HTTP
+    conventions; if another one came first, its answer stands (docs/existing-tracer.md).
+    """
+    before = os.environ.get(_STABILITY_VARIABLE)
+    chosen = [s.strip() for s in (before or "").split(",") if s.strip()]
+    if "http" in chosen or "http/dup" in chosen:
+        yield
+        return
+    os.environ[_STABILITY_VARIABLE] = ",".join([*chosen, "http"])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_STABILITY_VARIABLE, None)
+        else:
+            os.environ[_STABILITY_VARIABLE] = before
+
+
+# -- one attempt -------------------------------------------------------------------------------
 
 
 def send(
@@ -130,210 +260,274 @@ def send(
     extra_headers: Mapping[str, str] = {},
     max_body: int = DEFAULT_MAX_BODY,
     redact_url: Callable[[str], str] | None = None,
+    credentialed: bool = False,
+    origin: Origin | None = None,
 ) -> AttemptResult:
     """Send `request` once, within `timeout` seconds in total, and classify the outcome.
 
     `extra_headers` (auth, X-Scion-Hook-ID) replace the request's own headers of the same
-    name. `redact_url` rewrites the URL where the CLIENT span records it.
-    Never raises: every failure becomes an `AttemptResult`.
+    name. `redact_url` rewrites the URL where the CLIENT span records it. `credentialed` says
+    the caller added credentials; `origin` is where the template's own text said the request
+    goes. Never raises: every failure becomes an `AttemptResult`.
     """
     started = time.monotonic()
-    try:
-        target = Target(request.url)
-    except TransportError as exc:
-        return _classify_error(exc, request.url, 0.0, None)
     method = request.method.upper()
-    span = client.tracer.start_span(
-        method if method in _KNOWN_METHODS else "HTTP",
-        kind=SpanKind.CLIENT,
-        attributes=_span_attributes(method, request.url, target, redact_url),
-    )
-    headers = _headers(request, extra_headers, target)
-    if client.propagator is None:
-        headers.update(trace_headers(span.get_span_context()))
-    else:
-        client.propagator.inject(headers, context=trace.set_span_in_context(span))
-    exchange = _Exchange(client.pool, target, method, request.body, started + timeout)
-    try:
-        result = exchange.run(list(headers.items()), max_body, timeout)
-    except (wire.TimeoutException, TimeoutError):
-        result = AttemptResult(
-            kind="timeout",
-            duration=time.monotonic() - started,
-            status_code=exchange.status,
-            error_type="timeout",
-            message=f"no complete response within {timeout:g}s",
+    scheme = request.url.partition("://")[0].lower() if "://" in request.url else ""
+    if scheme not in ("http", "https"):
+        return _failure(
+            "permanent",
+            0.0,
+            "UnsupportedProtocol",
+            f"unsupported scheme {scheme or '(none)'!r}: write an http(s) URL",
         )
+    invalid = _invalid_url(request.url)
+    if invalid is not None:
+        return _failure("permanent", 0.0, "InvalidURL", f"invalid URL: {invalid}")
+    body = request.body
+    if body is None and method in _BODY_METHODS:
+        body = b""
+    deadline = _Deadline(timeout)
+    extensions: dict[str, Any] = {"trace": deadline.trace}
+    if redact_url is not None:
+        extensions[_REDACT_EXTENSION] = redact_url
+    try:
+        built = client.client.build_request(
+            method,
+            request.url,
+            headers=_headers(request, extra_headers),
+            content=body,
+            timeout=httpx.Timeout(max(timeout, 0.001)),
+            extensions=extensions,
+        )
+    except httpx.InvalidURL:
+        # httpx's own message may quote the authority, which may hold a password.
+        return _failure(
+            "permanent", 0.0, "InvalidURL", "invalid URL: its host or port cannot be read"
+        )
+    except (ValueError, UnicodeError):  # a header httpx cannot encode (its value unquoted)
+        return _failure(
+            "permanent",
+            0.0,
+            "LocalProtocolError",
+            "a header name or value cannot be sent: HTTP headers are ASCII text",
+        )
+    refusal = guard_request(built, credentialed=credentialed, origin=origin)
+    if refusal is not None:
+        return refusal
+    status: int | None = None
+    deadline.start()
+    sending = _SENDING.set(True)
+    try:
+        response = client.client.send(built, stream=True)
+        try:
+            deadline.watch(response.extensions.get("network_stream"))
+            status = response.status_code
+            kept = b"" if response.is_redirect else _read(response, max_body, deadline)
+        finally:
+            response.close()
+        result = _classify_response(response, kept, time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - an attempt never raises into the engine
-        result = _classify_error(exc, request.url, time.monotonic() - started, exchange.status)
-    _end_span(span, client, result, method, target)
+        elapsed = time.monotonic() - started
+        if deadline.expired or isinstance(exc, httpx.TimeoutException):
+            result = _failure(
+                "timeout", elapsed, "timeout", f"no complete response within {timeout:g}s", status
+            )
+        else:
+            result = _classify_error(exc, built.url, elapsed, status)
+    finally:
+        _SENDING.reset(sending)
+        deadline.stop()
     return result
 
 
-class _Exchange:
-    """One request and its response on a pooled connection; `status` survives a failed read."""
-
-    def __init__(
-        self, pool: ConnectionPool, target: Target, method: str, body: bytes | None, deadline: float
-    ) -> None:
-        self.pool = pool
-        self.target = target
-        self.method = method
-        self.body = body
-        self.deadline = deadline
-        self.status: int | None = None
-
-    def run(self, headers: list[tuple[str, str]], max_body: int, timeout: float) -> AttemptResult:
-        started = self.deadline - timeout
-        connection, response = self._request(headers)
-        self.status = response.status
-        try:
-            body = self._read(response, max_body)
-        except BaseException:
-            connection.close()
-            raise
-        if response.complete and not response.will_close:
-            self.pool.release(connection)
-        else:  # unread body, or the server closes: the connection cannot carry another request
-            connection.close()
-        return _classify_response(response, body, time.monotonic() - started)
-
-    def _request(self, headers: list[tuple[str, str]]) -> tuple[Connection, Response]:
-        try:
-            return self._request_on(self.pool.acquire(self.target, self.deadline), headers)
-        except _ClosedUnderUs:
-            # A kept-alive connection the server closed just as it was reused, before any byte
-            # of an answer: sent once more, on a new connection (the request carries its
-            # idempotency key, X-Scion-Hook-ID, should the server have seen it).
-            fresh = self.pool.acquire(self.target, self.deadline, fresh=True)
-            return self._request_on(fresh, headers)
-
-    def _request_on(
-        self, connection: Connection, headers: list[tuple[str, str]]
-    ) -> tuple[Connection, Response]:
-        target = self.target
-        path = target.path
-        if connection.absolute_form:
-            path = f"{target.scheme}://{target.authority}{target.path}"
-            if connection.proxy is not None and connection.proxy.authorization:
-                headers = [*headers, ("Proxy-Authorization", connection.proxy.authorization)]
-        try:
-            return connection, connection.request(self.method, path, headers, self.body)
-        except (wire.WriteError, wire.ServerDisconnected) as exc:
-            connection.close()
-            if connection.reused:
-                raise _ClosedUnderUs from exc
-            raise
-        except BaseException:
-            connection.close()
-            raise
-
-    def _read(self, response: Response, max_body: int) -> bytes:
-        """Up to max_body bytes of the body; the rest is left unread."""
-        if 300 <= response.status < 400 or max_body <= 0:
-            return b""
-        chunks: list[bytes] = []
-        size = 0
-        while size < max_body:
-            chunk = response.read(min(_READ_CHUNK, max_body - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
+def _invalid_url(url: str) -> str | None:
+    """What makes `url` unsendable, in words that never quote it (userinfo may hold a
+    password); None for a URL httpx may try."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "its host or port cannot be read"
+    if not parts.hostname:
+        return "it has no host"
+    if port == 0:
+        return "port 0"
+    return None
 
 
-class _ClosedUnderUs(Exception):
-    """A reused connection failed before any byte of an answer came back."""
+def guard_request(
+    request: httpx.Request, *, credentialed: bool = False, origin: Origin | None = None
+) -> AttemptResult | None:
+    """Refuse the request as it is about to be sent, when it would carry credentials in clear
+    or go elsewhere than the template's own text said. None when it may go."""
+    url = request.url
+    host = url.host.lower()
+    shown = f"{url.scheme}://{host}"
+    if origin is not None:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        if (url.scheme, host, port) != tuple(origin):
+            return _failure(
+                "permanent",
+                0.0,
+                ORIGIN_REFUSED,
+                f"refusing to send to {shown}:{port}: the template's URL fixes "
+                f"{origin.scheme}://{origin.host}:{origin.port}",
+            )
+    carries = (
+        credentialed
+        or bool(url.userinfo)
+        or "authorization" in request.headers
+        or "proxy-authorization" in request.headers
+    )
+    if carries and url.scheme != "https" and not is_loopback_host(host):
+        return _failure(
+            "permanent",
+            0.0,
+            TRANSPORT_REFUSED,
+            f"refusing to send credentials to {shown}: use https://, or a loopback host "
+            "(127.0.0.1, [::1], localhost) for local testing",
+        )
+    return None
 
 
-def _headers(
-    request: RenderedRequest, extra_headers: Mapping[str, str], target: Target
-) -> dict[str, str]:
-    """The header block, names as written; a later source replaces an earlier one whatever the
-    case of its name: defaults, the template's headers, then auth and the hook id."""
-    merged: dict[str, tuple[str, str]] = {
-        "host": ("Host", target.host_header),
-        "user-agent": ("User-Agent", USER_AGENT),
-        # A compressed body could inflate far beyond max_body inside a single read.
-        "accept-encoding": ("Accept-Encoding", "identity"),
-    }
-    if target.userinfo is not None:
-        merged["authorization"] = ("Authorization", basic_credentials(*target.userinfo))
+def _headers(request: RenderedRequest, extra_headers: Mapping[str, str]) -> dict[str, str]:
+    """The template's headers, then auth and the hook id; a later source replaces an earlier
+    one whatever the case of its name. Framing is httpx's, from the body it sends."""
+    merged: dict[str, tuple[str, str]] = {}
     for source in (request.headers, extra_headers):
         for name, value in source.items():
             merged[name.lower()] = (name, value)
     for name in _FRAMING_HEADERS:
         merged.pop(name, None)
-    if request.body is not None:
-        merged["content-length"] = ("Content-Length", str(len(request.body)))
-    elif request.method.upper() in _BODY_METHODS:
-        merged["content-length"] = ("Content-Length", "0")
     return dict(merged.values())
 
 
-# -- the CLIENT span ---------------------------------------------------------------------------
+def _read(response: httpx.Response, max_body: int, deadline: _Deadline) -> bytes:
+    """Up to max_body bytes of the body, as sent; the rest is never downloaded."""
+    if max_body <= 0:
+        return b""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_raw(min(_READ_CHUNK, max_body)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= max_body:
+            break
+        if deadline.expired:
+            raise httpx.ReadTimeout("attempt deadline reached")
+    return b"".join(chunks)[:max_body]
 
 
-def _span_attributes(
-    method: str, url: str, target: Target, redact_url: Callable[[str], str] | None
-) -> dict[str, Any]:
-    shown = _without_userinfo(url)
-    attributes: dict[str, Any] = {
-        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
-        "url.full": redact_url(shown) if redact_url is not None else shown,
-        "server.address": target.host,
-        "server.port": target.port,
-    }
-    if method not in _KNOWN_METHODS:
-        attributes["http.request.method_original"] = method
-    return attributes
+class _Deadline:
+    """The attempt's total deadline: at `timeout` seconds, its sockets are shut down.
+
+    httpx bounds each read and write, not their sum. The sockets are learnt from httpcore's
+    `trace` extension when a connection is opened, and from the response's `network_stream`
+    when a pooled one is reused (so a reused connection's headers are bounded per read only).
+    Before a connection exists there is no socket to shut: httpcore tries each address of a
+    name in turn, each within the connect timeout (the time left), so a name with several
+    unreachable addresses can take that long per address.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._done = False
+
+    def start(self) -> None:
+        _WATCHDOG.watch(time.monotonic() + max(self.timeout, 0.0), self)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done = True
+            self._sockets.clear()
+
+    def trace(self, event_name: str, info: Mapping[str, Any]) -> None:
+        if event_name == "connection.connect_tcp.complete":
+            self.watch(info.get("return_value"))
+
+    def watch(self, stream: Any) -> None:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            if self._done:
+                return
+            if self.expired:
+                _shut(sock)
+            else:
+                self._sockets.append(sock)
+
+    def expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
 
 
-def _end_span(
-    span: trace.Span, client: HttpClient, result: AttemptResult, method: str, target: Target
-) -> None:
-    measured: dict[str, Any] = {
-        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
-        "server.address": target.host,
-        "server.port": target.port,
-    }
-    status = result.status_code
-    if status is not None:
-        measured["network.protocol.version"] = "1.1"
-        measured["http.response.status_code"] = status
-    error_type = None
-    if status is not None and status >= 400:
-        error_type = str(status)
-    elif status is None and not result.ok:
-        error_type = result.error_type or "_OTHER"
-    if error_type is not None:
-        measured["error.type"] = error_type
-    client.duration.record(result.duration, measured)
-    if span.is_recording():
-        span.set_attributes(measured)
-        if error_type is not None:
-            span.set_status(Status(StatusCode.ERROR, result.message))
-    span.end()
+class _Watchdog:
+    """One thread for every attempt's deadline (a thread per attempt would cost a tenth of
+    a request): it sleeps until the earliest deadline and expires those that passed. A
+    finished attempt stays in the heap until its time, and is skipped then."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._condition = threading.Condition()
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, at: float, deadline: _Deadline) -> None:
+        with self._condition:
+            heapq.heappush(self._heap, (at, next(self._order), deadline))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="otel-lifecycle-hooks-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0][2] is deadline:  # a new earliest deadline: wake to it
+                self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._heap:
+                    self._condition.wait()
+                at = self._heap[0][0]
+                now = time.monotonic()
+                if at > now:
+                    self._condition.wait(at - now)
+                    continue
+                _, _, deadline = heapq.heappop(self._heap)
+            deadline.expire()
 
 
-def _without_userinfo(url: str) -> str:
-    """The URL as a span may record it: credentials in the authority are never kept."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
-    authority = rest[:end]
-    if "@" not in authority:
-        return url
-    return f"{scheme}://REDACTED:REDACTED@{authority.rpartition('@')[2]}{rest[end:]}"
+_WATCHDOG = _Watchdog()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed: nothing left to stop
+        pass
 
 
 # -- classification ----------------------------------------------------------------------------
 
 
-def _classify_response(response: Response, body: bytes, duration: float) -> AttemptResult:
-    status = response.status
+def _failure(
+    kind: Any, duration: float, error_type: str, message: str, status: int | None = None
+) -> AttemptResult:
+    return AttemptResult(
+        kind=kind, duration=duration, status_code=status, error_type=error_type, message=message
+    )
+
+
+def _classify_response(response: httpx.Response, body: bytes, duration: float) -> AttemptResult:
+    status = response.status_code
     content_type = response.headers.get("content-type")
     kept_body, kept_type = (body, content_type) if _is_text(content_type) else (None, None)
     if 200 <= status < 300:
@@ -347,12 +541,12 @@ def _classify_response(response: Response, body: bytes, duration: float) -> Atte
     if 300 <= status < 400:
         location = response.headers.get("location")
         where = f" to {_safe_url(location)}" if location else ""
-        return AttemptResult(
-            kind="permanent",
-            duration=duration,
-            status_code=status,
-            error_type="http.redirect",
-            message=f"HTTP {status} redirect{where} (redirects are not followed)",
+        return _failure(
+            "permanent",
+            duration,
+            "http.redirect",
+            f"HTTP {status} redirect{where} (redirects are not followed)",
+            status,
         )
     transient = status == 429 or status >= 500
     return AttemptResult(
@@ -360,7 +554,7 @@ def _classify_response(response: Response, body: bytes, duration: float) -> Atte
         duration=duration,
         status_code=status,
         error_type=f"http.{status}",
-        message=f"HTTP {status} {_reason(status)}".rstrip(),
+        message=f"HTTP {status} {response.reason_phrase}".rstrip(),
         retry_after=parse_retry_after(response.headers.get("retry-after"), time.time()),
         response_body=kept_body,
         response_content_type=kept_type,
@@ -368,72 +562,60 @@ def _classify_response(response: Response, body: bytes, duration: float) -> Atte
 
 
 def _classify_error(
-    exc: BaseException, url: str, duration: float, status: int | None
+    exc: BaseException, url: httpx.URL, duration: float, status: int | None
 ) -> AttemptResult:
-    host = _host_of(url)
+    host = f"{url.host}:{url.port}" if url.port else url.host
     causes = list(_cause_chain(exc))
-    # ssl is imported only when an https target is met: without it there is no TLS error.
-    ssl = sys.modules.get("ssl")
-    tls_error = ssl and next((c for c in causes if isinstance(c, ssl.SSLError)), None)
+    tls_error = next((c for c in causes if isinstance(c, ssl.SSLError)), None)
     if tls_error is not None:
-        return AttemptResult(
-            kind="permanent",
-            duration=duration,
-            error_type="TLSError",
-            message=f"TLS handshake with {host} failed: {_ssl_reason(tls_error)}",
+        return _failure(
+            "permanent",
+            duration,
+            "TLSError",
+            f"TLS handshake with {host} failed: {_ssl_reason(tls_error)}",
         )
-    if isinstance(exc, wire.ProxyError):  # its message names the proxy, not the target
-        return AttemptResult(
-            kind="transient",
-            duration=duration,
-            status_code=status,
-            error_type="ProxyError",
-            message=f"ProxyError on the way to {host}: {exc}",
-        )
+    if isinstance(exc, _ProxyUnusable):
+        return _failure("permanent", duration, "ProxyError", str(exc))
+    if isinstance(exc, httpx.ProxyError):
+        # httpx names the proxy's answer ("407 Proxy Authentication Required"), never its URL.
+        answer = str(exc) if _PROXY_ANSWER.match(str(exc)) else "the proxy refused or failed"
+        return _failure(
+            "transient", duration, "ProxyError", f"ProxyError on the way to {host}: {answer}",
+            status,
+        )  # fmt: skip
     if any(isinstance(cause, socket.gaierror) for cause in causes):
-        return AttemptResult(
-            kind="transient",
-            duration=duration,
-            error_type="DNSError",
-            message=f"cannot resolve host {host}",
+        through = " (or the proxy the environment names for it)" if _proxied(url) else ""
+        return _failure("transient", duration, "DNSError", f"cannot resolve host {host}{through}")
+    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL)):
+        return _failure(
+            "permanent",
+            duration,
+            type(exc).__name__,
+            f"request to {host} cannot be sent ({type(exc).__name__})",
+            status,
         )
-    if isinstance(exc, (wire.InvalidURL, wire.UnsupportedProtocol, wire.LocalProtocolError)):
-        return AttemptResult(
-            kind="permanent",
-            duration=duration,
-            error_type=type(exc).__name__,
-            message=f"request to {host} cannot be sent: {exc}",
+    if isinstance(exc, (httpx.TransportError, OSError)):
+        name = type(exc).__name__ if isinstance(exc, httpx.TransportError) else "ReadError"
+        return _failure(
+            "transient", duration, name, f"{name} talking to {host}: {_os_reason(causes)}", status
         )
-    error = _wire_error(exc)
-    if error is not None:
-        # ServerDisconnected is the transport's own distinction (worth a retry on a reused
-        # connection); outside, it is one of the ways a server breaks the protocol.
-        name = type(error).__name__
-        if isinstance(error, wire.RemoteProtocolError):
-            name = "RemoteProtocolError"
-        return AttemptResult(
-            kind="transient",
-            duration=duration,
-            status_code=status,
-            error_type=name,
-            message=f"{name} talking to {host}: {_os_reason(causes)}",
-        )
-    return AttemptResult(
-        kind="permanent",
-        duration=duration,
-        status_code=status,
-        error_type=type(exc).__name__,
-        message=f"unexpected {type(exc).__name__} sending to {host}",
+    return _failure(
+        "permanent",
+        duration,
+        type(exc).__name__,
+        f"unexpected {type(exc).__name__} sending to {host}",
+        status,
     )
 
 
-def _wire_error(exc: BaseException) -> TransportError | None:
-    """The transport error a failure on the wire stands for; None for anything else."""
-    if isinstance(exc, TransportError):
-        return exc
-    if isinstance(exc, OSError):
-        return wire.ReadError(exc.strerror or type(exc).__name__)
-    return None
+def _proxied(url: httpx.URL) -> bool:
+    """Whether the environment names a proxy for `url`'s scheme (as httpx reads it)."""
+    import urllib.request
+
+    if is_loopback_host(url.host):
+        return False
+    proxies = urllib.request.getproxies()
+    return bool(proxies.get(url.scheme) or proxies.get("all"))
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -472,15 +654,6 @@ def _is_text(content_type: str | None) -> bool:
     return media.startswith(_TEXT_TYPES) or media.endswith("+json")
 
 
-def _reason(status: int) -> str:
-    from http import HTTPStatus  # failures only: its enum costs every start-up otherwise
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
 def _safe_url(url: str) -> str:
     """scheme://host/path of a URL: query strings and userinfo may carry credentials."""
     try:
@@ -491,15 +664,6 @@ def _safe_url(url: str) -> str:
     if not parsed.hostname:
         return parsed.path or "/"
     return f"{parsed.scheme}://{parsed.hostname}{port}{parsed.path}"
-
-
-def _host_of(url: str) -> str:
-    try:
-        parsed = urlsplit(url)
-        port = f":{parsed.port}" if parsed.port else ""
-    except ValueError:
-        return "(invalid url)"
-    return f"{parsed.hostname}{port}" if parsed.hostname else "(no host)"
 
 
 def _cause_chain(exc: BaseException) -> Iterator[BaseException]:
@@ -521,4 +685,4 @@ def _os_reason(causes: list[BaseException]) -> str:
     for cause in causes:
         if isinstance(cause, OSError) and cause.strerror:
             return cause.strerror
-    return str(causes[0]) or type(causes[0]).__name__
+    return type(causes[0]).__name__

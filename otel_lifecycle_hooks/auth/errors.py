@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 # error.type values, so the engine can tell a refused transport from a missing secret.
 TRANSPORT_REFUSED = "auth.transport_refused"
+# The rendered URL leads elsewhere than the origin the template's own text fixed.
+ORIGIN_REFUSED = "auth.origin_refused"
 MISSING_SECRET = "auth.missing_secret"
 INVALID_SECRET = "auth.invalid_secret"
 CREDENTIALS_UNAVAILABLE = "auth.credentials_unavailable"

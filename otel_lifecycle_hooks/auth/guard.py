@@ -2,50 +2,44 @@
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
+from ..loopback import is_loopback_host
 from ..spec.model import AuthSpec
 from .errors import TRANSPORT_REFUSED, AuthError
 
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 (also IPv4-mapped) and the name `localhost`."""
-    host = host.strip("[]").lower()
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])  # drop an IPv6 zone id
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
+__all__ = ["check_transport", "is_loopback_host"]
 
 
 def check_transport(url: str, auth: AuthSpec, *, has_credentials: bool = False) -> None:
     """Refuse to send credentials over a channel others could read.
 
-    A request carries credentials when `auth` is not `none` or, as the caller knows,
-    `has_credentials` (e.g. the hook writes its own `Authorization` header). Such a request must
-    use `https://`, unless its host is loopback. Raises `AuthError` (error_type
-    `auth.transport_refused`); the message names the scheme and host only, as a URL's query may
-    hold a secret.
+    A request carries credentials when `auth` is not `none`, when its URL holds userinfo
+    (`user:password@`, sent as Basic auth) or, as the caller knows, `has_credentials` (e.g. the
+    hook writes its own `Authorization` header). Such a request must use `https://`, unless its
+    host is loopback (`loopback.py`). Raises `AuthError` (error_type `auth.transport_refused`);
+    the message names the scheme and host only, as a URL's query may hold a secret.
     """
-    if auth.type == "none" and not has_credentials:
-        return
-    what = f"auth: {auth.type}" if auth.type != "none" else "an Authorization header"
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
+        userinfo = "@" in parts.netloc
     except ValueError:
+        if auth.type == "none" and not has_credentials:
+            return
         raise AuthError(
-            f"refusing to send credentials ({what}): the URL could not be parsed; "
+            "refusing to send credentials: the URL could not be parsed; "
             "write an absolute https:// URL",
             error_type=TRANSPORT_REFUSED,
         ) from None
+    if auth.type == "none" and not has_credentials and not userinfo:
+        return
+    if auth.type != "none":
+        what = f"auth: {auth.type}"
+    elif has_credentials:
+        what = "an Authorization header"
+    else:
+        what = "a user name and password in the URL"
     scheme = parts.scheme.lower()
     if scheme == "https" and host:
         return

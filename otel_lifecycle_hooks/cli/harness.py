@@ -193,7 +193,7 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
 def _is_loopback_url(url: str) -> bool:
     from urllib.parse import urlsplit
 
-    from ..supervisor.ingest_http import is_loopback
+    from ..loopback import is_loopback_host
 
     try:
         parts = urlsplit(url)
@@ -201,7 +201,7 @@ def _is_loopback_url(url: str) -> bool:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         return False
-    return parts.scheme == "http" and not parts.username and is_loopback(host)
+    return parts.scheme == "http" and not parts.username and is_loopback_host(host)
 
 
 def _received(url: str, token: str) -> int | None:

@@ -14,6 +14,7 @@ _LAZY = {
     "Execution": ".model",
     "HookEngine": ".engine",
     "LifecycleEvent": ".model",
+    "LifecycleHookLogProcessor": ".log_processor",
     "LifecycleHookProcessor": ".processor",
     "SessionInfo": ".model",
 }
@@ -24,6 +25,7 @@ __all__ = [
     "Execution",
     "HookEngine",
     "LifecycleEvent",
+    "LifecycleHookLogProcessor",
     "LifecycleHookProcessor",
     "SessionInfo",
 ]

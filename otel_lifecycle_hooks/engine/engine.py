@@ -53,6 +53,7 @@ class HookEngine:
         self.executor = HookExecutor(
             template,
             tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
             environ=environ,
             clock=clock,
             credentials=credentials,

@@ -63,6 +63,7 @@ class HookExecutor:
         template: Template,
         *,
         tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: Any = None,
         environ: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sinks: Sequence[ExecutionSink] = (),
@@ -73,6 +74,8 @@ class HookExecutor:
         self.template = template
         self._secret_names = secret_names_for(template)
         self._tracer_provider = tracer_provider
+        # The CLIENT spans' `http.client.request.duration` goes where the hook metrics go.
+        self._meter_provider = meter_provider
         self._tracer: trace.Tracer | None = None
         self._environ = environ
         self.clock = clock
@@ -111,7 +114,9 @@ class HookExecutor:
             if self._http_client is None:
                 from ..actions.http import make_client
 
-                self._http_client = make_client(tracer_provider=self._tracer_provider)
+                self._http_client = make_client(
+                    tracer_provider=self._tracer_provider, meter_provider=self._meter_provider
+                )
             return self._http_client
 
     def credentials(self) -> Any:
@@ -318,12 +323,22 @@ class HookExecutor:
         timeout: float,
         variables: Variables,
     ) -> AttemptResult:
-        from ..actions.http import send
+        from ..actions.http import origin_of, send
         from ..auth import AuthError, check_transport
+        from ..auth.errors import ORIGIN_REFUSED
 
         headers: dict[str, str] = {"X-Scion-Hook-ID": hook_id}
         action = hook.action
         has_written_credentials = "authorization" in {k.lower() for k in request.headers}
+        # Where the template's own text says the request goes; checked before any token is
+        # made, and again by `send` on the request as httpx is about to send it.
+        origin = literal_origin(action.url)
+        if origin is not None and origin_of(request.url) != origin:
+            raise _Refusal(
+                ORIGIN_REFUSED,
+                f"the rendered URL leaves {origin.scheme}://{origin.host}:{origin.port}, "
+                "the origin the template's URL fixes; nothing was sent",
+            )
         try:
             # Credentials only over https (loopback excepted), checked on the rendered URL:
             # a URL from a variable cannot be checked at load time.
@@ -345,7 +360,13 @@ class HookExecutor:
             raise _Refusal(getattr(exc, "error_type", "AuthError"), str(exc)) from None
         redact_url = self.redactor(variables).redact_url
         return send(
-            self.http_client(), request, timeout, extra_headers=headers, redact_url=redact_url
+            self.http_client(),
+            request,
+            timeout,
+            extra_headers=headers,
+            redact_url=redact_url,
+            credentialed=action.auth.type != "none" or has_written_credentials,
+            origin=origin,
         )
 
     def _env_for_auth(self, variables: Variables) -> Mapping[str, str]:
@@ -554,6 +575,23 @@ class HookExecutor:
             span.end()
         except Exception:
             log.debug("could not end hook span", exc_info=True)
+
+
+def literal_origin(url_template: str | None) -> Any:
+    """The origin (scheme, host, port) a URL template's literal text fixes: everything before
+    its first `${` when that already holds the whole authority; None when a variable forms
+    part of the scheme, host or port (validate decides which variables may)."""
+    if not url_template:
+        return None
+    from ..actions.http import origin_of
+
+    literal, variable, _ = url_template.partition("${")
+    if not variable:
+        return origin_of(literal)
+    _, separator, rest = literal.partition("://")
+    if not separator or not any(mark in rest for mark in "/?#"):
+        return None
+    return origin_of(literal)
 
 
 def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -30,26 +31,67 @@ _FIELD_BY_ATTRIBUTE = {attr: name for name, attr in ev.EVENT_ATTRIBUTES.items()}
 _METADATA_BY_ATTRIBUTE = {attr: name for name, attr in ev.METADATA_ATTRIBUTES.items()}
 
 
-class _RecentIds:
-    """A bounded set of event ids dispatched by the API and not yet seen on a span."""
+class SeenEventIds:
+    """A bounded set of the event ids an engine has dispatched: whichever route sees an event
+    first (`AgentSession.record`, a span event, a log record) fires it; the others skip it."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
         self._limit = limit
         self._lock = threading.Lock()
 
-    def add(self, event_id: str) -> None:
+    def first_sight(self, event_id: str) -> bool:
+        """True the first time `event_id` is offered (it is remembered), False after that."""
         with self._lock:
+            if event_id in self._ids:
+                return False
             self._ids[event_id] = None
             while len(self._ids) > self._limit:
                 self._ids.popitem(last=False)
-
-    def take(self, event_id: str) -> bool:
-        with self._lock:
-            if event_id not in self._ids:
-                return False
-            del self._ids[event_id]
             return True
+
+
+_SEEN_BY_ENGINE: weakref.WeakKeyDictionary[HookEngine, SeenEventIds] = weakref.WeakKeyDictionary()
+_SEEN_LOCK = threading.Lock()
+
+
+def seen_event_ids(engine: HookEngine) -> SeenEventIds:
+    """The event ids `engine` has dispatched, shared by every processor built on it."""
+    with _SEEN_LOCK:
+        seen = _SEEN_BY_ENGINE.get(engine)
+        if seen is None:
+            seen = _SEEN_BY_ENGINE[engine] = SeenEventIds()
+        return seen
+
+
+class LiveSessions:
+    """The agent sessions in progress in this process, by session span id and by agent name,
+    for log records that name their session only through the span context or the agent."""
+
+    def __init__(self) -> None:
+        self._by_span: dict[int, SessionInfo] = {}
+        self._lock = threading.Lock()
+
+    def add(self, span_id: int, session: SessionInfo) -> None:
+        with self._lock:
+            self._by_span[span_id] = session
+
+    def remove(self, span_id: int) -> None:
+        with self._lock:
+            self._by_span.pop(span_id, None)
+
+    def by_span_id(self, span_id: int) -> SessionInfo | None:
+        with self._lock:
+            return self._by_span.get(span_id)
+
+    def by_agent_name(self, name: str) -> SessionInfo | None:
+        """The most recently started live session of the agent `name`."""
+        with self._lock:
+            found = [s for s in self._by_span.values() if s.metadata.get("AGENT_NAME") == name]
+        return found[-1] if found else None
+
+
+LIVE_SESSIONS = LiveSessions()
 
 
 def _span_id(span: Any) -> int:
@@ -58,12 +100,7 @@ def _span_id(span: Any) -> int:
 
 
 def _operation_name(span: Any) -> Any:
-    """The span's `gen_ai.operation.name`, looked up in the SDK's own dict when there is one:
-    the public mapping raises and catches a KeyError for every span without it (about 1 us,
-    on every span of the host application). Feature-detected, like `_add_event` below."""
-    stored = getattr(getattr(span, "_attributes", None), "_dict", None)
-    if isinstance(stored, dict):
-        return stored.get(ev.ATTR_OPERATION_NAME)
+    """The span's `gen_ai.operation.name`, through the public attribute mapping."""
     attributes = span.attributes
     return attributes.get(ev.ATTR_OPERATION_NAME) if attributes else None
 
@@ -106,7 +143,7 @@ class LifecycleHookProcessor(SpanProcessor):
         self.engine = engine
         self._sessions: dict[int, SessionInfo] = {}
         self._observed: set[int] = set()  # session span ids whose _add_event is wrapped
-        self._api_ids = _RecentIds()
+        self._seen = seen_event_ids(engine)
         self._lock = threading.Lock()
 
     @classmethod
@@ -124,6 +161,7 @@ class LifecycleHookProcessor(SpanProcessor):
         span_id = _span_id(span)
         with self._lock:
             self._sessions[span_id] = session
+        LIVE_SESSIONS.add(span_id, session)
         original = getattr(span, "_add_event", None)
         if not callable(original):
             return  # SDK without it: events are read in on_end instead
@@ -150,6 +188,7 @@ class LifecycleHookProcessor(SpanProcessor):
             session = self._sessions.pop(span_id, None)
             observed = span_id in self._observed
             self._observed.discard(span_id)
+        LIVE_SESSIONS.remove(span_id)
         if session is None or observed:
             return
         for event in span.events:
@@ -169,7 +208,7 @@ class LifecycleHookProcessor(SpanProcessor):
 
     def expect_event_id(self, event_id: str) -> None:
         """The API dispatched this event itself; the observer must not fire it again."""
-        self._api_ids.add(event_id)
+        self._seen.first_sight(event_id)
 
     def _observe(
         self,
@@ -182,8 +221,8 @@ class LifecycleHookProcessor(SpanProcessor):
         if event_name is None:
             return
         event_id = (attributes or {}).get(ev.ATTR_EVENT_ID)
-        if isinstance(event_id, str) and self._api_ids.take(event_id):
-            return
+        if isinstance(event_id, str) and not self._seen.first_sight(event_id):
+            return  # already fired, by the API or by the log-record route
         event = LifecycleEvent(
             name=event_name,
             fields=fields_from_attributes(attributes),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -13,16 +14,20 @@ from .. import events as ev
 from .dispatch import DispatchResult
 from .engine import HookEngine
 from .model import LifecycleEvent, SessionInfo
-from .processor import LifecycleHookProcessor
+from .processor import LIVE_SESSIONS, LifecycleHookProcessor, seen_event_ids
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 
 class AgentSession:
     """One agent session: the `invoke_agent {name}` span and the events recorded on it.
 
     `record()` fires the matching hooks directly (so they run even when the span is sampled
-    out or the SDK is disabled) and adds the `agent.lifecycle.<event>` span event for the
-    trace. It returns after the blocking hooks finished; `result.failed` names a blocking
-    `on_error: fail` hook that did not succeed.
+    out or the SDK is disabled), adds the `agent.lifecycle.<event>` span event for the
+    trace, and emits the same event as a log record (OTEP 4430: `event_name`
+    `agent.lifecycle.<event>`, the span event's attributes, in the session span's context)
+    through `logger_provider` (the global one by default). It returns after the blocking hooks
+    finished; `result.failed` names a blocking `on_error: fail` hook that did not succeed.
 
     `in_process_hooks` (a `systems.inprocess.LifecycleHookRegistry` or a list of hooks with
     `name` and `on_event`) are told of every event too, each on its own worker (seed 004);
@@ -39,6 +44,7 @@ class AgentSession:
         tracer_provider: trace.TracerProvider | None = None,
         parent: trace.SpanContext | None = None,
         in_process_hooks: Any = None,
+        logger_provider: Any = None,
     ) -> None:
         if isinstance(hooks, LifecycleHookProcessor):
             self._processor: LifecycleHookProcessor | None = hooks
@@ -72,6 +78,12 @@ class AgentSession:
         )
         if known is not None:
             known.metadata = merged
+        self._span_id = self.span.get_span_context().span_id
+        if self._span_id:  # a non-recording span of a no-op provider has none
+            LIVE_SESSIONS.add(self._span_id, self.info)
+        self._seen = seen_event_ids(self.engine)
+        self._logger_provider = logger_provider
+        self._event_logger: Any = None
         # Seed 004's in-process hooks (a LifecycleHookRegistry or a list of hooks), if any.
         self.in_process: Any = None
         if in_process_hooks is not None:
@@ -108,13 +120,34 @@ class AgentSession:
                 attributes[attr] = (
                     int(value) if attr == "process.exit.code" and _is_int(value) else value
                 )
-        if self._processor is not None:
-            self._processor.expect_event_id(lifecycle_event.event_id)
+        # Fired here, directly: the span-event and log-record routes skip this id.
+        self._seen.first_sight(lifecycle_event.event_id)
         self.span.add_event(ev.span_event_name(event), attributes)
+        self._emit_event_record(event, attributes, lifecycle_event.timestamp)
         result = self.engine.fire(lifecycle_event, self.info, deadline=deadline)
         if self.in_process is not None:
             self.in_process.observe(event, values)
         return result
+
+    def _emit_event_record(self, event: str, attributes: dict[str, Any], timestamp: float) -> None:
+        """The event as a log record, correlated with the session span; never raises."""
+        try:
+            from ..telemetry.logs_api import LogRecord, SeverityNumber, get_logger_provider
+
+            if self._event_logger is None:
+                provider = self._logger_provider or get_logger_provider()
+                self._event_logger = provider.get_logger("otel_lifecycle_hooks")
+            self._event_logger.emit(
+                LogRecord(
+                    timestamp=int(timestamp * 1e9),
+                    context=trace.set_span_in_context(self.span),
+                    severity_number=SeverityNumber.INFO,
+                    attributes=attributes,
+                    event_name=ev.span_event_name(event),
+                )
+            )
+        except Exception:  # telemetry never stops a hook
+            log.debug("could not emit the lifecycle event record", exc_info=True)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -122,6 +155,7 @@ class AgentSession:
     def end(self) -> None:
         if self.in_process is not None:
             self.in_process.close()  # their errors still land on the span
+        LIVE_SESSIONS.remove(self._span_id)
         self.span.end()
 
     def __enter__(self) -> AgentSession:  # noqa: PYI034 - not meant to be subclassed

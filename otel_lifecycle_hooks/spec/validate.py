@@ -10,7 +10,6 @@ Messages never repeat a value that may be a secret (URLs, header values, token n
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import urllib.parse
@@ -942,7 +941,7 @@ def _read_url(
     if authority_problem is not None:
         r.report(located, "action.url", authority_problem)
         return None
-    credential = _credential_reason(auth, headers)
+    credential = _credential_reason(auth, headers) or _userinfo_reason(url)
     if scheme == "http" and credential is not None:
         host = _host(url)
         if host is not None and not _is_loopback(host):
@@ -992,13 +991,16 @@ def _host(url: str) -> str | None:
     return urllib.parse.urlsplit(url).hostname or ""
 
 
+def _userinfo_reason(url: str) -> str | None:
+    """A user name or password in the URL is sent as Basic auth: a credential."""
+    netloc = urllib.parse.urlsplit(url).netloc
+    return "a user name and password in the URL" if "@" in netloc else None
+
+
 def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    from ..loopback import is_loopback_host  # the one definition the guard and client use
+
+    return is_loopback_host(host)
 
 
 # --- response captures (warnings) ---------------------------------------------------------

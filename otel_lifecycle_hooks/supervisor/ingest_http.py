@@ -16,7 +16,6 @@ messages this session received.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import queue
@@ -26,6 +25,8 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from ..loopback import is_loopback_host
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -141,16 +142,6 @@ class HttpIngest:
                     log.exception("HTTP event route: delivering a message failed")
 
 
-def is_loopback(host: str) -> bool:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if address.version == 6 and address.ipv4_mapped is not None:  # type: ignore[union-attr]
-        address = address.ipv4_mapped  # type: ignore[union-attr]
-    return address.is_loopback
-
-
 def _handler(ingest: HttpIngest) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -172,7 +163,7 @@ def _handler(ingest: HttpIngest) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(body)
 
         def _allowed(self) -> bool:
-            if not is_loopback(self.client_address[0]):
+            if not is_loopback_host(self.client_address[0]):
                 self._answer(403)
                 return False
             if not ingest.token_matches(self.headers.get("Authorization")):

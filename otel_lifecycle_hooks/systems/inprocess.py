@@ -35,12 +35,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .. import events as ev
-
-if TYPE_CHECKING:
-    from ..engine.session import AgentSession
 
 log = logging.getLogger("otel_lifecycle_hooks.systems.inprocess")
 
@@ -320,13 +317,27 @@ class LifecycleHookDispatcher:
         return caught_up
 
 
+class RecordingSession(Protocol):
+    """What the in-process hooks need of their session (an `AgentSession`): its identity, and
+    a way to record a hook's failure on it. Named here so that this module does not import
+    the engine's session, which imports this one."""
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+    def record(self, event: str, fields: Mapping[str, Any] | None = None) -> Any: ...
+
+
 class SessionHooks:
     """The in-process hooks of one `AgentSession`: turns its events into the ten points."""
 
     def __init__(
         self,
         hooks: LifecycleHookRegistry | Iterable[AgentLifecycleHook],
-        session: AgentSession,
+        session: RecordingSession,
     ) -> None:
         if isinstance(hooks, LifecycleHookRegistry):
             self._listeners: Sequence[ErrorListener] = hooks.error_listeners

@@ -25,6 +25,10 @@ differs from it:
   `SessionRecordingSampler`, so agent sessions sampled out still reach the hook processor
   (hooks are business logic, not telemetry) while only sampled spans are exported.
 - `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_METRIC_EXPORT_TIMEOUT` (milliseconds).
+- `OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT` (milliseconds, default 2000): how long closing
+  the providers this package made may take in all, at exit. A collector that cannot be
+  reached then costs at most that, and one line saying so instead of the exporters' retry
+  messages; what was not exported is dropped.
 
 With no metrics exporter the meter provider is the API's no-op one: the metrics SDK (a fifth
 of `run`'s start-up) is imported only when some reader will collect what it aggregates.
@@ -35,6 +39,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -67,6 +72,19 @@ PROMETHEUS_HOST_DEFAULT = "localhost"
 PROMETHEUS_PORT_DEFAULT = 9464
 
 _SIGNAL_PATHS = {"traces": "v1/traces", "metrics": "v1/metrics"}
+EXIT_TIMEOUT_MS_DEFAULT = 2_000.0
+EXIT_TIMEOUT_VARIABLE = "OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT"
+# Where the exporters log each retry and failure of an export.
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.sdk._shared_internal",
+    "opentelemetry.sdk.metrics._internal.export",
+)
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
 
 # --- pure decisions from the environment ----------------------------------------------
@@ -301,6 +319,7 @@ class Telemetry:
         otel_env: dict[str, str] | None = None,
         disabled: bool = False,
         _closers: list[Callable[[], None]] | None = None,
+        _exporters: list[Any] | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -309,6 +328,8 @@ class Telemetry:
         self.otel_env: dict[str, str] = {} if otel_env is None else otel_env
         self.disabled = disabled
         self._closers: list[Callable[[], None]] = [] if _closers is None else _closers
+        # The exporters this package made, told to stop retrying when the exit bound passes.
+        self._exporters: list[Any] = [] if _exporters is None else _exporters
         self._closed = False
         self._lock = threading.Lock()
 
@@ -334,18 +355,46 @@ class Telemetry:
                 done = False
         return done
 
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Flush and close what this package created; a provider it attached to is only
-        flushed, never shut down. Safe to call more than once."""
+    @property
+    def exit_timeout(self) -> float:
+        """Seconds closing the providers may take at exit (EXIT_TIMEOUT_VARIABLE)."""
+        return (
+            _milliseconds(self.otel_env.get(EXIT_TIMEOUT_VARIABLE), EXIT_TIMEOUT_MS_DEFAULT) / 1000
+        )
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Flush and close what this package created, within `timeout` seconds in all
+        (default: `exit_timeout`); a provider it attached to is only flushed, never shut down.
+        Safe to call more than once."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         atexit.unregister(self.shutdown)
+        bound = self.exit_timeout if timeout is None else timeout
         if not self.owned:
-            self.force_flush(timeout)
+            self.force_flush(bound)
             return
-        millis = int(timeout * 1000)
+        quiet = _ExportFailures()
+        quiet.install()
+        closing = threading.Thread(
+            target=self._close_all, args=(bound,), name="otel-lifecycle-hooks-exit", daemon=True
+        )
+        closing.start()
+        closing.join(bound)
+        gave_up = closing.is_alive()
+        if gave_up:
+            for exporter in self._exporters:  # ends their retry waits; nothing more is sent
+                try:
+                    exporter.shutdown()
+                except Exception:
+                    logger.debug("stopping an exporter failed", exc_info=True)
+            closing.join(0.2)
+        if gave_up or quiet.count:
+            logger.warning("%s", self._export_failure_line(bound, quiet, gave_up))
+
+    def _close_all(self, bound: float) -> None:
+        millis = int(bound * 1000)
         closers: list[Callable[[], None]] = [self.tracer_provider.shutdown]  # type: ignore[attr-defined]
         if _is_sdk_meter_provider(self.meter_provider):  # the no-op one has nothing to close
             closers.append(lambda: self.meter_provider.shutdown(timeout_millis=millis))  # type: ignore[attr-defined]
@@ -354,6 +403,47 @@ class Telemetry:
                 close()
             except Exception:
                 logger.debug("closing telemetry failed", exc_info=True)
+
+    def _export_failure_line(self, bound: float, quiet: _ExportFailures, gave_up: bool) -> str:
+        env = self.otel_env
+        where = (
+            env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        )
+        target = f"the collector at {where}" if where else "the telemetry exporter"
+        reason = f" ({quiet.reason})" if quiet.reason else ""
+        if gave_up:
+            return (
+                f"telemetry not exported at exit: {target} did not take it within "
+                f"{bound:g}s{reason}; what was left is dropped "
+                f"({EXIT_TIMEOUT_VARIABLE}, in ms, sets how long to wait)"
+            )
+        return f"telemetry not exported at exit: {target} refused it{reason}"
+
+
+class _ExportFailures(logging.Filter):
+    """Takes the exporters' retry and failure messages while the providers close, counting
+    them and keeping the first reason, so that one line can say what happened instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.reason: str | None = None
+
+    def install(self) -> None:
+        for name in _EXPORTER_LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        self.count += 1
+        if self.reason is None:
+            found = _OS_ERROR.search(record.getMessage())
+            if found:
+                self.reason = found.group(1).strip().lower()
+        return False
 
 
 def configure_telemetry(
@@ -382,12 +472,14 @@ def configure_telemetry(
     )
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
+    exporters: list[Any] = []
     file_path: Path | None = None
     if not disabled:
         span_exporters, file_path = _span_exporters(env, trace_file, path_env, session_id)
         for exporter in span_exporters:
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-        readers, closers = _metric_readers(env)
+        readers, closers = _metric_readers(env, exporters)
+        exporters.extend(span_exporters)
     meter_provider = _meter_provider(readers, resource)
     telemetry = Telemetry(
         tracer_provider=tracer_provider,
@@ -397,6 +489,7 @@ def configure_telemetry(
         otel_env=env,
         disabled=disabled,
         _closers=closers,
+        _exporters=exporters,
     )
     atexit.register(telemetry.shutdown)
     return telemetry
@@ -481,7 +574,9 @@ def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
     return None
 
 
-def _metric_readers(env: Mapping[str, str]) -> tuple[list[MetricReader], list[Callable[[], None]]]:
+def _metric_readers(
+    env: Mapping[str, str], exporters: list[Any]
+) -> tuple[list[MetricReader], list[Callable[[], None]]]:
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
     interval = _milliseconds(env.get("OTEL_METRIC_EXPORT_INTERVAL"), 60_000.0)
@@ -497,6 +592,7 @@ def _metric_readers(env: Mapping[str, str]) -> tuple[list[MetricReader], list[Ca
             continue
         exporter = _guarded(name, lambda n=name: _metric_exporter(n, env))  # type: ignore[misc]
         if exporter is not None:
+            exporters.append(exporter)
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
             readers.append(
@@ -520,7 +616,31 @@ def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
     return None
 
 
+_missing_extras_told: set[str] = set()
+
+
+class MissingExtra(Exception):
+    """An exporter the configuration asks for needs a package extra that is not installed."""
+
+
+def _require_extra(module: str, extra: str, asked_by: str) -> None:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package is missing, or blocked
+        found = False
+    if not found:
+        raise MissingExtra(
+            f"{asked_by} needs the {extra!r} extra, which is not installed: "
+            f"pip install 'otel-lifecycle-hooks[{extra}]'"
+        )
+
+
 def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[], None]]:
+    _require_extra(
+        "opentelemetry.exporter.prometheus", "prometheus", "OTEL_METRICS_EXPORTER=prometheus"
+    )
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -565,6 +685,11 @@ def _otlp_exporter(settings: OtlpSettings) -> Any:
 
 
 def _grpc_exporter(settings: OtlpSettings) -> Any:
+    _require_extra(
+        "opentelemetry.exporter.otlp.proto.grpc",
+        "grpc",
+        "OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)",
+    )
     import grpc
 
     credentials = None
@@ -605,6 +730,12 @@ def _guarded(name: str, build: Callable[[], Any]) -> Any:
     agent."""
     try:
         return build()
+    except MissingExtra as exc:
+        # Traces and metrics may both ask for the same extra: one line says it.
+        if str(exc) not in _missing_extras_told:
+            _missing_extras_told.add(str(exc))
+            logger.warning("telemetry not exported: %s", exc)
+        return None
     except Exception as exc:  # noqa: BLE001
         logger.warning("telemetry exporter %r not started: %s", name, type(exc).__name__)
         return None

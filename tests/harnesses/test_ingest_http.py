@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from otel_lifecycle_hooks.supervisor.ingest_http import MAX_BODY_BYTES, HttpIngest, is_loopback
+from otel_lifecycle_hooks.loopback import is_loopback_host
+from otel_lifecycle_hooks.supervisor.ingest_http import MAX_BODY_BYTES, HttpIngest
 from tests.harnesses.fake_models import Step
 from tests.harnesses.real import Claude, harness_binary
 from tests.harnesses.session import PACKAGE_CLI
@@ -145,7 +146,7 @@ def test_status_tells_how_many_messages_the_session_received(route: Any) -> None
      ("10.0.0.1", False), ("::ffff:10.0.0.1", False), ("192.168.1.2", False), ("name", False)],
 )
 def test_only_loopback_peers_are_served(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
+    assert is_loopback_host(host) is loopback
 
 
 def test_real_claude_code_posts_its_events_to_the_supervisor_with_no_hook_process(

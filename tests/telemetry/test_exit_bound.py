@@ -1,0 +1,46 @@
+"""An unreachable collector costs `run` a short bound at exit and one clear line, instead of
+the exporters' retries and their raw messages."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def closed_port() -> int:
+    with socket.socket() as placeholder:  # bound, then freed: nothing listens there
+        placeholder.bind(("127.0.0.1", 0))
+        return int(placeholder.getsockname()[1])
+
+
+def run_true(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    template = tmp_path / "agent.yaml"
+    template.write_text("lifecycle_hooks: []\n")
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))},
+        "HOME": str(tmp_path),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "run", "-t", str(template), "--", "true"],
+        capture_output=True, text=True, env=environ, check=False, timeout=60,
+    )  # fmt: skip
+
+
+def test_an_unreachable_collector_is_one_line_naming_it_and_the_bound(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    done = run_true(
+        tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT="500",
+    )
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"telemetry not exported at exit: the collector at {endpoint}")
+    assert "within 0.5s" in lines[0] and "connection refused" in lines[0]
+    assert "Transient error" not in done.stderr and "HTTPConnectionPool" not in done.stderr
