@@ -18,8 +18,8 @@ _LAZY = {
     "LifecycleHookLogProcessor": "otel_lifecycle_hooks.engine.log_processor",
     "AgentSession": "otel_lifecycle_hooks.engine.session",
     "HookEngine": "otel_lifecycle_hooks.engine.engine",
-    "load_templates": "otel_lifecycle_hooks.spec.loader",
-    "TemplateError": "otel_lifecycle_hooks.spec.loader",
+    "load_templates": "otel_lifecycle_hooks.template.loader",
+    "TemplateError": "otel_lifecycle_hooks.template.loader",
 }
 
 __all__ = [

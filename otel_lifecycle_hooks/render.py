@@ -42,7 +42,7 @@ from typing import NamedTuple
 from urllib.parse import quote, quote_plus, urlsplit
 
 from .harness.reported import AGENT_CONTROLLED
-from .spec.model import HookAction
+from .template.model import HookAction
 from .variables import Reference, Resolved, Variables, parse_template
 
 HOOK_ID_HEADER = "X-Scion-Hook-ID"

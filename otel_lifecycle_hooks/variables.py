@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .redact import looks_like_secret_name
 
 if TYPE_CHECKING:
-    from .spec.model import Template
+    from .template.model import Template
 
 EVENT_VARIABLES: tuple[str, ...] = (
     "PHASE",
@@ -73,7 +73,7 @@ METADATA_VARIABLES: tuple[str, ...] = (
     "HOOK_NAME",
 )
 
-# How deep `env:` entries may refer to each other (spec/trust.py refuses deeper templates).
+# How deep `env:` entries may refer to each other (template/trust.py refuses deeper templates).
 MAX_ENV_DEPTH = 16
 
 LAYERS: tuple[str, ...] = ("event", "metadata", "captured", "env", "environ")
@@ -269,7 +269,7 @@ class Variables:
     ) -> Resolved:
         # Expanded on every use (it is cheap) so that late-captured responses are seen.
         if len(expanding) >= MAX_ENV_DEPTH:
-            # Validation refuses deeper templates (spec/trust.py); one built in code stops here
+            # Validation refuses deeper templates (template/trust.py); one built in code stops here
             # rather than growing exponentially.
             return Resolved("", "env", True)
         parts: list[str] = []

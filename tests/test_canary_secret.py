@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_lifecycle_hooks.cli.main import main as cli_main
 from otel_lifecycle_hooks.engine import AgentSession, Execution, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
-from otel_lifecycle_hooks.spec.loader import load_templates
+from otel_lifecycle_hooks.template.loader import load_templates
 from tests.auth.conftest import KeyPair, write_service_account_key
 from tests.auth.fake_token_endpoint import FakeTokenEndpoint
 from tests.support.target_server import Reply, TargetServer

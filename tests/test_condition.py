@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otel_lifecycle_hooks.spec.condition import Condition, ConditionSyntaxError, parse_condition
+from otel_lifecycle_hooks.template.condition import Condition, ConditionSyntaxError, parse_condition
 
 
 def test_equality_holds_only_for_the_same_value() -> None:

@@ -25,7 +25,7 @@ from otel_lifecycle_hooks.render import (
     render_headers,
     render_url,
 )
-from otel_lifecycle_hooks.spec.model import HookAction
+from otel_lifecycle_hooks.template.model import HookAction
 from otel_lifecycle_hooks.variables import Variables
 
 NASTY_TEXT = 'done"}, "x": "1\\ back\\\\slash\nnew line\ttab é 漢字 🎉 \u2028 \x00 end'

@@ -16,8 +16,8 @@ import pytest
 from otel_lifecycle_hooks.cli.main import main as cli_main
 from otel_lifecycle_hooks.engine import HookEngine, SessionInfo
 from otel_lifecycle_hooks.engine.executor import CAPTURE_LIMIT
-from otel_lifecycle_hooks.spec.loader import load_template_text, load_templates
-from otel_lifecycle_hooks.spec.validate import capture_warnings
+from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
+from otel_lifecycle_hooks.template.validate import capture_warnings
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 

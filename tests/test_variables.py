@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from otel_lifecycle_hooks.spec.model import AuthSpec, HookAction, HookSpec, Template
+from otel_lifecycle_hooks.template.model import AuthSpec, HookAction, HookSpec, Template
 from otel_lifecycle_hooks.variables import (
     Reference,
     Variables,

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..spec.model import AuthSpec, HookAction
+from ..template.model import AuthSpec, HookAction
 from . import static
 from .cache import REFRESH_MARGIN, TokenCache, utc_now
 from .guard import check_transport

@@ -21,7 +21,7 @@ import google.auth
 import google.auth.transport.requests
 from google.oauth2 import service_account
 
-from ..spec.model import AuthSpec
+from ..template.model import AuthSpec
 from .cache import RefreshableCredentials
 from .errors import CREDENTIALS_UNAVAILABLE, REFRESH_FAILED, AuthError, safe_reason
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from ..loopback import is_loopback_host
-from ..spec.model import AuthSpec
+from ..template.model import AuthSpec
 from .errors import TRANSPORT_REFUSED, AuthError
 
 __all__ = ["check_transport", "is_loopback_host"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..spec.model import AuthSpec
+from ..template.model import AuthSpec
 from .errors import INVALID_SECRET, MISSING_SECRET, AuthError
 
 AUTHORIZATION = "Authorization"

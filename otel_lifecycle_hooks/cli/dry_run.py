@@ -30,7 +30,7 @@ from ..render import (
     hook_id_header,
     render_action,
 )
-from ..spec.model import AuthSpec, HookSpec, Template
+from ..template.model import AuthSpec, HookSpec, Template
 from ..variables import (
     EVENT_VARIABLES,
     METADATA_VARIABLES,
@@ -175,7 +175,7 @@ def dry_run(
             err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
             return EXIT_USAGE
 
-    from ..spec.loader import TemplateError, load_templates
+    from ..template.loader import TemplateError, load_templates
 
     try:
         template = load_templates(list(template_paths))
@@ -411,7 +411,7 @@ def _sources(hook: HookSpec, variables: Variables, context: DryRunContext) -> di
 def _script_problem(hook: HookSpec) -> str | None:
     if hook.action.type != "script":
         return None
-    from ..spec.checks import script_problem
+    from ..template.checks import script_problem
 
     return script_problem(hook.action.command)
 

@@ -95,7 +95,7 @@ def since_time(text: str) -> float:
     """`--since`: a duration back from now, or an RFC 3339 moment; unix seconds."""
     import time
 
-    from ..spec.durations import DurationError, parse_duration
+    from ..template.durations import DurationError, parse_duration
 
     try:
         return time.time() - parse_duration(text)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..spec.model import HookSpec, Template
+    from ..template.model import HookSpec, Template
 
 JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 RECENT_LIMIT = 5
@@ -63,8 +63,8 @@ def default_journal_path() -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the hooks table (or JSON); exit 1 when the templates do not load."""
-    from ..spec.loader import load_templates
-    from ..spec.validate import TemplateError
+    from ..template.loader import load_templates
+    from ..template.validate import TemplateError
 
     try:
         template = load_templates(args.templates)
@@ -96,7 +96,7 @@ def _table(template: Template) -> str:
 
 
 def _row(hook: HookSpec) -> tuple[str, ...]:
-    from ..spec.durations import format_duration
+    from ..template.durations import format_duration
 
     target = _target(hook)
     if len(target) > _TARGET_WIDTH:

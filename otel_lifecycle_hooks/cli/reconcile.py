@@ -65,7 +65,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..journal import open_journal
-    from ..spec.durations import DurationError, parse_duration
+    from ..template.durations import DurationError, parse_duration
     from .history import journal_path
 
     try:

@@ -167,12 +167,12 @@ def _resume_collection() -> None:
 
 
 def _run(args: argparse.Namespace | SimpleNamespace) -> int:
-    from ..spec.durations import DurationError, parse_duration
-    from ..spec.loader import TemplateError, load_templates
-    from ..spec.model import Template
     from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
     from ..supervisor.run import Supervisor, SupervisorOptions, agent_metadata
     from ..supervisor.running import RunningFile
+    from ..template.durations import DurationError, parse_duration
+    from ..template.loader import TemplateError, load_templates
+    from ..template.model import Template
 
     command = list(args.command)
     if command and command[0] == "--":

@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Print the schema as indented JSON."""
-    from ..spec.schema import lifecycle_hooks_schema, template_file_schema
+    from ..template.schema import lifecycle_hooks_schema, template_file_schema
 
     schema = lifecycle_hooks_schema() if args.hooks_only else template_file_schema()
     print(json.dumps(schema, indent=2, ensure_ascii=False))

@@ -23,8 +23,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print `ok: ...` or one line per problem."""
-    from ..spec.loader import load_templates, template_file
-    from ..spec.validate import TemplateError, capture_warnings
+    from ..template.loader import load_templates, template_file
+    from ..template.validate import TemplateError, capture_warnings
 
     files = [template_file(path) for path in args.templates]
     try:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
         return 1
     disabled = sum(1 for hook in template.hooks if not hook.enabled)
-    from ..spec.checks import template_warnings
+    from ..template.checks import template_warnings
 
     # The template still loads: exit 0.
     warnings = capture_warnings(template) + template_warnings(template)

@@ -26,7 +26,7 @@ from collections import deque
 from concurrent.futures import Future
 
 from .. import events as ev
-from ..spec.model import HookSpec, Template
+from ..template.model import HookSpec, Template
 from .executor import HookExecutor
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import DebounceWindow, fails_transition

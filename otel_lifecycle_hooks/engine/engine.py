@@ -11,7 +11,7 @@ from typing import Any
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 
-from ..spec.model import Template
+from ..template.model import Template
 from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
@@ -76,7 +76,7 @@ class HookEngine:
     @classmethod
     def from_template(cls, *paths: str | os.PathLike[str], **options: Any) -> HookEngine:
         """Load and validate template files (parent first), then build an engine."""
-        from ..spec.loader import load_templates
+        from ..template.loader import load_templates
 
         return cls(load_templates([Path(p) for p in paths]), **options)
 

@@ -25,7 +25,7 @@ from .. import events as ev
 from ..actions.base import AttemptResult
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
-from ..spec.model import HookSpec, Template
+from ..template.model import HookSpec, Template
 from ..tracecontext import traceparent as to_traceparent
 from ..variables import EVENT_VARIABLES, Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock

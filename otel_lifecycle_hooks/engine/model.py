@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from opentelemetry.trace import SpanContext
 
-from ..spec.model import HookSpec
+from ..template.model import HookSpec
 
 
 class LifecycleEvent:

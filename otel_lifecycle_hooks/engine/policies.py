@@ -5,7 +5,7 @@ how long an attempt may take. No I/O and no sleeping; every function is a value 
 from __future__ import annotations
 
 from ..actions.base import AttemptResult
-from ..spec.model import HookSpec
+from ..template.model import HookSpec
 
 # Seed 000: "retry with exponential backoff (1s, 2s, 4s), max 3".
 RETRY_DELAYS: tuple[float, ...] = (1.0, 2.0, 4.0)

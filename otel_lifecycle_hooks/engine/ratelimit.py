@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from contextlib import ExitStack
 
-from ..spec.model import RateLimit, Template
+from ..template.model import RateLimit, Template
 
 _EPSILON = 1e-9  # of a token
 

@@ -13,7 +13,7 @@ from typing import Any
 from opentelemetry import metrics as metrics_api
 
 from ..actions.base import AttemptResult
-from ..spec.model import HookSpec
+from ..template.model import HookSpec
 from .dispatch import EngineListener
 from .executor import HookExecutor
 from .model import Execution, LifecycleEvent

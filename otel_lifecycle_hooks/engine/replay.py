@@ -43,7 +43,7 @@ from ..render import (
     render_headers,
     render_url,
 )
-from ..spec.model import HookSpec, Template
+from ..template.model import HookSpec, Template
 from ..variables import Variables, secret_names_for
 
 log = logging.getLogger("otel_lifecycle_hooks.replay")
@@ -256,8 +256,8 @@ class Replayer:
 
     def _template(self, paths: tuple[str, ...]) -> Template | str:
         if paths not in self._loaded:
-            from ..spec.loader import load_templates
-            from ..spec.validate import TemplateError
+            from ..template.loader import load_templates
+            from ..template.validate import TemplateError
 
             try:
                 self._loaded[paths] = load_templates([Path(p) for p in paths])

@@ -25,7 +25,7 @@ DRAIN_TIMEOUT = 15.0
 
 @functools.lru_cache(maxsize=4)
 def _template(paths: tuple[str, ...]) -> Any:
-    from ..spec.loader import load_templates
+    from ..template.loader import load_templates
 
     return load_templates(list(paths))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from ..render import RenderError, hook_id_header, render_action
-from ..spec.model import HookSpec
+from ..template.model import HookSpec
 from .executor import HookExecutor, _request_record
 from .model import Execution, LifecycleEvent, SessionInfo
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..spec.durations import parse_duration
+from ..template.durations import parse_duration
 
 
 class Limits:

@@ -194,7 +194,7 @@ def heartbeat_interval(environ: Mapping[str, str]) -> float:
     text = environ.get(HEARTBEAT_ENV)
     if not text:
         return DEFAULT_HEARTBEAT
-    from ..spec.durations import DurationError, parse_duration
+    from ..template.durations import DurationError, parse_duration
 
     try:
         return max(0.05, parse_duration(text))
@@ -377,7 +377,7 @@ def stored_template(row: Any) -> Any:
     """The template a session ran, loaded from the text it stored (else from its files)."""
     import tempfile
 
-    from ..spec.loader import load_templates
+    from ..template.loader import load_templates
 
     texts: Sequence[Mapping[str, str]] = row.templates or ()
     if not texts:

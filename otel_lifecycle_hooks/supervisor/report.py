@@ -20,7 +20,7 @@ from ..engine.recording import ExecutionWatcher
 if TYPE_CHECKING:
     from ..actions.base import AttemptResult
     from ..engine.model import Execution, LifecycleEvent
-    from ..spec.model import HookSpec
+    from ..template.model import HookSpec
 
 PREFIX = "otel-lifecycle-hooks: "
 QUIET, NORMAL, VERBOSE = 0, 1, 2

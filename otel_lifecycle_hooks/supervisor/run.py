@@ -28,7 +28,7 @@ from .. import events as ev
 from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
-from ..spec.model import Template
+from ..template.model import Template
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
 from .legacy import run_legacy_hooks

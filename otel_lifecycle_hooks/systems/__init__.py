@@ -13,8 +13,8 @@ them; reading never imports, runs or contacts anything.
 
 from __future__ import annotations
 
-from ..spec.model import HookSpec
-from ..spec.validate import Located, Problem, describe
+from ..template.model import HookSpec
+from ..template.validate import Located, Problem, describe
 
 
 def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..events import ALL_EVENTS
-from ..spec.model import HookAction, HookSpec
-from ..spec.validate import Located, Problem, describe, did_you_mean
+from ..template.model import HookAction, HookSpec
+from ..template.validate import Located, Problem, describe, did_you_mean
 from .wire import event_context
 
 DEFAULT_TIMEOUT_SECONDS = 10

@@ -41,9 +41,9 @@ from .. import __version__
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..engine.model import LifecycleEvent, SessionInfo
-from ..spec.durations import DurationError, parse_duration
-from ..spec.model import DEFAULT_SCRIPT_TIMEOUT, MAX_TIMEOUT, HookAction, HookSpec
-from ..spec.validate import Located, Problem, describe
+from ..template.durations import DurationError, parse_duration
+from ..template.model import DEFAULT_SCRIPT_TIMEOUT, MAX_TIMEOUT, HookAction, HookSpec
+from ..template.validate import Located, Problem, describe
 
 PROTOCOL = "host-v1"
 HOST_NAME = "otel-lifecycle-hooks"

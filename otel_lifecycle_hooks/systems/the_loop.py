@@ -40,9 +40,9 @@ from typing import Any
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..actions.python import call_bounded
-from ..spec.condition import Condition
-from ..spec.model import MAX_TIMEOUT, AuthSpec, HookAction, HookSpec
-from ..spec.validate import Located, Problem, describe, did_you_mean, quote
+from ..template.condition import Condition
+from ..template.model import MAX_TIMEOUT, AuthSpec, HookAction, HookSpec
+from ..template.validate import Located, Problem, describe, did_you_mean, quote
 
 # The six points, in the order the-loop reaches them, and the event of ours each one is.
 POINTS: tuple[str, ...] = (
@@ -285,7 +285,7 @@ def _read_local(entry: _Entry, kind: str, base: Path, points: tuple[str, ...]) -
 
 
 def _read_remote(entry: _Entry, points: tuple[str, ...]) -> tuple[HookAction | None, float]:
-    from ..spec.validate import _host, _is_loopback  # the template rules' own URL checks
+    from ..template.validate import _host, _is_loopback  # the template rules' own URL checks
 
     located = entry.fields["url"]
     url = located.value if isinstance(located.value, str) else ""

@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind
 from otel_lifecycle_hooks.actions.http import HttpClient, Origin, make_client, send
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.render import RenderedRequest
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import Reply, TargetServer
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from otel_lifecycle_hooks.auth import AuthError, Credentials
-from otel_lifecycle_hooks.spec.model import AuthSpec
+from otel_lifecycle_hooks.template.model import AuthSpec
 
 from .conftest import KeyPair, write_service_account_key
 from .fake_token_endpoint import FakeTokenEndpoint

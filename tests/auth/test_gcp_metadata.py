@@ -21,7 +21,7 @@ CLIENT = r"""
 import json, os, sys
 import httpx
 from otel_lifecycle_hooks.auth import AuthError, Credentials
-from otel_lifecycle_hooks.spec.model import AuthSpec
+from otel_lifecycle_hooks.template.model import AuthSpec
 
 target = sys.argv[1]
 credentials = Credentials()

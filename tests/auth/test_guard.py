@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_lifecycle_hooks.auth import AuthError, check_transport, is_loopback_host
-from otel_lifecycle_hooks.spec.model import AuthSpec
+from otel_lifecycle_hooks.template.model import AuthSpec
 
 BEARER = AuthSpec(type="bearer-token", token_env="TOKEN")
 NO_AUTH = AuthSpec()

@@ -11,10 +11,10 @@ from otel_lifecycle_hooks import loopback
 from otel_lifecycle_hooks.actions import http
 from otel_lifecycle_hooks.auth import AuthError, check_transport
 from otel_lifecycle_hooks.engine.clock import FakeClock
-from otel_lifecycle_hooks.spec import validate
-from otel_lifecycle_hooks.spec.loader import load_template_text
-from otel_lifecycle_hooks.spec.model import AuthSpec
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template import validate
+from otel_lifecycle_hooks.template.loader import load_template_text
+from otel_lifecycle_hooks.template.model import AuthSpec
+from otel_lifecycle_hooks.template.validate import TemplateError
 from tests.support.target_server import Reply
 
 HOSTS = [

@@ -8,7 +8,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from otel_lifecycle_hooks.auth import AuthError, Credentials, message_id, sign, sign_request
-from otel_lifecycle_hooks.spec.model import HookAction
+from otel_lifecycle_hooks.template.model import HookAction
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BODY = b'{"event": "session-end", "agent": "coder-1"}'

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from otel_lifecycle_hooks.auth import AuthError, Credentials, auth_header_names
-from otel_lifecycle_hooks.spec.model import AuthSpec, AuthType
+from otel_lifecycle_hooks.template.model import AuthSpec, AuthType
 
 from .loopback import RecordingTarget
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from otel_lifecycle_hooks import events as ev
-from otel_lifecycle_hooks.spec.schema import template_file_schema
+from otel_lifecycle_hooks.template.schema import template_file_schema
 from otel_lifecycle_hooks.variables import EVENT_VARIABLES, METADATA_VARIABLES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

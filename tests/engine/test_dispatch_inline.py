@@ -20,8 +20,8 @@ from otel_lifecycle_hooks.engine.clock import SYSTEM_CLOCK
 from otel_lifecycle_hooks.engine.dispatch import Dispatcher, EngineListener, HookQueue, _Job
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent, SessionInfo
 from otel_lifecycle_hooks.engine.ratelimit import RateGate, TokenBucket
-from otel_lifecycle_hooks.spec.loader import load_template_text
-from otel_lifecycle_hooks.spec.model import HookSpec, RateLimit, Template
+from otel_lifecycle_hooks.template.loader import load_template_text
+from otel_lifecycle_hooks.template.model import HookSpec, RateLimit, Template
 
 WAIT = 5.0  # seconds: a bound for hang checks only
 

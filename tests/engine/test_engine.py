@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import Reply
 
 

@@ -8,7 +8,7 @@ from otel_lifecycle_hooks.engine.policies import (
     outcome_of,
     retry_policy_for,
 )
-from otel_lifecycle_hooks.spec.model import HookAction, HookSpec
+from otel_lifecycle_hooks.template.model import HookAction, HookSpec
 
 
 def hook(**overrides):

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine, LifecycleHookProcessor
 from otel_lifecycle_hooks.engine.sampling import SessionRecordingSampler
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import TargetServer
 
 

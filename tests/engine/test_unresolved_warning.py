@@ -10,7 +10,7 @@ import pytest
 
 from otel_lifecycle_hooks.engine.engine import HookEngine
 from otel_lifecycle_hooks.engine.model import SessionInfo
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 
 TEMPLATE = f"""
 lifecycle_hooks:

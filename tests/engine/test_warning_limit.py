@@ -12,7 +12,7 @@ import pytest
 
 from otel_lifecycle_hooks.engine import HookEngine, SessionInfo
 from otel_lifecycle_hooks.engine.warning_limit import WarningLimit, warn_unresolved
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.supervisor.supervised import Workspace
 
 log = logging.getLogger("test.warning_limit")

@@ -20,7 +20,7 @@ from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
 from otel_lifecycle_hooks.engine.dispatch import DispatchResult
 from otel_lifecycle_hooks.journal import ExecutionRow, Journal
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 
 
 @dataclass

@@ -24,7 +24,7 @@ from otel_lifecycle_hooks.cli.main import main
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
 from otel_lifecycle_hooks.journal import Journal
-from otel_lifecycle_hooks.spec.loader import load_templates
+from otel_lifecycle_hooks.template.loader import load_templates
 from tests.support.target_server import Reply, TargetServer
 
 TOKEN = "tok-3f9a7c1e5b2d4a60"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.render import RenderError, render_url
-from otel_lifecycle_hooks.spec.loader import load_template_text
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template.loader import load_template_text
+from otel_lifecycle_hooks.template.validate import TemplateError
 from otel_lifecycle_hooks.variables import Variables
 
 

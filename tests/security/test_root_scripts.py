@@ -20,7 +20,7 @@ import pytest
 from otel_lifecycle_hooks.actions.script import run_script, unsafe_as_root
 from otel_lifecycle_hooks.engine import Execution, HookEngine, SessionInfo
 from otel_lifecycle_hooks.render import RenderedCommand
-from otel_lifecycle_hooks.spec.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown and to run as root")
 

@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.spec.loader import MAX_TEMPLATE_BYTES, load_template_text, load_templates
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template.loader import (
+    MAX_TEMPLATE_BYTES,
+    load_template_text,
+    load_templates,
+)
+from otel_lifecycle_hooks.template.validate import TemplateError
 from otel_lifecycle_hooks.variables import Variables
 
 HOOK = """lifecycle_hooks:

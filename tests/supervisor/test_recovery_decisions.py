@@ -8,13 +8,13 @@ import os
 from pathlib import Path
 
 from otel_lifecycle_hooks.journal import ExecutionRow, SessionRow, journal_location
-from otel_lifecycle_hooks.spec.loader import load_templates
 from otel_lifecycle_hooks.supervisor.recovery import (
     earlier_run_gone,
     owed_events,
     process_namespace,
     session_fields,
 )
+from otel_lifecycle_hooks.template.loader import load_templates
 
 TEMPLATE = """\
 lifecycle_hooks:

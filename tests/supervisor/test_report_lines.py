@@ -6,8 +6,8 @@ import io
 
 from otel_lifecycle_hooks.actions.base import AttemptResult
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent
-from otel_lifecycle_hooks.spec.model import HookAction, HookSpec
 from otel_lifecycle_hooks.supervisor.report import HELD_LINES_LIMIT, QUIET, VERBOSE, RunReport
+from otel_lifecycle_hooks.template.model import HookAction, HookSpec
 
 EVENT = LifecycleEvent("session-end")
 

@@ -11,8 +11,8 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from otel_lifecycle_hooks.spec.model import Template
 from otel_lifecycle_hooks.supervisor.run import SupervisorOptions, agent_metadata
+from otel_lifecycle_hooks.template.model import Template
 from tests.support.target_server import TargetServer
 
 # Imported by `run` only when a template, an exporter or a harness needs them.
@@ -21,7 +21,7 @@ NOT_FOR_A_PLAIN_RUN = (
     "hashlib",  # no auth, no signing: the agent id is hashed without OpenSSL's bindings
     "otel_lifecycle_hooks.auth.credentials",  # no `auth:` on the hook
     "otel_lifecycle_hooks.auth.signing",
-    "otel_lifecycle_hooks.spec.condition",  # no `condition:`
+    "otel_lifecycle_hooks.template.condition",  # no `condition:`
     "otel_lifecycle_hooks.harness.activity",  # the agent reported no activity
     "otel_lifecycle_hooks.actions.script",  # no script hook, no legacy hook directory
     "difflib",  # the template has no mistake to suggest a fix for

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
-from otel_lifecycle_hooks.spec.loader import TemplateError, load_templates
+from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 
 # A hang check only: far above what a run of these short handlers takes.
 HANG_BOUND = 8.0

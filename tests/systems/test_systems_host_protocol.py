@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
-from otel_lifecycle_hooks.spec.loader import TemplateError, load_templates
 from otel_lifecycle_hooks.systems.host_protocol import STAGES, merge
+from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 
 HANG_BOUND = 8.0
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
-from otel_lifecycle_hooks.spec.model import Template
 from otel_lifecycle_hooks.systems.inprocess import (
     AgentLifecycleEvent,
     HookRegistrationError,
@@ -20,6 +19,7 @@ from otel_lifecycle_hooks.systems.inprocess import (
     LifecycleHookError,
     LifecycleHookRegistry,
 )
+from otel_lifecycle_hooks.template.model import Template
 
 HANG_BOUND = 5.0
 

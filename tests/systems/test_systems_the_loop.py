@@ -16,9 +16,9 @@ import pytest
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.model import Execution
-from otel_lifecycle_hooks.spec.loader import TemplateError, load_templates
-from otel_lifecycle_hooks.spec.model import Template
 from otel_lifecycle_hooks.systems import the_loop
+from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
+from otel_lifecycle_hooks.template.model import Template
 
 SUBPROCESS_TIMEOUT = 60  # a hang check only
 HANG_BOUND = 8.0

@@ -95,7 +95,7 @@ def test_recording_never_raises_into_the_hook_path() -> None:
 
 def test_an_engine_reports_each_hooks_queue_depth_when_metrics_are_collected() -> None:
     from otel_lifecycle_hooks.engine import HookEngine
-    from otel_lifecycle_hooks.spec.loader import load_template_text
+    from otel_lifecycle_hooks.template.loader import load_template_text
 
     template = load_template_text(
         "lifecycle_hooks:\n"

@@ -421,7 +421,7 @@ def test_a_run_without_a_metrics_exporter_never_imports_the_metrics_sdk(tmp_path
         f"""
         import sys
         from otel_lifecycle_hooks.engine.engine import HookEngine
-        from otel_lifecycle_hooks.spec.model import Template
+        from otel_lifecycle_hooks.template.model import Template
         from otel_lifecycle_hooks.telemetry.setup import configure_telemetry
         telemetry = configure_telemetry({{}}, {{"HOME": {str(tmp_path)!r}}})
         engine = HookEngine(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.spec.loader import load_templates
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template.loader import load_templates
+from otel_lifecycle_hooks.template.validate import TemplateError
 
 BROKEN = Path(__file__).parent / "broken"
 BROKEN_FILES = sorted(BROKEN.glob("*.yaml"))

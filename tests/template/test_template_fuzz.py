@@ -8,9 +8,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_lifecycle_hooks.spec.loader import load_template_text
-from otel_lifecycle_hooks.spec.model import Template
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template.loader import load_template_text
+from otel_lifecycle_hooks.template.model import Template
+from otel_lifecycle_hooks.template.validate import TemplateError
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

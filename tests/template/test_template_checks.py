@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.cli.dry_run import dry_run
-from otel_lifecycle_hooks.spec.checks import malformed_references, template_warnings
-from otel_lifecycle_hooks.spec.loader import load_template_text, load_templates
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template.checks import malformed_references, template_warnings
+from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
+from otel_lifecycle_hooks.template.validate import TemplateError
 
 
 def _hook(action: str, extra: str = "") -> str:
@@ -177,7 +177,7 @@ def test_a_child_turns_off_a_parent_hook_with_only_name_and_enabled_false(tmp_pa
 def test_the_schema_accepts_a_turn_off_entry_and_nothing_looser() -> None:
     import jsonschema
 
-    from otel_lifecycle_hooks.spec.schema import template_file_schema
+    from otel_lifecycle_hooks.template.schema import template_file_schema
 
     validator = jsonschema.Draft202012Validator(template_file_schema())
 

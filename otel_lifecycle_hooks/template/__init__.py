@@ -1,6 +1,6 @@
 """Template spec: the model of `lifecycle_hooks:`, its loader, validation and schema.
 
-Names are imported on first use, so that importing `spec.model` alone (as the engine and the
+Names are imported on first use, so that importing `template.model` alone (as the engine and the
 harness hook command do) never pays for PyYAML and the rules.
 """
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_lifecycle_hooks.spec import loader
-from otel_lifecycle_hooks.spec.loader import load_template_text, load_templates
-from otel_lifecycle_hooks.spec.model import Template
-from otel_lifecycle_hooks.spec.validate import TemplateError
+from otel_lifecycle_hooks.template import loader
+from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
+from otel_lifecycle_hooks.template.model import Template
+from otel_lifecycle_hooks.template.validate import TemplateError
 
 SPEC_TESTS = Path(__file__).parent
 REPOSITORY = SPEC_TESTS.parent.parent

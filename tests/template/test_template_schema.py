@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from otel_lifecycle_hooks.events import RUNTIME_EVENTS, TEMPLATE_EVENTS
-from otel_lifecycle_hooks.spec.model import ACTION_TYPES, AUTH_TYPES, ERROR_POLICIES
-from otel_lifecycle_hooks.spec.schema import lifecycle_hooks_schema, template_file_schema
-from otel_lifecycle_hooks.spec.validate import ACTION_KEYS, AUTH_KEYS, HOOK_KEYS, HTTP_METHODS
+from otel_lifecycle_hooks.template.model import ACTION_TYPES, AUTH_TYPES, ERROR_POLICIES
+from otel_lifecycle_hooks.template.schema import lifecycle_hooks_schema, template_file_schema
+from otel_lifecycle_hooks.template.validate import ACTION_KEYS, AUTH_KEYS, HOOK_KEYS, HTTP_METHODS
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from otel_lifecycle_hooks.spec.loader import load_templates
+from otel_lifecycle_hooks.template.loader import load_templates
 
 PARENT = """\
 name: base

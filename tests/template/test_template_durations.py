@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otel_lifecycle_hooks.spec.durations import DurationError, format_duration, parse_duration
+from otel_lifecycle_hooks.template.durations import DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(
