@@ -37,7 +37,7 @@ _NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
 
 
 def default_hook_log_path(environ: Mapping[str, str]) -> Path:
-    """`$OTEL_LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`."""
+    """`$LIFECYCLE_HOOKS_LOG` (or the older `$OTEL_LIFECYCLE_HOOKS_LOG`), else `$HOME/agent.log`."""
     explicit = environ.get(LOG_ENV.removeprefix("OTEL_")) or environ.get(LOG_ENV)
     if explicit:
         return Path(explicit)

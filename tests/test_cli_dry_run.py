@@ -303,7 +303,7 @@ def test_a_hook_that_cannot_render_fails_the_dry_run() -> None:
 def test_an_unknown_event_exits_2_listing_the_valid_ones() -> None:
     code, _, err = _run(HOOK_DEFINITION, event="post-stat")
     assert code == 2
-    assert "unknown event 'post-stat'" in err
+    assert "unknown event 'post-stat' (did you mean \"post-start\"?)" in err
     assert "post-start" in err and "tool-start" in err
 
 

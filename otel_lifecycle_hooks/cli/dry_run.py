@@ -155,8 +155,11 @@ def dry_run(
 ) -> int:
     """Render what `event` would make the templates' hooks do; see the module docstring."""
     if event not in events.ALL_EVENTS:
+        from ..template.validate import did_you_mean
+
+        hint = did_you_mean(event, events.TEMPLATE_EVENTS + events.RUNTIME_EVENTS)
         err.write(
-            f"error: unknown event {event!r}\n"
+            f"error: unknown event {event!r}{hint}\n"
             f"  template events: {', '.join(events.TEMPLATE_EVENTS)}\n"
             f"  runtime events: {', '.join(events.RUNTIME_EVENTS)}\n"
         )

@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help=f"template file (repeat: parent first, child last); default ${TEMPLATE_ENV} "
+        help="template file (repeat: parent first, child last); default $LIFECYCLE_HOOKS_TEMPLATE "
         "or ./scion-agent.yaml when present",
     )
     parser.add_argument(
@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
         help="execution journal file (default: $OTEL_LIFECYCLE_HOOKS_JOURNAL or ~/.local/state/...)",
     )
     parser.add_argument(
-        "--hook-log", help="hook log file (default: $OTEL_LIFECYCLE_HOOKS_LOG or $HOME/agent.log)"
+        "--hook-log", help="hook log file (default: $LIFECYCLE_HOOKS_LOG or $HOME/agent.log)"
     )
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument(

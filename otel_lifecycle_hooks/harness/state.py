@@ -1,7 +1,7 @@
 """The activity state file, for the `hook` command when no supervisor is running.
 
 Each `hook` invocation is a new process, so the tracker's state lives in a small JSON file:
-`$OTEL_LIFECYCLE_HOOKS_STATE`, or `$HOME/.local/state/otel-lifecycle-hooks/activity.json`.
+`$LIFECYCLE_HOOKS_STATE`, or `$HOME/.local/state/otel-lifecycle-hooks/activity.json`.
 Harnesses run hooks concurrently (Codex launches matching hooks at once), so a read-modify-write
 holds an exclusive lock on `<file>.lock`; writes go to a temporary file renamed over the old one,
 so a reader never sees half a file.

@@ -1,7 +1,7 @@
 """Firing hooks when no supervisor runs: track activity in the state file, run hooks in-process.
 
 `hook` and `status` come here when no supervisor is reachable and a template is given
-(`--template`, or `$OTEL_LIFECYCLE_HOOKS_TEMPLATE`, `os.pathsep`-separated). Each call is a new
+(`--template`, or `$LIFECYCLE_HOOKS_TEMPLATE`, `os.pathsep`-separated). Each call is a new
 process, so what makes one harness session whole lives in the state file, keyed by the
 harness's session id: the activity tracker, the session id hooks see as SESSION_ID, the agent's
 name and the trace context of the session's first span (so that every later call's spans join
@@ -34,7 +34,7 @@ class EngineMissing(RuntimeError):
 
 
 def template_paths(given: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """The templates named on the command line, else those of $OTEL_LIFECYCLE_HOOKS_TEMPLATE."""
+    """The templates named on the command line, else those of $LIFECYCLE_HOOKS_TEMPLATE."""
     if given:
         return list(given)
     env = os.environ if environ is None else environ

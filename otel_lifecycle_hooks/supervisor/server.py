@@ -2,7 +2,7 @@
 `status` hand runtime events to the running session (one JSON object per line).
 
 The socket lives in a private directory (mode 0700) so that only the agent's user can feed
-events in; its path reaches the child as `OTEL_LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
+events in; its path reaches the child as `LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
 the agent, so it is untrusted: no client can stall the others, and nothing a client sends can
 raise out of the server (docs/security.md).
 """
