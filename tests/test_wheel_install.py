@@ -1,5 +1,7 @@
 """The package as users install it: the built wheel in a clean venv installs without a warning,
-passes `pip check`, brings no grpcio, and its `run` exports over OTLP/http to a real receiver.
+passes `pip check`, brings no grpcio, and its `run` exports over OTLP/http to a real
+collector: rotel (PyPI `rotel`) on loopback, which prints what it received (its debug log) and
+drops it; the assertions read that print-out.
 
 The wheel is built once per test session. Its dependencies are downloaded once into a
 wheelhouse under `cache_root()` (keyed by the wheel's requirements, built under a lock), and
@@ -21,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.cache import cache_root
-from tests.support.otlp_http_receiver import OtlpHttpReceiver
+from tests.support.rotel import RotelReceiver, debug_metrics, debug_spans
 from tests.support.target_server import Reply, TargetServer
-from tests.telemetry.test_run_exports import assert_exported, run_exporting, write_template
+from tests.telemetry.test_run_exports import HTTPX_SCOPE, run_exporting, write_template
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,18 +108,41 @@ def test_the_wheel_installs_cleanly_without_grpcio(installed: tuple[Path, str]) 
     assert "opentelemetry-exporter-prometheus" not in names
 
 
-def test_the_installed_run_exports_spans_and_the_client_histogram_over_otlp_http(
+def test_the_installed_run_exports_spans_and_the_client_histogram_over_otlp_http_to_rotel(
     installed: tuple[Path, str], tmp_path: Path
 ) -> None:
+    # rotel is in the test extras: without it this fails (RotelReceiver says so), never skips.
     python, _ = installed
-    with TargetServer() as target, OtlpHttpReceiver() as receiver:
+    exporter = RotelReceiver.BLACKHOLE_TRACES_AND_METRICS
+    with TargetServer() as target, RotelReceiver(tmp_path, exporter=exporter) as rotel:
         target.always("/register", Reply(201))
         template = write_template(tmp_path / "agent.yaml", target.url("/register"))
-        done = run_exporting(str(python), template, receiver.endpoint, tmp_path)
+        done = run_exporting(str(python), template, rotel.http_endpoint, tmp_path)
+        # `run` flushes its exporters before it exits; stopping rotel then makes it print
+        # everything it accepted, so its output is read once, with no polling.
+        received = rotel.stop_and_read()
 
         assert done.returncode == 0, done.stderr
-        assert_exported(receiver)
         assert len(target.requests) == 1
+
+    spans = debug_spans(received)
+    sessions = [s for s in spans if s.name.startswith("invoke_agent ")]
+    hooks = [s for s in spans if s.name == "agent.lifecycle_hook"]
+    clients = [s for s in spans if s.scope == HTTPX_SCOPE]
+    assert (len(sessions), len(hooks), len(clients)) == (1, 1, 1), received
+    (session,), (hook,), (client,) = sessions, hooks, clients
+    assert session.parent_id == "", received
+    assert hook.parent_id == session.span_id, received
+    assert client.kind == "SPAN_KIND_CLIENT", received
+    assert client.parent_id == hook.span_id, received
+    assert {"http.request.method", "url.full"} <= set(client.attributes), received
+    histograms = [
+        m for m in debug_metrics(received)
+        if m.name == "http.client.request.duration" and m.scope == HTTPX_SCOPE
+    ]  # fmt: skip
+    assert histograms, received
+    assert all(m.data_type == "Histogram" for m in histograms), received
+    assert max(count for m in histograms for count in m.counts) == 1, received
 
 
 def test_the_installed_run_asked_for_grpc_says_which_extra_in_one_line(

@@ -10,11 +10,13 @@ Use as a context manager or through the `rotel_receiver` fixture::
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
@@ -49,6 +51,11 @@ class RotelReceiver:
     # Received spans are printed, then dropped.
     BLACKHOLE = (
         "--exporter", "blackhole", "--debug-log", "traces", "--debug-log-verbosity", "detailed",
+    )  # fmt: skip
+    # Received spans and metrics are printed, then dropped.
+    BLACKHOLE_TRACES_AND_METRICS = (
+        "--exporter", "blackhole", "--debug-log", "traces", "--debug-log", "metrics",
+        "--debug-log-verbosity", "detailed",
     )  # fmt: skip
 
     def __init__(
@@ -131,11 +138,105 @@ class RotelReceiver:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=5)
 
+    def stop_and_read(self) -> str:
+        """Stop rotel (SIGTERM: it drains its pipelines and prints what it holds) and return
+        everything it printed. Reading after the stop needs no polling of its output."""
+        self.stop()
+        return self.output()
+
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FIELD = re.compile(r"^ {4}(Trace ID|Parent ID|ID|Name|Kind)\s*: ?(.*)$")
+_ARROW = re.compile(r"^ {5}-> ([^:]+): ?(.*)$")
+
+
+@dataclass
+class DebugSpan:
+    """A span as rotel's detailed debug log prints it."""
+
+    scope: str
+    name: str = ""
+    kind: str = ""
+    span_id: str = ""
+    parent_id: str = ""
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DebugMetric:
+    """A metric as rotel's detailed debug log prints it."""
+
+    scope: str
+    name: str = ""
+    data_type: str = ""
+    counts: list[int] = field(default_factory=list)
+
+
+def _scope_of(line: str) -> str | None:
+    if line.startswith("InstrumentationScope "):
+        return line.removeprefix("InstrumentationScope ").split(" ")[0]
+    return None
+
+
+def debug_spans(output: str) -> list[DebugSpan]:
+    """The spans in rotel's `--debug-log traces --debug-log-verbosity detailed` output."""
+    spans: list[DebugSpan] = []
+    scope, section = "", ""
+    for line in _ANSI.sub("", output).splitlines():
+        if line.startswith("ResourceMetrics "):
+            scope, section = "", "metrics"
+        elif line.startswith("ResourceSpans "):
+            scope, section = "", ""
+        elif section == "metrics":
+            continue
+        elif (found := _scope_of(line)) is not None:
+            scope, section = found, ""
+        elif line.startswith("Span #"):
+            spans.append(DebugSpan(scope=scope))
+            section = "span"
+        elif line in ("Attributes:", "Events:", "Links:"):
+            section = "attributes" if line == "Attributes:" and spans else "other"
+        elif spans and (match := _FIELD.match(line)):
+            key, value = match.groups()
+            attr = {"Trace ID": None, "Parent ID": "parent_id", "ID": "span_id",
+                    "Name": "name", "Kind": "kind"}[key]  # fmt: skip
+            if attr is not None:
+                setattr(spans[-1], attr, value.strip())
+        elif section == "attributes" and (match := _ARROW.match(line)):
+            spans[-1].attributes[match.group(1)] = match.group(2)
+    return spans
+
+
+def debug_metrics(output: str) -> list[DebugMetric]:
+    """The metrics in rotel's `--debug-log metrics --debug-log-verbosity detailed` output."""
+    metrics: list[DebugMetric] = []
+    scope, inside = "", False
+    for line in _ANSI.sub("", output).splitlines():
+        if line.startswith("ResourceMetrics "):
+            inside, scope = True, ""
+        elif line.startswith("ResourceSpans "):
+            inside = False
+        elif not inside:
+            continue
+        elif (found := _scope_of(line)) is not None:
+            scope = found
+        elif line.startswith("Metric #"):
+            metrics.append(DebugMetric(scope=scope))
+        elif metrics and (match := _ARROW.match(line)):
+            key, value = match.groups()
+            if key == "Name" and not metrics[-1].name:
+                metrics[-1].name = value.strip()
+            elif key == "DataType":
+                metrics[-1].data_type = value.strip()
+        elif metrics and line.startswith("Count: "):
+            metrics[-1].counts.append(int(line.removeprefix("Count: ")))
+    return metrics
 
 
 @pytest.fixture
