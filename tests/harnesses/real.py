@@ -95,7 +95,7 @@ class RealHarness:
         """One session; `during(run_process, session)` runs while it does (to signal it);
         `program`: install with this hook program instead of through the CLI;
         `after_install(session)`: add the user's own configuration after ours."""
-        home, work = root / "home", root / "work"
+        home, work = root / "home", root / "project"
         home.mkdir(parents=True)
         work.mkdir()
         with FakeModelServer(script) as fake, TargetServer() as receiver:

@@ -69,4 +69,4 @@ SCENARIOS.update({"tool-turn": tool_turn, "status-in-tool": status_in_tool,
 
 
 def answered(session_root: Path) -> bool:
-    return (session_root / "work" / "answered.txt").exists()
+    return (session_root / "project" / "answered.txt").exists()

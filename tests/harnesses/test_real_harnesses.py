@@ -91,7 +91,7 @@ def test_sigterm_in_the_middle_of_a_tool_stops_the_session_and_leaves_no_process
 
 
 def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> None:
-    pid_file = tmp_path / "work" / "tool.pid"  # inside the workspace Codex lets tools write
+    pid_file = tmp_path / "project" / "tool.pid"  # inside the workspace Codex lets tools write
     # A duration no other process has: the sleep is found by it (inside Codex's sandbox the
     # tool's own idea of its pid is another namespace's).
     duration = f"29.{random.randrange(10**6):06d}"
@@ -186,7 +186,7 @@ def test_claude_code_killed_under_a_tool_fires_error_with_its_exit_code(tmp_path
 def test_harness_doctor_from_inside_the_agents_shell_tool_finds_the_supervisor(
     harness: RealHarness, tmp_path: Path
 ) -> None:
-    report = tmp_path / "work" / "doctor.json"  # in the workspace: Codex's sandbox writes there
+    report = tmp_path / "project" / "doctor.json"  # in the workspace: Codex's sandbox writes there
     command = f"{PACKAGE_CLI} harness doctor {harness.name} --json > {report}; echo $? >> {report}.rc"
     result = harness.run(tmp_path, [Step.shell(command), Step.reply("Checked.")],
                          extra=RUN_TOOLS[harness.name])
