@@ -209,6 +209,11 @@ def is_our_command(command: object, dialect: str) -> bool:
     return False
 
 
+def is_our_handler(handler: Mapping[str, Any], dialect: str) -> bool:
+    """Whether a Claude-shaped hook handler is a command hook an install of `dialect` wrote."""
+    return handler.get("type") == "command" and is_our_command(handler.get("command"), dialect)
+
+
 # -- Claude-shaped hook settings (Claude Code, Gemini CLI, Codex hooks.json) -------------------
 
 
@@ -291,6 +296,38 @@ def json_settings_change(
     if updated == settings:
         return FileChange(path, before, before)
     return FileChange(path, before, json_text(updated))
+
+
+def settings_json_path(scope: Scope, folder: str) -> Path:
+    """`settings.json` in the harness's `folder` (`.claude`, `.gemini`) of the scope."""
+    base = scope.project if scope.project is not None else scope.home
+    return base / folder / "settings.json"
+
+
+def plan_settings_install(
+    dialect: str, scope: Scope, path: Path, events: Iterable[HookEvent], command: str, timeout: int
+) -> InstallPlan:
+    """Our command hook on every one of `events` in a settings.json, beside the user's hooks;
+    `timeout` in the harness's own unit."""
+    handler = {"type": "command", "command": command, "timeout": timeout}
+
+    def is_ours(found: Mapping[str, Any]) -> bool:
+        return is_our_handler(found, dialect)
+
+    change = json_settings_change(
+        path, lambda settings: add_command_hooks(settings, path, events, handler, is_ours)
+    )
+    return InstallPlan(dialect, "install", scope, [change])
+
+
+def plan_settings_uninstall(dialect: str, scope: Scope, path: Path) -> InstallPlan:
+    """The settings.json without the command hooks an install of `dialect` wrote."""
+
+    def is_ours(found: Mapping[str, Any]) -> bool:
+        return is_our_handler(found, dialect)
+
+    change = json_settings_change(path, lambda settings: remove_command_hooks(settings, is_ours))
+    return InstallPlan(dialect, "uninstall", scope, [change])
 
 
 # -- the harnesses -------------------------------------------------------------------------

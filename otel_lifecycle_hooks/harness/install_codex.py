@@ -32,7 +32,7 @@ from .install import (
     Scope,
     add_command_hooks,
     hook_argv,
-    is_our_command,
+    is_our_handler,
     json_settings_change,
     read_text,
     remove_command_hooks,
@@ -110,7 +110,7 @@ def trusted_hash(event: str, group: Mapping[str, Any]) -> str:
 
 
 def _is_ours(handler: Mapping[str, Any]) -> bool:
-    return handler.get("type") == "command" and is_our_command(handler.get("command"), DIALECT)
+    return is_our_handler(handler, DIALECT)
 
 
 def _our_handler(program: list[str], event: str) -> dict[str, Any]:

@@ -8,20 +8,17 @@ before every model call in 0.61.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from .install import (
     HOOK_TIMEOUT_SECONDS,
     HookEvent,
     InstallPlan,
     Scope,
-    add_command_hooks,
     hook_argv,
-    is_our_command,
-    json_settings_change,
-    remove_command_hooks,
+    plan_settings_install,
+    plan_settings_uninstall,
+    settings_json_path,
     shell_command,
 )
 
@@ -44,28 +41,13 @@ TIMEOUT_MS = HOOK_TIMEOUT_SECONDS * 1000
 
 
 def settings_path(scope: Scope) -> Path:
-    base = scope.project if scope.project is not None else scope.home
-    return base / ".gemini" / "settings.json"
-
-
-def _is_ours(handler: Mapping[str, Any]) -> bool:
-    return handler.get("type") == "command" and is_our_command(handler.get("command"), DIALECT)
+    return settings_json_path(scope, ".gemini")
 
 
 def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
-    handler = {
-        "type": "command",
-        "command": shell_command(hook_argv(DIALECT, program)),
-        "timeout": TIMEOUT_MS,
-    }
-    path = settings_path(scope)
-    change = json_settings_change(
-        path, lambda settings: add_command_hooks(settings, path, EVENTS, handler, _is_ours)
-    )
-    return InstallPlan(DIALECT, "install", scope, [change])
+    command = shell_command(hook_argv(DIALECT, program))
+    return plan_settings_install(DIALECT, scope, settings_path(scope), EVENTS, command, TIMEOUT_MS)
 
 
 def plan_uninstall(scope: Scope) -> InstallPlan:
-    path = settings_path(scope)
-    change = json_settings_change(path, lambda settings: remove_command_hooks(settings, _is_ours))
-    return InstallPlan(DIALECT, "uninstall", scope, [change])
+    return plan_settings_uninstall(DIALECT, scope, settings_path(scope))
