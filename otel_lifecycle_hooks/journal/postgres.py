@@ -215,8 +215,8 @@ class PostgresJournal:
     def executions(
         self,
         *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
+        agent_id: str | Sequence[str] | None = None,
+        session_id: str | Sequence[str] | None = None,
         hook: str | None = None,
         outcomes: tuple[str, ...] | None = None,
         since: float | None = None,

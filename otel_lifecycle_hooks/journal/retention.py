@@ -3,7 +3,9 @@
 `$LIFECYCLE_HOOKS_JOURNAL_RETENTION` (or `--retention` where a command offers it) holds one or
 two limits separated by a comma: an age (`30d`, `12h`, `90m`: executions that started longer
 ago go) and a count of executions (`100000rows`: the newest that many stay). `off` keeps
-everything. Unset, the journal keeps `DEFAULT_RETENTION` (30 days).
+everything. Unset, the journal keeps `DEFAULT_RETENTION`: the newest 100,000 executions, a
+bound on its size (docs/reliability.md states the bytes per delivery) that does not depend on
+any clock being right.
 
 The supervisor applies it when it starts and then every `APPLY_EVERY` seconds from a thread of
 its own (one indexed DELETE per limit, nothing on a hook's path); `history` honours it as it
@@ -24,7 +26,7 @@ from typing import Any, NamedTuple
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
 RETENTION_ENV = "LIFECYCLE_HOOKS_JOURNAL_RETENTION"
-DEFAULT_RETENTION = "30d"
+DEFAULT_RETENTION = "100000rows"
 APPLY_EVERY = 3600.0  # seconds between two passes of a long-running supervisor
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
