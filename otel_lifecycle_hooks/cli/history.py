@@ -452,6 +452,8 @@ def _show(journal: Any, execution_id: int, args: argparse.Namespace, path: Path 
 
         shown = execution_dict(row)
         shown["agent_name"] = session.agent_name if session is not None else ""
+        # As journal.views.get_execution: the list under "attempts", the count beside it.
+        shown["attempt_count"] = row.attempts
         shown["attempts"] = [attempt_dict(attempt) for attempt in attempts]
         print(json.dumps(shown, indent=2))
         return 0
