@@ -6,7 +6,7 @@ request and what the endpoint answered.
 A journal shared by a fleet (PostgreSQL, docs/fleet.md) holds every agent's executions: the
 filters narrow them to one agent (its AGENT_ID, name, or the start of its id as shown), session
 (its id or the start shown), hook, event, outcome or time. Rows beyond the journal's retention
-($LIFECYCLE_HOOKS_JOURNAL_RETENTION, default the newest 100000) are not shown.
+($LIFECYCLE_HOOKS_JOURNAL_RETENTION, default the newest 50000) are not shown.
 
 Each line is one execution: its journal id (what `show` and `replay` take), when it started,
 the agent and session, the hook and event, how it ended, its attempts and duration, the HTTP

@@ -17,6 +17,7 @@ attempt is journaled as an `AttemptRow` built here:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -92,13 +93,20 @@ def _headers(pairs: Iterable[tuple[str, str]], redactor: Redactor) -> list[list[
     size = 0
     for name, value in pairs:
         name, value = _safe(name), _safe(value)
-        shown = REDACTED if redactor.is_secret_header(name) else redactor.redact_text(value)
+        secret = _is_secret_header(redactor, name)
+        shown = REDACTED if secret else redactor.redact_text(value)
         size += len(name) + len(shown)
         if size > HEADERS_LIMIT:
             kept.append(["...", f"[truncated: headers past {HEADERS_LIMIT} bytes not kept]"])
             break
         kept.append([name, shown])
     return kept
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_secret_header(redactor: Redactor, name: str) -> bool:
+    # The same few names on every attempt: the word search is done once per redactor.
+    return redactor.is_secret_header(name)
 
 
 def _response_body(exchange: Exchange, redactor: Redactor) -> str | None:

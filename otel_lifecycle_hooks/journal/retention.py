@@ -3,7 +3,7 @@
 `$LIFECYCLE_HOOKS_JOURNAL_RETENTION` (or `--retention` where a command offers it) holds one or
 two limits separated by a comma: an age (`30d`, `12h`, `90m`: executions that started longer
 ago go) and a count of executions (`100000rows`: the newest that many stay). `off` keeps
-everything. Unset, the journal keeps `DEFAULT_RETENTION`: the newest 100,000 executions, a
+everything. Unset, the journal keeps `DEFAULT_RETENTION`: the newest 50,000 executions, a
 bound on its size (docs/reliability.md states the bytes per delivery) that does not depend on
 any clock being right.
 
@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
 RETENTION_ENV = "LIFECYCLE_HOOKS_JOURNAL_RETENTION"
-DEFAULT_RETENTION = "100000rows"
+DEFAULT_RETENTION = "50000rows"
 APPLY_EVERY = 3600.0  # seconds between two passes of a long-running supervisor
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
