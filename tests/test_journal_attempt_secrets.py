@@ -239,6 +239,18 @@ def test_a_huge_response_with_nul_bytes_and_escapes_is_bounded_and_stored_as_tex
     assert headers[-1][1].startswith("[truncated: headers past")
 
 
+def test_json_nested_past_the_parsers_depth_is_still_journaled(tmp_path: Path) -> None:
+    deep = b'{"a": ' * 8_000 + b"1" + b"}" * 8_000  # under the 64 KiB read: parsed
+    server = HostileServer(deep, [("Content-Type", "application/json")])
+    try:
+        attempt = one_attempt(server.url, tmp_path)
+    finally:
+        server.stop()
+    assert attempt["response_status"] == 500
+    assert attempt["response_body"].startswith('{"a": {"a": ')
+    assert "[truncated: the first" in attempt["response_body"]
+
+
 def test_a_binary_response_is_described_not_stored(tmp_path: Path) -> None:
     server = HostileServer(bytes(range(256)) * 4, [("Content-Type", "application/octet-stream")])
     try:

@@ -150,15 +150,18 @@ def _redact_json_keys(text: str, redactor: Redactor) -> str:
     """A JSON body with the values of secret-looking keys replaced; as it was when none."""
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a hostile answer nests past the parser's depth
         return text
     if not isinstance(parsed, (dict, list)):
         return text
-    cleaned = (
-        redactor.redact_mapping(parsed)
-        if isinstance(parsed, dict)
-        else redactor.redact_mapping({"": parsed})[""]
-    )
+    try:
+        cleaned = (
+            redactor.redact_mapping(parsed)
+            if isinstance(parsed, dict)
+            else redactor.redact_mapping({"": parsed})[""]
+        )
+    except RecursionError:
+        return text
     return text if cleaned == parsed else json.dumps(cleaned, ensure_ascii=False)
 
 
