@@ -361,6 +361,7 @@ class Supervisor:
             if not self._processes.alive():
                 break
             time.sleep(0.01)
+        self._reap_orphans()  # one that became a zombie after the last reap above
 
     def _reap_orphans(self) -> None:
         if self._processes is not None:
