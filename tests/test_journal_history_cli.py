@@ -18,8 +18,6 @@ import pytest
 from otel_lifecycle_hooks.cli.main import main as cli_main
 from otel_lifecycle_hooks.journal import AttemptRow, ExecutionRow, Journal
 
-NOW = time.time()
-
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = cli_main(list(argv))
@@ -27,7 +25,7 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def attempts_of_a_flaky_endpoint() -> list[AttemptRow]:
+def attempts_of_a_flaky_endpoint(started: float) -> list[AttemptRow]:
     request = {
         "method": "POST",
         "url": "https://hooks.example.test/notify?token=[REDACTED]",
@@ -37,7 +35,7 @@ def attempts_of_a_flaky_endpoint() -> list[AttemptRow]:
     return [
         AttemptRow(
             attempt=n,
-            started_at=NOW - 50 + n,
+            started_at=started + n,
             outcome="failed" if n < 3 else "success",
             duration_ms=12.0,
             error_type="http.503" if n < 3 else None,
@@ -55,25 +53,27 @@ def attempts_of_a_flaky_endpoint() -> list[AttemptRow]:
 def journal_path(tmp_path: Path) -> Path:
     path = tmp_path / "journal.sqlite3"
     journal = Journal(path)
+    hour = 3600.0
+    now = time.time()  # the rows are 3, 2 and 1 hours old
     journal.open_session("5e55101aa", agent_id="agent-1111", agent_name="worker")
     journal.open_session("5e55202bb", agent_id="agent-2222", agent_name="reviewer")
     journal.record_execution(
         ExecutionRow(
-            "notify", "post-start", "success", NOW - 50, attempts=3, duration_ms=3050.0,
+            "notify", "post-start", "success", now - 3 * hour, attempts=3, duration_ms=3050.0,
             session_id="5e55101aa", agent_id="agent-1111", http_status=200,
             idempotency_key="agent-1111:notify:post-start:t",
         ),
-        attempts_of_a_flaky_endpoint(),
+        attempts_of_a_flaky_endpoint(now - 3 * hour),
     )  # fmt: skip
     journal.record_execution(
         ExecutionRow(
-            "audit", "tool-start", "failed", NOW - 40, session_id="5e55202bb",
+            "audit", "tool-start", "failed", now - 2 * hour, session_id="5e55202bb",
             agent_id="agent-2222", exit_code=3, error_type="exit.3",
         )
     )  # fmt: skip
     journal.record_execution(
         ExecutionRow(
-            "notify", "session-end", "failed", NOW - 30, session_id="5e55202bb",
+            "notify", "session-end", "failed", now - hour, session_id="5e55202bb",
             agent_id="agent-2222", http_status=500, error_type="http.500",
         )
     )  # fmt: skip
@@ -107,7 +107,7 @@ def test_history_shows_agent_and_session_and_filters_by_them(
     assert [h[3] for h in hooks_listed(out)] == ["session-end"]
     code, out, _ = cli(capsys, "history", "--journal", journal, "--status", "failed", "--json")
     assert [row["hook"] for row in json.loads(out)] == ["notify", "audit"]
-    code, out, _ = cli(capsys, "history", "--journal", journal, "--since", "35s")
+    code, out, _ = cli(capsys, "history", "--journal", journal, "--since", "90m")
     assert [h[3] for h in hooks_listed(out)] == ["session-end"]
 
 
@@ -158,7 +158,7 @@ def test_history_honours_the_retention_setting(
     assert [h[2] for h in hooks_listed(out)] == ["notify", "audit"]  # the oldest is beyond
     code, _, err = cli(capsys, "history", "show", "1", "--journal", str(journal_path))
     assert code == 1 and "any more (beyond retention)" in err and "retention 2rows" in err
-    monkeypatch.setenv("LIFECYCLE_HOOKS_JOURNAL_RETENTION", "45s")
+    monkeypatch.setenv("LIFECYCLE_HOOKS_JOURNAL_RETENTION", "150m")
     code, out, _ = cli(capsys, "history", "--journal", str(journal_path))
     assert [h[2] for h in hooks_listed(out)] == ["notify", "audit"]
     monkeypatch.setenv("LIFECYCLE_HOOKS_JOURNAL_RETENTION", "off")
