@@ -1,0 +1,199 @@
+"""What the delivery benchmarks share: a real `otel-lifecycle-hooks run` whose template has one
+non-debounced webhook, events sent to it through its event socket exactly as `hook` and
+`status` send them, and the checks that every event became a delivery with its journal row.
+
+The supervisor's telemetry is what `run` sets up from its environment: spans to the local
+trace file under `$HOME/.local/state/otel-lifecycle-hooks/traces` (rotated at its size bound),
+the journal, the hook log (`$HOME/agent.log`) and, when `metrics_url` is given, metrics
+exported over OTLP/HTTP to that loopback URL (run's metrics are the API's no-op ones unless a
+metrics exporter is configured).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import clean_env, cpu_ticks
+
+HOOK_NAME = "deliver-tool-start"
+HOOK_SPAN = "agent.lifecycle_hook"
+TRACE_SUBDIR = Path(".local") / "state" / "otel-lifecycle-hooks" / "traces"
+# What the webhook sends: the same bytes go out from the bare-httpx baseline.
+WEBHOOK_BODY = '{"tool": "${TOOL_NAME}", "session": "${SESSION_ID}"}'
+
+
+def webhook_template(directory: Path, base_url: str) -> Path:
+    """A template with one webhook on tool-start, no debounce, no rate limit: every event is
+    one POST to `<base_url>/hook/<TOOL_NAME>`, so arrivals can be matched to events."""
+    path = directory / "webhook-agent.yaml"
+    path.write_text(
+        "lifecycle_hooks:\n"
+        f"  - name: {HOOK_NAME}\n"
+        "    on: [tool-start]\n"
+        "    action:\n"
+        "      type: webhook\n"
+        f'      url: "{base_url}/hook/${{TOOL_NAME}}"\n'
+        "      headers:\n"
+        "        Content-Type: application/json\n"
+        f"      body: '{WEBHOOK_BODY}'\n"
+        "    timeout: 5s\n"
+    )
+    return path
+
+
+def wire_event(tool_name: str) -> dict[str, object]:
+    """The line `hook --dialect claude` sends for a PreToolUse payload."""
+    return {
+        "v": 1,
+        "kind": "event",
+        "event": "tool-start",
+        "dialect": "claude",
+        "raw_event": "PreToolUse",
+        "session_id": "bench-session",
+        "fields": {"TOOL_NAME": tool_name},
+    }
+
+
+def send_event(socket_path: str, tool_name: str) -> None:
+    """One connection, one line, closed: what `hook` does once per harness event."""
+    from otel_lifecycle_hooks.harness.socket_client import send_lines
+
+    send_lines(socket_path, [wire_event(tool_name)])
+
+
+@dataclass
+class RunningSupervisor:
+    process: subprocess.Popen[bytes]
+    socket_path: str
+    home: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def journal(self) -> Path:
+        return self.home / "journal.db"
+
+    @property
+    def hook_log(self) -> Path:
+        return self.home / "agent.log"
+
+    @property
+    def trace_dir(self) -> Path:
+        return self.home / TRACE_SUBDIR
+
+    def cpu_ticks(self) -> int:
+        return cpu_ticks(self.pid)
+
+
+@contextmanager
+def webhook_supervisor(
+    home: Path, base_url: str, metrics_url: str | None = None, **extra_env: str
+) -> Iterator[RunningSupervisor]:
+    """`python -m otel_lifecycle_hooks run --template <webhook template> -- sh -c '...'` in
+    `home`, whose child writes the event socket's path and sleeps; SIGTERM at the end (the
+    supervisor drains its hooks and closes its telemetry)."""
+    template = webhook_template(home, base_url)
+    socket_file = home / "socket-path"
+    child = (
+        f'printf %s "$LIFECYCLE_HOOKS_SOCKET" > {shlex.quote(str(socket_file))}; exec sleep 600'
+    )
+    env = clean_env(home, **extra_env)
+    if metrics_url:
+        env.update(
+            OTEL_METRICS_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=metrics_url,
+        )
+    argv = [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template)]
+    errors = open(home / "supervisor.err", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        [*argv, "--", "sh", "-c", child],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=errors,
+        cwd=home,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (socket_file.exists() and socket_file.read_text()):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the supervisor did not start: {supervisor_errors(home)}")
+            time.sleep(0.02)
+        yield RunningSupervisor(process, socket_file.read_text(), home)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        errors.close()
+
+
+def supervisor_errors(home: Path) -> str:
+    path = home / "supervisor.err"
+    return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+
+def journal_successes(journal: Path) -> int:
+    """Executions of the webhook the journal holds as succeeded."""
+    with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
+        row = db.execute(
+            "SELECT COUNT(*) FROM executions WHERE hook = ? AND outcome = 'success'",
+            (HOOK_NAME,),
+        ).fetchone()
+    return int(row[0])
+
+
+def wait_for_journal(journal: Path, expected: int, timeout: float = 30.0) -> int:
+    """Wait until the journal holds `expected` successes (its rows are committed in batches
+    of at most 100 ms); returns what it holds at the end."""
+    deadline = time.monotonic() + timeout
+    found = journal_successes(journal)
+    while found < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = journal_successes(journal)
+    return found
+
+
+def trace_files(trace_dir: Path) -> list[Path]:
+    """The trace file and its rotated files."""
+    if not trace_dir.is_dir():
+        return []
+    return sorted(p for p in trace_dir.iterdir() if ".jsonl" in p.name and p.is_file())
+
+
+def trace_lines(trace_dir: Path) -> int:
+    """Spans written so far, in every trace file (rotated ones too)."""
+    total = 0
+    for path in trace_files(trace_dir):
+        with path.open("rb") as handle:
+            total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    return total
+
+
+def wait_for_trace_lines(trace_dir: Path, expected: int, timeout: float = 15.0) -> int:
+    """Wait until the trace files hold `expected` spans (the batch processor writes what is
+    left of a batch after its 5 s schedule delay); returns what they hold at the end."""
+    deadline = time.monotonic() + timeout
+    found = trace_lines(trace_dir)
+    while found < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = trace_lines(trace_dir)
+    return found
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
