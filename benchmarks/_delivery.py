@@ -106,9 +106,7 @@ def webhook_supervisor(
     supervisor drains its hooks and closes its telemetry)."""
     template = webhook_template(home, base_url)
     socket_file = home / "socket-path"
-    child = (
-        f'printf %s "$LIFECYCLE_HOOKS_SOCKET" > {shlex.quote(str(socket_file))}; exec sleep 600'
-    )
+    child = f'printf %s "$LIFECYCLE_HOOKS_SOCKET" > {shlex.quote(str(socket_file))}; exec sleep 600'
     env = clean_env(home, **extra_env)
     if metrics_url:
         env.update(

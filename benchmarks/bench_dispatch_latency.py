@@ -100,9 +100,7 @@ def main() -> int:
         if not any(path.endswith("/v1/metrics") for _, path, _ in collector.requests):
             raise SystemExit("no metrics reached the stand-in collector")
         hook = [(server.arrivals[f"/hook/{i}"] - sent[i]) * 1000 for i in range(count)]
-        direct = [
-            (server.arrivals[f"/direct/{i}"] - direct_sent[i]) * 1000 for i in range(count)
-        ]
+        direct = [(server.arrivals[f"/direct/{i}"] - direct_sent[i]) * 1000 for i in range(count)]
 
     base_p50, base_p99 = percentile(direct, 0.5), percentile(direct, 0.99)
     load = load_average()
@@ -134,9 +132,7 @@ def main() -> int:
     return report(SCRIPT, figures, args)
 
 
-def check_recorded(
-    home: Path, hook_log: Path, trace_dir: Path, rows: int, executions: int
-) -> None:
+def check_recorded(home: Path, hook_log: Path, trace_dir: Path, rows: int, executions: int) -> None:
     """Every execution has its journal row, its hook-log line and its hook span."""
     lines = sum(
         "outcome=success" in line and "deliver-tool-start" in line
