@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import clean_env, cpu_ticks
+from _common import ArrivalReport, LoopbackServerProcess, clean_env, cpu_ticks
 
 HOOK_NAME = "deliver-tool-start"
 HOOK_SPAN = "agent.lifecycle_hook"
+SPANS_PER_DELIVERY = 2  # the hook span and its CLIENT span
 TRACE_SUBDIR = Path(".local") / "state" / "otel-lifecycle-hooks" / "traces"
 # What the webhook sends: the same bytes go out from the bare-httpx baseline.
 WEBHOOK_BODY = '{"tool": "${TOOL_NAME}", "session": "${SESSION_ID}"}'
@@ -195,3 +196,58 @@ def wait_for_trace_lines(trace_dir: Path, expected: int, timeout: float = 15.0) 
 
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+class CountingServer(LoopbackServerProcess):
+    """`loopback_server.py` whose progress can be asked (`count`), so that a sender can keep
+    the events in flight under the hook's queue limit: a sender that outran the supervisor
+    would measure the drop policy, not the delivery."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._arrived_line: str | None = None
+
+    def count(self) -> int:
+        assert self._process.stdin is not None
+        self._process.stdin.write("count\n")
+        self._process.stdin.flush()
+        while True:
+            line = self._read_line(30)
+            if line.startswith("arrived "):  # the expected count was reached meanwhile
+                self._arrived_line = line
+                continue
+            words = line.split()
+            if words[:1] != ["count"]:
+                raise RuntimeError(f"unexpected line from the loopback server: {words}")
+            return int(words[1])
+
+    def wait_arrivals(self, timeout: float) -> ArrivalReport:
+        if self._arrived_line is None:
+            return super().wait_arrivals(timeout)
+        words, self._arrived_line = self._arrived_line.split(), None
+        return ArrivalReport(int(words[1]), int(words[2]), float(words[3]), float(words[4]))
+
+
+def send_flow_controlled(
+    server: CountingServer,
+    socket_path: str,
+    first: int,
+    count: int,
+    *,
+    in_flight: int = 256,
+    lines_per_connection: int = 1,
+) -> None:
+    """Send events `first`..`first+count-1` (TOOL_NAME is the number) through the socket as
+    fast as the supervisor delivers them, never more than `in_flight` ahead of the server's
+    arrivals (the server must have been told to `expect` them)."""
+    from otel_lifecycle_hooks.harness.socket_client import send_lines
+
+    sent = 0
+    arrived = 0
+    while sent < count:
+        while sent - arrived >= in_flight:
+            time.sleep(0.002)
+            arrived = server.count()
+        batch = min(lines_per_connection, count - sent, in_flight - (sent - arrived))
+        send_lines(socket_path, [wire_event(str(first + sent + i)) for i in range(batch)])
+        sent += batch

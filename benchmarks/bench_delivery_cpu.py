@@ -39,6 +39,7 @@ from _common import (
     report,
 )
 from _delivery import (
+    SPANS_PER_DELIVERY,
     RunningSupervisor,
     load_average,
     send_event,
@@ -55,7 +56,6 @@ RATE = 256.0  # deliveries per second, within what one hook sustains on a loaded
 # Multiples of 256: every batch processor's batch (512 spans, two per delivery) is full at
 # the end of a round, so no round waits for the processor's 5 s schedule delay.
 WARM_UP = 256
-SPANS_PER_DELIVERY = 2  # the hook span and its CLIENT span
 TICK_MS = 1000.0 / 100  # /proc reports CPU in clock ticks (USER_HZ, 100 on Linux)
 
 
