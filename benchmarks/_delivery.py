@@ -201,29 +201,58 @@ def load_average() -> str:
 class CountingServer(LoopbackServerProcess):
     """`loopback_server.py` whose progress can be asked (`count`), so that a sender can keep
     the events in flight under the hook's queue limit: a sender that outran the supervisor
-    would measure the drop policy, not the delivery."""
+    would measure the drop policy, not the delivery.
+
+    The server prints `arrived ...` on its own when the expected count is reached, so that
+    line may come before or after the answer to a command: commands here read lines until
+    their answer (blocking: the server answers each command at once), keeping an `arrived`
+    line for `wait_arrivals` and dropping one that an `expect` made stale."""
 
     def __init__(self) -> None:
         super().__init__()
         self._arrived_line: str | None = None
+        self._expected = 0
 
-    def count(self) -> int:
-        assert self._process.stdin is not None
-        self._process.stdin.write("count\n")
-        self._process.stdin.flush()
+    def _command(self, command: str, answer: str) -> list[str]:
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(command + "\n")
+        stdin.flush()
         while True:
-            line = self._read_line(30)
-            if line.startswith("arrived "):  # the expected count was reached meanwhile
+            line = stdout.readline()
+            if not line:
+                raise RuntimeError(f"the loopback server exited ({self._process.poll()})")
+            if line.startswith("arrived "):
                 self._arrived_line = line
                 continue
             words = line.split()
-            if words[:1] != ["count"]:
+            if words[:1] != [answer]:
                 raise RuntimeError(f"unexpected line from the loopback server: {words}")
-            return int(words[1])
+            return words
+
+    def expect(self, count: int) -> None:
+        self._command(f"expect {count}", "expecting")
+        self._arrived_line = None  # of the earlier expectation
+        self._expected = count
+
+    def count(self) -> int:
+        return int(self._command("count", "count")[1])
+
+    def count_and_last(self) -> tuple[int, float]:
+        """Requests since `expect`, and when the last of them arrived (`perf_counter`)."""
+        words = self._command("count", "count")
+        return int(words[1]), float(words[2])
 
     def wait_arrivals(self, timeout: float) -> ArrivalReport:
-        if self._arrived_line is None:
-            return super().wait_arrivals(timeout)
+        """Asks `count` until the expected requests arrived; the server printed its `arrived`
+        line under the same lock as it counted, so before the answer that shows them all."""
+        deadline = time.monotonic() + timeout
+        while self._arrived_line is None:
+            if self.count() >= self._expected:
+                continue  # the `arrived` line came before that answer: it is kept now
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {self._expected} requests within {timeout:.0f}s")
+            time.sleep(0.01)
         words, self._arrived_line = self._arrived_line.split(), None
         return ArrivalReport(int(words[1]), int(words[2]), float(words[3]), float(words[4]))
 
