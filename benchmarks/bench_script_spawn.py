@@ -7,8 +7,8 @@ process group, the event as JSON on stdin, output captured to the hook log, the 
 runs. The bare run is given the very bytes the hook gives the script (caught by one run of
 the hook first): `read` in sh takes its input one byte per system call, so a shorter stand-in
 would make the script itself cheaper in the bare run. After the runs, every execution must
-have its journal row, its hook-log line and its hook span. No target (issue 18 dropped it):
-shown so that a change in the cost of a script hook is seen.
+have its journal row, its hook-log line and its hook span. No target (the former one, 1.3x,
+is gone): shown so that a change in the cost of a script hook is seen.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("bench_*.py"))
-# Scripts whose figures are shown for information, with no target (issue 18 dropped theirs).
+# Scripts whose figures are shown for information, with no target (their former targets are gone).
 INFORMATION_ONLY = {"bench_script_spawn.py", "bench_throughput.py"}
 
 
