@@ -53,13 +53,17 @@ def turns_off_only(entry: Located) -> bool:
     return isinstance(name.value, str) and enabled.value is False
 
 
-def turned_off(entry: Located) -> HookSpec:
+def turned_off(entry: Located, index: int | None = None) -> HookSpec:
+    from .validate import field_positions
+
     return HookSpec(
         name=entry.value["name"].value,
         on=(),
         action=TURN_OFF_ACTION,
         enabled=False,
         position=entry.position,
+        field_positions=field_positions(entry),
+        entry_index=index,
     )
 
 
@@ -69,12 +73,14 @@ def unmatched_turn_offs(template: Template) -> list[Problem]:
 
     return [
         Problem(
-            hook.position or Position(template.files[-1] if template.files else "", 0, 0),
+            hook.position_of("enabled")
+            or Position(template.files[-1] if template.files else "", 0, 0),
             hook.name,
             "enabled",
             f"name and enabled: false turn off a hook of an earlier template, and none defines "
             f'"{hook.name}"; give the parent template first (--template parent.yaml '
             "--template child.yaml), or write the whole hook",
+            hook.entry_index,
         )
         for hook in template.hooks
         if hook.action is TURN_OFF_ACTION
@@ -229,8 +235,13 @@ def template_warnings(template: Template) -> list[Problem]:
 
     known = known_variables(template)
     problems: list[Problem] = []
+    unknown = Position(template.files[0] if template.files else "", 0, 0)
+
+    def warning(hook: HookSpec, field_path: str, message: str) -> Problem:
+        where = hook.position_of(field_path) or unknown
+        return Problem(where, hook.name, field_path, message, hook.entry_index)
+
     for hook in template.hooks:
-        where = hook.position or Position(template.files[0] if template.files else "", 0, 0)
         for field_path, text in _hook_texts(hook):
             for piece in parse_template(text):
                 if not isinstance(piece, Reference):
@@ -238,9 +249,8 @@ def template_warnings(template: Template) -> list[Problem]:
                 suggestion = _suggestion(piece.name, known)
                 if suggestion is not None:
                     problems.append(
-                        Problem(
-                            where,
-                            hook.name,
+                        warning(
+                            hook,
                             field_path,
                             f"${{{piece.name}}} is no known variable (did you mean "
                             f"${{{suggestion}}}?); names are case-sensitive, and an unknown "
@@ -252,9 +262,8 @@ def template_warnings(template: Template) -> list[Problem]:
                 suggestion = _suggestion(name, known)
                 if suggestion is not None:
                     problems.append(
-                        Problem(
-                            where,
-                            hook.name,
+                        warning(
+                            hook,
                             "condition",
                             f"{name} is no known variable (did you mean {suggestion}?); "
                             "compared as empty, the condition may never hold",
@@ -263,7 +272,7 @@ def template_warnings(template: Template) -> list[Problem]:
         if hook.action.type == "script":
             missing = script_problem(hook.action.command)
             if missing is not None:
-                problems.append(Problem(where, hook.name, "action.command", missing))
+                problems.append(warning(hook, "action.command", missing))
     return problems
 
 

@@ -171,7 +171,7 @@ def test_a_child_turns_off_a_parent_hook_with_only_name_and_enabled_false(tmp_pa
     with pytest.raises(TemplateError) as alone:
         load_templates([child])
     assert 'none defines "notify"' in str(alone.value)
-    assert str(alone.value).startswith(f'{child}:2:5: hook "notify": field "enabled"')
+    assert str(alone.value).startswith(f'{child}:3:14: hook "notify": field "enabled"')
 
 
 def test_the_schema_accepts_a_turn_off_entry_and_nothing_looser() -> None:

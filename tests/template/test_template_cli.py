@@ -32,7 +32,7 @@ def no_journal_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.delenv("OTEL_LIFECYCLE_HOOKS_JOURNAL", raising=False)
 
 MISSING_SCRIPT_WARNING = (
-    'warning: {}:70:5: hook "cleanup-credentials": field "action.command": '
+    'warning: {}:74:16: hook "cleanup-credentials": field "action.command": '
     "the script /usr/local/bin/revoke-sa-keys.sh does not exist\n"
 )
 
