@@ -2,8 +2,8 @@
 not references, names that differ from a known variable only by case or a typo, a JSON body
 that is not JSON once rendered, a script that is not there.
 
-Malformed references and JSON bodies that do not parse are errors (validate.py reports them
-with file:line:col); the rest are warnings, since the template is still usable (a variable may
+Malformed references, JSON bodies that do not parse and conditions on a misspelt variable are
+errors (reported with file:line:col); the rest are warnings, since the template is still usable (a variable may
 come from the environment, a script may be installed later), and `test` turns a missing
 script into an error.
 """
@@ -229,8 +229,9 @@ def _suggestion(name: str, known: set[str]) -> str | None:
 
 
 def template_warnings(template: Template) -> list[Problem]:
-    """Warnings for a loaded template: misspelt variables (in references and conditions) and
-    scripts that are missing or not executable."""
+    """Warnings for a loaded template: misspelt variables in references (a misspelt one in a
+    condition is an error: `condition_problems`) and scripts that are missing or not
+    executable."""
     from .validate import Problem
 
     known = known_variables(template)
@@ -257,22 +258,39 @@ def template_warnings(template: Template) -> list[Problem]:
                             "one renders empty unless the environment sets it",
                         )
                     )
-        if hook.condition is not None:
-            for name in sorted(hook.condition.variables):
-                suggestion = _suggestion(name, known)
-                if suggestion is not None:
-                    problems.append(
-                        warning(
-                            hook,
-                            "condition",
-                            f"{name} is no known variable (did you mean {suggestion}?); "
-                            "compared as empty, the condition may never hold",
-                        )
-                    )
         if hook.action.type == "script":
             missing = script_problem(hook.action.command)
             if missing is not None:
                 problems.append(warning(hook, "action.command", missing))
+    return problems
+
+
+def condition_problems(template: Template) -> list[Problem]:
+    """Errors for conditions on a misspelt variable (`ACTIVTY == completed`): compared as
+    empty, such a condition loads and never holds. A name close to no known variable is
+    left alone, since the environment may set it; so is one declared under `env:`."""
+    from .validate import Problem
+
+    known = known_variables(template)
+    unknown = Position(template.files[0] if template.files else "", 0, 0)
+    problems: list[Problem] = []
+    for hook in template.hooks:
+        if hook.condition is None:
+            continue
+        for name in sorted(hook.condition.variables):
+            suggestion = _suggestion(name, known)
+            if suggestion is not None:
+                problems.append(
+                    Problem(
+                        hook.position_of("condition") or unknown,
+                        hook.name,
+                        "condition",
+                        f"{name} is no known variable (did you mean {suggestion}?): compared "
+                        "as empty, the condition would never hold. Names are case-sensitive; "
+                        f"if the environment sets {name}, declare it under env: with a default",
+                        hook.entry_index,
+                    )
+                )
     return problems
 
 

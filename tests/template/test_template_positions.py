@@ -97,7 +97,7 @@ lifecycle_hooks:
     action: {type: http, url: "https://ok.example.com/"}
   - name: notify
     on: [post-start]
-    condition: 'ACTIVTY == "completed"'
+    condition: 'ACTIVITY == "completed"'
     action:
       type: http
       url: "https://ok.example.com/${agent_name}"
@@ -117,7 +117,6 @@ lifecycle_hooks:
         "10:12 action.url",
         "11:13 action.body",
         "16:16 action.command",
-        "7:16 condition",
     ]
 
 
