@@ -29,7 +29,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "architecture.md": "the package layout, a diagram",
     "fleet.md": "a Kubernetes manifest and PostgreSQL set-up; tests/fleet/ runs the fleet",
     "harness-protocol.md": "to do",
-    "harness-setup.md": "to do",
     "hook-systems.md": "to do",
 }
 # `<!-- docs-test: collector -->`: the page's programs export to a real collector, which
