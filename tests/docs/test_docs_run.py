@@ -28,7 +28,6 @@ MUST_RUN = {
 NOT_RUNNABLE: dict[str, str] = {
     "architecture.md": "the package layout, a diagram",
     "fleet.md": "a Kubernetes manifest and PostgreSQL set-up; tests/fleet/ runs the fleet",
-    "hook-systems.md": "to do",
 }
 # `<!-- docs-test: collector -->`: the page's programs export to a real collector, which
 # OTEL_EXPORTER_OTLP_ENDPOINT names; `receives` markers say which spans it must get.
