@@ -26,8 +26,8 @@ MUST_RUN = {
 # Pages with commands or snippets that are not run, and why; every other page is runnable
 # (or has nothing to run).
 NOT_RUNNABLE: dict[str, str] = {
-    "architecture.md": "the package layout, a diagram",
-    "fleet.md": "a Kubernetes manifest and PostgreSQL set-up; tests/fleet/ runs the fleet",
+    "fleet.md": "its one block is a Kubernetes manifest (no cluster here); tests/fleet/ runs the "
+    "shared PostgreSQL journal, reconcile and recovery it describes",
 }
 # `<!-- docs-test: collector -->`: the page's programs export to a real collector, which
 # OTEL_EXPORTER_OTLP_ENDPOINT names; `receives` markers say which spans it must get.
