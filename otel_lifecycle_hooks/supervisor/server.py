@@ -90,6 +90,9 @@ class EventServer:
         self._paused = False  # the listener is out of the selector while at MAX_CONNECTIONS
         self._order = itertools.count()
         self._stopped = threading.Event()
+        # Callers of settle() waiting for a round that finds nothing left to read.
+        self._settling: list[threading.Event] = []
+        self._settling_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -102,11 +105,20 @@ class EventServer:
     def _loop(self) -> None:
         try:
             while not self._stopped.is_set():
-                ready = self._selector.select(timeout=_POLL_INTERVAL)
+                # Taken before the select: what was sent before settle() was called is in
+                # the kernel's buffers by now, so a round that finds nothing proves it read.
+                with self._settling_lock:
+                    settling, self._settling = self._settling, []
+                ready = self._selector.select(timeout=0 if settling else _POLL_INTERVAL)
                 connections = []
+                woken = False
                 for key, _ in ready:
                     if key.data == "wake":
-                        return
+                        if self._stopped.is_set():
+                            return
+                        woken = True
+                        self._drain_wake()
+                        continue
                     if key.data is None:
                         # A client writes as soon as it is connected: a new connection is
                         # read in this round (after the older ones, as it was accepted
@@ -124,6 +136,13 @@ class EventServer:
                     for connection in self._connections.values():
                         connection.deadline += busy
                 self._expire()
+                if settling:
+                    if len(ready) - woken == 0:
+                        for waiter in settling:
+                            waiter.set()
+                    else:
+                        with self._settling_lock:
+                            self._settling.extend(settling)
         except Exception:  # the loop must never die silently: every later event would be lost
             if not self._stopped.is_set():  # (after close, its sockets are gone: expected)
                 log.exception("event socket: the server loop failed")
@@ -234,6 +253,29 @@ class EventServer:
         except Exception:
             log.exception("event socket: delivering a message failed")
             self._refuse("delivery_failed")
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until every line sent before this call has been handed to `deliver` (a round
+        of the loop found nothing more to read); False when `timeout` ran out first (a client
+        still sending). The supervisor calls it when the agent exits: the agent's last
+        event may still be in the socket, unread."""
+        if not self._thread.is_alive():
+            return False
+        waiter = threading.Event()
+        with self._settling_lock:
+            self._settling.append(waiter)
+        try:
+            self._wake_w.send(b"s")
+        except OSError:
+            return False
+        return waiter.wait(timeout)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError, OSError):
+            pass
 
     def close(self) -> None:
         self._stopped.set()

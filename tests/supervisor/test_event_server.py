@@ -104,3 +104,41 @@ def test_a_connection_that_closes_without_writing_is_no_message_and_no_refusal(
         client.sendall(line(7))
     assert [m["n"] for m in received.wait_for(1)] == [7]
     assert received.refused == []
+
+
+def test_settle_returns_only_after_every_line_already_sent_was_delivered(
+    served: tuple[EventServer, Received],
+) -> None:
+    # The agent's last `status` may still sit in the socket when the agent exits: the
+    # supervisor settles the server before it ends the session, so the event is not lost.
+    server, received = served
+    for number in range(20):
+        client = connect(server.path)
+        client.sendall(line(number))
+        client.close()
+    assert server.settle(timeout=10.0)
+    with received.lock:
+        assert [m["n"] for m in received.messages] == list(range(20))
+
+
+def test_settle_gives_up_at_its_timeout_while_delivery_is_held_back() -> None:
+    # A supervisor not taking messages (its inbox full) must not hang the exit on settle.
+    release = threading.Event()
+    received = Received()
+
+    def held_back(message: dict[str, object]) -> None:
+        release.wait(10.0)
+        received.deliver(message)
+
+    server = EventServer(held_back, refuse=received.refuse).start()
+    try:
+        client = connect(server.path)
+        client.sendall(line(1) + line(2))
+        client.close()
+        assert server.settle(timeout=0.3) is False
+        release.set()
+        assert server.settle(timeout=10.0) is True
+        assert [m["n"] for m in received.messages] == [1, 2]
+    finally:
+        release.set()
+        server.close()
