@@ -47,6 +47,8 @@ DEFAULT_GRACE_PERIOD = 10.0
 MAX_PENDING_MESSAGES = 1024
 # How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
 REAP_INTERVAL = 1.0
+# How long the agent's exit waits for its last events still unread in the event socket.
+LAST_MESSAGES_BOUND = 1.0  # seconds
 # Variables that carry agent metadata into the supervisor (Scion sets them in the container).
 METADATA_ENV = {
     "AGENT_NAME": "SCION_AGENT_NAME",
@@ -277,6 +279,7 @@ class Supervisor:
                 self._reap_orphans()
                 next_reap = time.monotonic() + REAP_INTERVAL
             if kind == "exit":
+                self._take_last_messages()
                 return self._finish(exit_code=value, error=self._crash_message(value))
             if kind == "signal":
                 if value == signal.SIGHUP:
@@ -378,6 +381,35 @@ class Supervisor:
                 pass
 
     # -- the end --
+
+    def _take_last_messages(self) -> None:
+        """The agent's last events (a `status` just before it exits) may still be unread in
+        the socket when its exit is seen: read them and handle them before the session ends,
+        within a short bound (a descendant still sending cannot hold the exit)."""
+        if self._server is None:
+            return
+        deadline = time.monotonic() + LAST_MESSAGES_BOUND
+        while True:
+            settled = self._server.settle(timeout=max(0.0, deadline - time.monotonic()))
+            handled = False
+            while True:
+                try:
+                    kind, value = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if kind == "message":
+                    self._message_slots.release()
+                    handled = True
+                    if self._stop_requested is None:
+                        try:
+                            self._handle_message(value)
+                        except Exception:  # nothing the agent sends may end the session
+                            log.exception("handling an agent message failed")
+                            self.ingress.refuse("handler_failed")
+                # Anything else (a signal, a tick) changes nothing: the agent has exited and
+                # the session ends next.
+            if (settled and not handled) or time.monotonic() >= deadline:
+                return
 
     def _finish(self, exit_code: int, error: str | None) -> int:
         # From the agent's exit, the grace period bounds the rest: what it left running, and
