@@ -63,6 +63,7 @@ from ..render import RenderedRequest
 from .base import AttemptResult
 
 DEFAULT_MAX_BODY = 64 * 1024
+DEFAULT_KEEP_ALIVE = 20  # idle connections kept, as httpx's own default
 USER_AGENT = f"otel-lifecycle-hooks/{__version__}"
 
 # Content types whose body is kept in the result, for response capture.
@@ -111,19 +112,36 @@ def origin_of(url: str) -> Origin | None:
 
 
 class HttpClient:
-    """The client every hook of an engine shares: one pooled, instrumented `httpx.Client`."""
+    """The client every hook of an engine shares: one pooled, instrumented `httpx.Client`.
 
-    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    One for all hooks is safe: a connection carries no credential (auth is a header of each
+    request, cookies are never kept) and TLS verification is the environment's, the same for
+    every hook. `keep_alive` idle connections are kept; open ones are not capped, since the
+    engine's worker pool already bounds how many requests are in flight, and a cap would make
+    one hook's request wait for another's connection.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        keep_alive: int = DEFAULT_KEEP_ALIVE,
+    ) -> None:
         self._through_environment: httpx.Client | None = None
         self._unusable_proxy: str | None = None
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=keep_alive)
         try:
             self._through_environment = httpx.Client(
-                trust_env=True, follow_redirects=False, cookies=_no_cookies(), timeout=None
+                trust_env=True,
+                follow_redirects=False,
+                cookies=_no_cookies(),
+                timeout=None,
+                limits=limits,
             )
         except ImportError as exc:  # a socks:// proxy without httpx's `socks` extra
             # Every request that would go through it fails with this; none goes around it.
             self._unusable_proxy = f"the proxy the environment names cannot be used: {exc}"
-        self._direct = httpx.HTTPTransport(trust_env=True)
+        self._direct = httpx.HTTPTransport(trust_env=True, limits=limits)
         self.client = httpx.Client(
             transport=_Route(self._through_environment, self._direct, self._unusable_proxy),
             trust_env=False,
@@ -168,10 +186,13 @@ def _quiet_library_logs() -> None:
             logger.addFilter(_FILTER)
 
 
-def make_client(tracer_provider: Any = None, meter_provider: Any = None) -> HttpClient:
-    """The one client shared by all hooks of an engine: pooled, no redirects, no cookies,
-    instrumented on `tracer_provider` / `meter_provider` (the global ones by default)."""
-    return HttpClient(tracer_provider, meter_provider)
+def make_client(
+    tracer_provider: Any = None, meter_provider: Any = None, keep_alive: int = DEFAULT_KEEP_ALIVE
+) -> HttpClient:
+    """The one client shared by all hooks of an engine: pooled (`keep_alive` idle
+    connections), no redirects, no cookies, instrumented on `tracer_provider` /
+    `meter_provider` (the global ones by default)."""
+    return HttpClient(tracer_provider, meter_provider, keep_alive)
 
 
 class _Route(httpx.BaseTransport):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +16,17 @@ from ..template.model import Template
 from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
-from .executor import HookExecutor
+from .executor import HookExecutor, literal_origin
 from .model import LifecycleEvent, SessionInfo
 from .recording import Recorders, build_recorders
+from .workers import workers_from
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 # How long shutdown() waits for pending and in-flight hooks by default.
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+# Idle HTTP connections kept at most, whatever the template: each holds a file descriptor.
+MAX_IDLE_CONNECTIONS = 256
 
 
 class HookEngine:
@@ -46,6 +50,7 @@ class HookEngine:
         http_client: Any = None,
         queue_limit: int = DEFAULT_QUEUE_LIMIT,
         script_user: str | None = None,
+        workers: int | None = None,
     ) -> None:
         self.template = template
         self.clock = clock
@@ -67,7 +72,13 @@ class HookEngine:
             hook_log=hook_log,
             environ=env,
         )
-        self.dispatcher = Dispatcher(template, self.executor, self.recorders.listener, queue_limit)
+        # The worker threads every hook shares ($LIFECYCLE_HOOKS_WORKERS, default 16).
+        workers = workers_from(env) if workers is None else workers
+        # Asked when the first HTTP hook builds the client: reading origins imports httpx.
+        self.executor.http_keep_alive = partial(idle_connections_for, template, workers)
+        self.dispatcher = Dispatcher(
+            template, self.executor, self.recorders.listener, queue_limit, workers
+        )
         if self.recorders.metrics is not None:
             self.recorders.metrics.observe_queues(self.dispatcher.queue_depths)
         self._shut = False
@@ -89,7 +100,7 @@ class HookEngine:
         deadline: float | None = None,
     ) -> DispatchResult:
         """Fire the hooks of one event. Returns after the blocking hooks finished (or
-        `deadline`, monotonic, passed); non-blocking hooks run on their own workers."""
+        `deadline`, monotonic, passed); non-blocking hooks run on the shared workers."""
         if isinstance(event, str):
             event = LifecycleEvent(
                 name=event,
@@ -129,6 +140,27 @@ class HookEngine:
 
     def hooks_for(self, event: str) -> Sequence[str]:
         return [h.name for h in self.template.hooks_for(event)]
+
+
+def idle_connections_for(template: Template, workers: int) -> int:
+    """How many idle HTTP connections are worth keeping: for every origin the template's
+    HTTP hooks name, as many as can be in flight to it at once (one per hook, and no more
+    than the workers), and as many as the workers for hooks whose URL picks its origin from
+    a variable. Kept so, a burst of deliveries never closes a connection it will want again
+    (each new one is a TCP handshake, and a TLS one for https)."""
+    per_origin: dict[Any, int] = {}
+    variable_origin = 0
+    for hook in template.hooks:
+        if not hook.enabled or not (hook.action.is_http or hook.action.type == "jsonrpc"):
+            continue
+        origin = literal_origin(hook.action.url)
+        if origin is None:
+            variable_origin += 1
+        else:
+            per_origin[origin] = per_origin.get(origin, 0) + 1
+    wanted = sum(min(count, workers) for count in per_origin.values())
+    wanted += min(variable_origin, workers)
+    return max(1, min(wanted, MAX_IDLE_CONNECTIONS))
 
 
 def _text(value: Any) -> str:
