@@ -123,6 +123,7 @@ class HookQueue:
         self._closing = False
         self._drain_deadline: float | None = None
         self._drained = False  # closing, and nothing is left that may still run
+        self._scheduled = False  # the pool was asked to serve this queue, and has not yet
         self._pool = pool if pool is not None else WorkerPool(1, executor.clock)
         self.current: _Job | None = None  # the job being run, by the worker or a caller
 
@@ -133,11 +134,13 @@ class HookQueue:
             self._enqueue(job)
             self._wake()
 
-    def _wake(self) -> None:
-        """(lock held) Ask the pool to serve this queue, unless a run is on: its end asks."""
-        if not self._running:
+    def _wake(self, from_worker: bool = False) -> None:
+        """(lock held) Ask the pool to serve this queue, unless a run is on (its end asks)
+        or the pool was already asked (the worker it sends takes what is queued by then)."""
+        if not self._running and not self._scheduled:
+            self._scheduled = True
             # A blocking hook's caller waits (a pre-stop hook spends the grace period).
-            self._pool.wake(self, urgent=self.hook.blocking)
+            self._pool.wake(self, urgent=self.hook.blocking, from_worker=from_worker)
 
     def _enqueue(self, job: _Job) -> None:
         """Append `job` (lock held): coalescing under a rate limit, bounded by the limit."""
@@ -209,18 +212,17 @@ class HookQueue:
         (the debounce window closes, the rate-limit token comes)."""
         job = self._take()
         if job is not None:
-            self._execute(job)
+            self._execute(job, on_worker=True)
 
     def _take(self) -> _Job | None:
         """The job to run now, marking the queue running; None when there is none yet."""
         clock = self._executor.clock
         with self._cond:
+            self._scheduled = False
             if self._running or self._drained:
                 return None  # the run on now asks for the next when it ends
             now = clock.monotonic()
-            if self._pending is not None and (
-                self._closing or now >= (self._window_closes or 0.0)
-            ):
+            if self._pending is not None and (self._closing or now >= (self._window_closes or 0.0)):
                 # The window closed (or we are shutting down): its latest event fires.
                 pending, self._pending, self._window_closes = self._pending, None, None
                 self._enqueue(pending)
@@ -274,7 +276,7 @@ class HookQueue:
         contextvars.Context().run(self._execute, job)
         return True
 
-    def _execute(self, job: _Job) -> None:
+    def _execute(self, job: _Job, on_worker: bool = False) -> None:
         """Run `job` (the queue is marked running), hand its result to a waiting caller, and
         free the queue for the next job."""
         deadline = job.deadline
@@ -296,7 +298,8 @@ class HookQueue:
                 self._running = False
                 self.current = None
                 if self._jobs or self._pending is not None:
-                    self._wake()  # to the back of the pool's line: other hooks go first
+                    # To the back of the pool's line: other hooks' queues go first.
+                    self._wake(from_worker=on_worker)
                 elif self._closing:
                     self._drained = True
                 self._cond.notify_all()

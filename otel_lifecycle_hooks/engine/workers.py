@@ -92,25 +92,31 @@ class WorkerPool:
         self._order = itertools.count()
         self._workers: list[threading.Thread] = []
         self._idle = 0  # workers waiting for work
+        self._fresh = 0  # workers started that have not looked for work yet
         self._spare = 0  # blocking-work threads between two queues
         self._stopped = False
 
     # -- asked by the queues (their own lock may be held: the pool never takes one) --
 
-    def wake(self, queue: Served, urgent: bool = False) -> None:
+    def wake(self, queue: Served, urgent: bool = False, from_worker: bool = False) -> None:
         """`queue` has work that may run now: serve it when a worker is free (`urgent`:
-        before any other, and at once)."""
+        before any other, and at once). `from_worker`: asked by a worker that looks for work
+        right after, so no other is needed for it."""
         with self._cond:
             if self._stopped:
                 return
             if urgent:
-                if queue not in self._urgent_set:
-                    self._urgent_set.add(queue)
-                    self._urgent.append(queue)
-            elif queue not in self._ready_set and queue not in self._urgent_set:
+                if queue in self._urgent_set:
+                    return
+                self._urgent_set.add(queue)
+                self._urgent.append(queue)
+            else:
+                if queue in self._ready_set or queue in self._urgent_set:
+                    return  # already waiting for a worker
                 self._ready_set.add(queue)
                 self._ready.append(queue)
-            self._staff()
+            if not from_worker:
+                self._staff()
 
     def at(self, when: float, queue: Served) -> None:
         """Wake `queue` at `when` (the clock's monotonic seconds), unless it is woken earlier."""
@@ -124,7 +130,7 @@ class WorkerPool:
             heapq.heappush(self._timers, (when, next(self._order), queue))
             if self._idle:
                 self._cond.notify()  # an idle worker sleeps until the earliest timer
-            elif len(self._workers) < self.size:
+            elif not self._fresh and len(self._workers) < self.size:
                 self._start_worker()  # someone must keep the time
 
     def stop(self) -> None:
@@ -152,9 +158,10 @@ class WorkerPool:
         waiting = len(self._ready) + len(self._urgent)
         if self._idle:
             self._cond.notify(min(waiting, self._idle))
-        if waiting > self._idle and len(self._workers) < self.size:
+        available = self._idle + self._fresh
+        if waiting > available and len(self._workers) < self.size:
             self._start_worker()
-        elif len(self._urgent) > self._idle + self._spare:
+        elif len(self._urgent) > available + self._spare:
             # Every worker is busy: a blocking hook does not wait for them.
             self._spare += 1
             threading.Thread(
@@ -166,9 +173,12 @@ class WorkerPool:
             target=self._work, name=f"hook-worker-{len(self._workers) + 1}", daemon=True
         )
         self._workers.append(thread)
+        self._fresh += 1
         thread.start()
 
     def _work(self) -> None:
+        with self._cond:
+            self._fresh -= 1
         while True:
             queue = self._next()
             if queue is None:
