@@ -72,7 +72,7 @@ class HookEngine:
             hook_log=hook_log,
             environ=env,
         )
-        # The worker threads every hook shares ($LIFECYCLE_HOOKS_WORKERS, default 16).
+        # The worker threads every hook shares ($LIFECYCLE_HOOKS_WORKERS, default 8).
         workers = workers_from(env) if workers is None else workers
         # Asked when the first HTTP hook builds the client: reading origins imports httpx.
         self.executor.http_keep_alive = partial(idle_connections_for, template, workers)
