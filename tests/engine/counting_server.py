@@ -21,6 +21,8 @@ class Arrival:
     path: str
     body: bytes
     threads: int  # threading.active_count() when it arrived
+    headers: dict[str, str]  # names in lower case
+    connection: int  # which accepted connection it came on (1 for the first)
 
 
 class CountingServer:
@@ -28,6 +30,7 @@ class CountingServer:
         self.hang = hang
         self.accepted = 0
         self.arrivals: list[Arrival] = []
+        self._numbers: dict[socket.socket, int] = {}
         self._lock = threading.Condition()
         self._listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
         self._listener.setblocking(False)
@@ -94,6 +97,7 @@ class CountingServer:
             connection.setblocking(True)
             with self._lock:
                 self.accepted += 1
+                self._numbers[connection] = self.accepted
             buffers[connection] = b""
             self._selector.register(connection, selectors.EVENT_READ, "read")
 
@@ -102,17 +106,25 @@ class CountingServer:
         while b"\r\n\r\n" in buffer:
             head, _, rest = buffer.partition(b"\r\n\r\n")
             lines = head.split(b"\r\n")
-            length = 0
+            headers = {}
             for line in lines[1:]:
                 name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
+                headers[name.strip().lower().decode()] = value.strip().decode()
+            length = int(headers.get("content-length", 0))
             if len(rest) < length:
                 return buffer
             body, buffer = rest[:length], rest[length:]
             path = lines[0].split(b" ")[1].decode()
             with self._lock:
-                self.arrivals.append(Arrival(path, body, threading.active_count()))
+                self.arrivals.append(
+                    Arrival(
+                        path,
+                        body,
+                        threading.active_count(),
+                        headers,
+                        self._numbers[connection],
+                    )
+                )
                 self._lock.notify_all()
             if path not in self.hang:
                 connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")

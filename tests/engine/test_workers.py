@@ -288,6 +288,33 @@ def test_new_connections_per_event_are_no_more_than_the_distinct_origins(engines
     assert opened <= 3 * 5
 
 
+def test_hooks_sharing_a_connection_never_share_a_credential(engines):
+    token = "hub-token-5f0c1e"
+    with CountingServer() as server:
+        hooks = [
+            http_hook(
+                "with-token",
+                server.url("/with-token"),
+                extra="    auth: {type: bearer-token, token_env: HUB_TOKEN}\n",  # the action's
+            ),
+            http_hook("without", server.url("/without")),
+        ]
+        # One worker: both hooks' requests take turns on the one kept-alive connection.
+        engine = new_engine(engines, hooks_yaml(hooks), workers=1, environ={"HUB_TOKEN": token})
+        for seq in range(10):
+            engine.fire("tool-start", SESSION, {"TOOL_NAME": str(seq)})
+        arrivals = server.wait_for(20)
+
+    assert {a.connection for a in arrivals} == {1}
+    assert {a.path for a in arrivals} == {"/with-token", "/without"}
+    for arrival in arrivals:
+        if arrival.path == "/with-token":
+            assert arrival.headers["authorization"] == f"Bearer {token}"
+        else:
+            assert "authorization" not in arrival.headers
+            assert token not in str(arrival.headers)
+
+
 # -- blocking hooks and hanging hooks -----------------------------------------------------------
 
 
