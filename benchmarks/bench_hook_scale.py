@@ -314,7 +314,9 @@ def measure(home: Path, hooks: int, events: int, origins_count: int) -> Run:
 
 def main() -> int:
     args = bench_arguments(__doc__.splitlines()[0])
-    from otel_lifecycle_hooks.engine.workers import DEFAULT_WORKERS
+    from otel_lifecycle_hooks.engine.workers import workers_from
+
+    pool = workers_from(os.environ)  # the supervisors inherit this environment
 
     hooks, events, single_events = (50, 3, 50) if args.quick else (1000, 20, 1000)
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
@@ -338,9 +340,9 @@ def main() -> int:
             unit="threads",
             baseline=one.peak_threads,
             baseline_name="one hook",
-            target=float(DEFAULT_WORKERS),
+            target=float(pool),
             checked="growth",
-            detail=f"peak while delivering; worker pool {DEFAULT_WORKERS}",
+            detail=f"peak while delivering; worker pool {pool}",
         ),
         Figure(
             benchmark="hook scale",

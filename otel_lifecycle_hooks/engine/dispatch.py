@@ -311,12 +311,11 @@ class HookQueue:
         with self._cond:
             self._closing = True
             self._drain_deadline = deadline
-            if self._running:
-                pass  # the run's end serves what is left
-            elif self._jobs or self._pending is not None:
-                self._wake()
-            else:
-                self._drained = True
+            if not self._running:  # else the run's end serves what is left
+                if self._jobs or self._pending is not None:
+                    self._wake()
+                else:
+                    self._drained = True
             self._cond.notify_all()
 
     def join(self, timeout: float) -> bool:
