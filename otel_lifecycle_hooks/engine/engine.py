@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from ..template.model import Template
 from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
-from .executor import HookExecutor, literal_origin
+from .executor import HookExecutor
 from .model import LifecycleEvent, SessionInfo
 from .recording import Recorders, build_recorders
 from .workers import workers_from
@@ -25,8 +24,6 @@ log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 # How long shutdown() waits for pending and in-flight hooks by default.
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
-# Idle HTTP connections kept at most, whatever the template: each holds a file descriptor.
-MAX_IDLE_CONNECTIONS = 256
 
 
 class HookEngine:
@@ -74,8 +71,9 @@ class HookEngine:
         )
         # The worker threads every hook shares ($LIFECYCLE_HOOKS_WORKERS, default 8).
         workers = workers_from(env) if workers is None else workers
-        # Asked when the first HTTP hook builds the client: reading origins imports httpx.
-        self.executor.http_keep_alive = partial(idle_connections_for, template, workers)
+        # No origin can have more requests in flight than there are workers: as many idle
+        # connections per origin are kept, so a burst never closes one it will want again.
+        self.executor.http_keep_alive = workers
         self.dispatcher = Dispatcher(
             template, self.executor, self.recorders.listener, queue_limit, workers
         )
@@ -140,27 +138,6 @@ class HookEngine:
 
     def hooks_for(self, event: str) -> Sequence[str]:
         return [h.name for h in self.template.hooks_for(event)]
-
-
-def idle_connections_for(template: Template, workers: int) -> int:
-    """How many idle HTTP connections are worth keeping: for every origin the template's
-    HTTP hooks name, as many as can be in flight to it at once (one per hook, and no more
-    than the workers), and as many as the workers for hooks whose URL picks its origin from
-    a variable. Kept so, a burst of deliveries never closes a connection it will want again
-    (each new one is a TCP handshake, and a TLS one for https)."""
-    per_origin: dict[Any, int] = {}
-    variable_origin = 0
-    for hook in template.hooks:
-        if not hook.enabled or not (hook.action.is_http or hook.action.type == "jsonrpc"):
-            continue
-        origin = literal_origin(hook.action.url)
-        if origin is None:
-            variable_origin += 1
-        else:
-            per_origin[origin] = per_origin.get(origin, 0) + 1
-    wanted = sum(min(count, workers) for count in per_origin.values())
-    wanted += min(variable_origin, workers)
-    return max(1, min(wanted, MAX_IDLE_CONNECTIONS))
 
 
 def _text(value: Any) -> str:

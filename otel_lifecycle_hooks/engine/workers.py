@@ -38,9 +38,9 @@ log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 WORKERS_ENV = "LIFECYCLE_HOOKS_WORKERS"
 # Eight: a template with up to eight hooks on an event (most have a handful) runs as if each
-# hook had a thread of its own. More cost CPU at scale, since the threads contend for the
-# GIL: per delivery, 1,000 loopback hooks on a loaded two-core machine took 0.74 ms with one
-# worker, 0.87 ms with four, 1.0 ms with eight and 1.2 to 1.4 ms with sixteen.
+# hook had a thread of its own. With a thousand loopback hooks, four, eight or sixteen workers
+# cost the same CPU per delivery; more only keep more threads, and more connections open to
+# each origin at once. Many slow endpoints, or hooks that may hang, are a reason to raise it.
 DEFAULT_WORKERS = 8
 MAX_WORKERS = 256
 
