@@ -411,3 +411,27 @@ def test_an_exit_with_more_hooks_than_workers_is_bounded_and_journals_what_it_le
     assert len(outcomes.get("interrupted", [])) == 2
     assert len(outcomes.get("dropped", [])) == 198
     assert len({hook for hook, _ in rows}) == 200  # every hook's delivery has its row
+
+
+def test_each_origin_has_a_connection_pool_of_its_own_and_past_the_bound_they_share_one():
+    import httpx
+
+    from otel_lifecycle_hooks.actions.http import _PerOrigin
+
+    made: list[object] = []
+
+    def make() -> object:
+        made.append(object())
+        return made[-1]
+
+    shared = object()
+    pools = _PerOrigin(make, shared)
+    first = pools.pool_for(httpx.URL("http://127.0.0.1:8000/a"))
+    assert pools.pool_for(httpx.URL("http://127.0.0.1:8000/b?q=1")) is first
+    assert pools.pool_for(httpx.URL("https://127.0.0.1:8000/a")) is not first  # scheme
+    assert pools.pool_for(httpx.URL("http://localhost:8000/a")) is not first  # host
+    for port in range(8001, 8001 + _PerOrigin.MAX_POOLS):
+        pools.pool_for(httpx.URL(f"http://127.0.0.1:{port}/"))
+    assert len(made) == _PerOrigin.MAX_POOLS
+    assert pools.pool_for(httpx.URL("http://127.0.0.1:9999/")) is shared
+    assert len(pools.pools()) == _PerOrigin.MAX_POOLS + 1
