@@ -374,7 +374,6 @@ def test_more_hooks_hanging_until_their_timeout_than_workers_delay_the_others_un
     # Two workers, hooks served in declaration order: the quick hook got a worker only when
     # the fourth hanging hook's timeout fired (two rounds of timeouts), never before.
     assert names.index("quick") >= 4
-    assert set(names[:4]) == {"hang-0", "hang-1", "hang-2", "hang-3"}
 
 
 # -- the exit drain ------------------------------------------------------------------------------
