@@ -22,7 +22,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 lint: $(STAMP)
-	$(BIN)/python -m pip install --quiet '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	$(BIN)/ruff check otel_lifecycle_hooks tests
 	$(BIN)/mypy otel_lifecycle_hooks
 
