@@ -249,7 +249,7 @@ class _PerOrigin(Generic[_Pool]):
     httpcore looks through every connection of a pool for each request it sends and each it
     ends, so one pool for many origins makes every request pay for all their connections: with
     1,000 hooks over four origins that was a fifth of a delivery's CPU. Past MAX_POOLS origins
-    (URLs whose host comes from a variable) the rest share the first pool.
+    (URLs whose host comes from a variable) the rest share one more pool, `shared`.
     """
 
     MAX_POOLS = 64
