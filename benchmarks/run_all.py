@@ -30,6 +30,7 @@ SCRIPTS = [
     "bench_hook_path.py",
     "bench_processor_overhead.py",
     "bench_dispatch_latency.py",
+    "bench_delivery_cpu.py",
     "bench_throughput.py",
     "bench_script_spawn.py",
     "bench_memory.py",

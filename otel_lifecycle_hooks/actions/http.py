@@ -572,12 +572,16 @@ class _Watchdog:
                 at = self._heap[0][0]
                 now = time.monotonic()
                 if at > now:
-                    self._condition.wait(at - now)
+                    # Up to _DEADLINE_SLACK late, so that one wake-up expires every deadline
+                    # of that spell: a finished attempt's stays in the heap until its time,
+                    # and waking for each was a thread switch per delivery.
+                    self._condition.wait(at - now + _DEADLINE_SLACK)
                     continue
                 _, _, deadline = heapq.heappop(self._heap)
             deadline.expire()
 
 
+_DEADLINE_SLACK = 0.05  # seconds an attempt's deadline may pass before it is enforced
 _WATCHDOG = _Watchdog()
 
 

@@ -36,6 +36,7 @@ MAX_CONNECTIONS = 64
 MESSAGE_DEADLINE = 5.0  # seconds
 LISTEN_BACKLOG = 128
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
+_READ_SIZE = 65536
 
 
 class _Connection:
@@ -107,7 +108,10 @@ class EventServer:
                     if key.data == "wake":
                         return
                     if key.data is None:
-                        self._accept()
+                        # A client writes as soon as it is connected: a new connection is
+                        # read in this round (after the older ones, as it was accepted
+                        # after them), not after another wait in the selector.
+                        connections.extend(self._accept())
                     else:
                         connections.append(key.data)
                 started = self._clock()
@@ -127,37 +131,54 @@ class EventServer:
             for connection in list(self._connections.values()):
                 self._drop(connection)
 
-    def _accept(self) -> None:
+    def _accept(self) -> list[_Connection]:
+        """Accept what waits in the backlog, up to the bound; the new connections."""
+        accepted: list[_Connection] = []
         while len(self._connections) < MAX_CONNECTIONS:
             try:
                 sock, _ = self._sock.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return accepted
             except OSError:
-                return  # closed, or out of descriptors: the backlog keeps the rest waiting
+                return accepted  # closed, or out of descriptors: the backlog keeps the rest
             sock.setblocking(False)
             connection = _Connection(sock, next(self._order), self._clock() + MESSAGE_DEADLINE)
             self._connections[sock.fileno()] = connection
             self._selector.register(sock, selectors.EVENT_READ, connection)
+            accepted.append(connection)
         # At the bound: further clients wait in the listen backlog (and, when it is full,
         # retry within their budget) until a connection ends; each idle one ends at its
         # deadline, so a client holding many open delays the others by at most that.
         if not self._paused:
             self._selector.unregister(self._sock)
             self._paused = True
+        return accepted
 
     def _read(self, connection: _Connection) -> None:
+        # A client writes its lines and closes at once: when what it wrote fitted in one
+        # read, its end of file is very likely there too, and is taken now rather than
+        # after another round of the selector (one more read at most, never a loop).
+        for _ in range(2):
+            if connection.sock.fileno() < 0:  # dropped by the first read
+                return
+            size = self._read_once(connection)
+            if size == 0 or size >= _READ_SIZE:
+                return
+
+    def _read_once(self, connection: _Connection) -> int:
+        """One read and what it completes; the bytes read (0 when nothing was there, or the
+        connection ended and was dropped)."""
         try:
-            chunk = connection.sock.recv(65536)
+            chunk = connection.sock.recv(_READ_SIZE)
         except (BlockingIOError, InterruptedError):
-            return
+            return 0
         except OSError:
             chunk = b""
         if not chunk:  # end of file: a last line without its newline still counts
             if connection.buffer.strip():
                 self._decode(bytes(connection.buffer))
             self._drop(connection)
-            return
+            return 0
         was_empty = not connection.buffer
         connection.buffer += chunk
         if b"\n" in chunk:
@@ -174,9 +195,10 @@ class EventServer:
         if len(connection.buffer) >= MAX_LINE_BYTES:
             self._refuse("line_too_long")
             self._drop(connection)
-            return
+            return 0
         if was_empty:  # a new line began: it gets its own deadline
             connection.deadline = self._clock() + MESSAGE_DEADLINE
+        return len(chunk)
 
     def _expire(self) -> None:
         now = self._clock()
