@@ -36,6 +36,7 @@ SCRIPTS = [
     "bench_memory.py",
     "bench_startup.py",
     "bench_harness_event.py",
+    "bench_hook_scale.py",
 ]
 
 

@@ -82,6 +82,8 @@ class HookExecutor:
         self.sinks: list[ExecutionSink] = list(sinks)
         self._credentials = credentials
         self._http_client = http_client
+        # Idle connections the HTTP client keeps per origin (the engine sizes it to its pool).
+        self.http_keep_alive = 20
         self._lazy_lock = threading.Lock()
         self._last_redactor: tuple[frozenset[str], Redactor] | None = None
         self.script_user = script_user
@@ -115,7 +117,9 @@ class HookExecutor:
                 from ..actions.http import make_client
 
                 self._http_client = make_client(
-                    tracer_provider=self._tracer_provider, meter_provider=self._meter_provider
+                    tracer_provider=self._tracer_provider,
+                    meter_provider=self._meter_provider,
+                    keep_alive=self.http_keep_alive,
                 )
             return self._http_client
 
