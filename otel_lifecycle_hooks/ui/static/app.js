@@ -30,7 +30,7 @@
       else if (name === "href") node.setAttribute("href", value);
       else node.setAttribute(name, String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
       node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }
