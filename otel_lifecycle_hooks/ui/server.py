@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..journal import views as journal_views
 from ..loopback import is_loopback_host
 from . import access, views
 
@@ -229,35 +230,37 @@ class _Handler(BaseHTTPRequestHandler):
     # -- the data --
 
     def _sessions(self) -> dict[str, Any]:
-        journal = self.server.journal
-        shown = []
-        for session in journal.sessions(limit=views.SESSIONS_SHOWN):
-            deliveries = journal.executions(
-                session_id=session.session_id, limit=views.DELIVERIES_SHOWN
-            )
-            shown.append(views.session_view(session, deliveries))
-        return {"sessions": shown}
+        sessions = journal_views.list_sessions(self.server.journal, limit=views.SESSIONS_SHOWN)
+        return {"sessions": [views.session_entry(session) for session in sessions]}
 
     def _deliveries(self, session_id: str) -> dict[str, Any]:
         journal = self.server.journal
-        session = journal.session(session_id)
-        rows = journal.executions(session_id=session_id, limit=views.DELIVERIES_SHOWN)
-        replays = views.replays_of(rows)
+        deliveries = journal_views.list_executions(
+            journal, session_id, limit=views.DELIVERIES_SHOWN
+        )
+        replays = views.replays_of(deliveries)
         return {
-            "session": views.session_view(session, rows) if session is not None else None,
-            "deliveries": [views.delivery_view(row, replays.get(row.id or 0, ())) for row in rows],
+            "session": views.session_header(journal.session(session_id), deliveries),
+            "deliveries": [views.delivery_entry(d, replays.get(d["id"], ())) for d in deliveries],
         }
 
     def _delivery(self, execution_id: int) -> dict[str, Any] | None:
         journal = self.server.journal
-        row = journal.get(execution_id)
-        if row is None:
+        delivery = journal_views.get_execution(journal, execution_id)
+        if delivery is None:
             return None
-        siblings = journal.executions(session_id=row.session_id, limit=views.DELIVERIES_SHOWN)
+        siblings = journal_views.list_executions(
+            journal, delivery["session_id"] or None, limit=views.DELIVERIES_SHOWN
+        )
         replays = views.replays_of(siblings).get(execution_id, [])
+        recorded = delivery.pop("attempts")
+        # get_execution puts the attempt rows where the row's count was: take the count back.
+        row = journal.get(execution_id)
+        delivery["attempts"] = row.attempts if row is not None else len(recorded)
+        attempts = [views.attempt_entry(attempt, len(recorded)) for attempt in recorded]
         return {
-            "delivery": views.delivery_view(row, replays),
-            "attempts": [views.summary_attempt(row)],
+            "delivery": views.delivery_entry(delivery, replays),
+            "attempts": attempts or [views.summary_attempt(delivery)],
         }
 
     def _redeliver(self, execution_id: int) -> dict[str, Any]:

@@ -1,10 +1,9 @@
-"""What the page is sent: the journal's rows as plain JSON-ready dicts.
+"""What the page is sent: the journal's read API (`journal.views`) shaped for the page.
 
-Everything here came from the agent or from remote endpoints (hook names are the template's,
-but messages, requests and responses carry what the agent reported and what endpoints
-answered): the page shows it as text, never as markup. Rows are redacted when journaled;
-a session's stored template text and variables are not sent at all, as the page has no need
-of them.
+Everything here came from the agent or from remote endpoints (messages, requests, responses,
+script output): the page shows it as text, never as markup. Rows are redacted and bounded when
+journaled; a session's stored template text and variables are not sent at all, as the page has
+no need of them. Headers always travel as [name, value] pairs, in the order sent.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..journal import FAILED_OUTCOMES, ExecutionRow, SessionRow
+from ..journal import FAILED_OUTCOMES, SessionRow
 
 # Sessions shown on the first view, newest first.
 SESSIONS_SHOWN = 100
@@ -20,92 +19,138 @@ SESSIONS_SHOWN = 100
 DELIVERIES_SHOWN = 1000
 
 
-def session_state(row: SessionRow) -> str:
-    """running, ended, recovered (its owed hooks were run by recovery), or starting."""
-    if row.recovered_at is not None:
-        return "recovered"
-    if row.ended_at is not None:
-        return "ended"
-    if row.post_start_at is not None or row.post_started_at is not None:
+def session_state(session: Mapping[str, Any]) -> str:
+    """running, ended, recovered (its owed hooks were run by recovery), or unsupervised
+    (only deliveries name it: an application's own tracer, no supervisor)."""
+    if session.get("live"):
         return "running"
-    return "starting"
+    if session.get("ended_at") is not None:
+        return "ended"
+    return "recovered" if session.get("host") else "unsupervised"
 
 
-def session_view(row: SessionRow, deliveries: Sequence[ExecutionRow] = ()) -> dict[str, Any]:
-    """One session as the page lists it, with counts of its deliveries by outcome."""
-    outcomes: dict[str, int] = {}
-    for delivery in deliveries:
-        outcomes[delivery.outcome] = outcomes.get(delivery.outcome, 0) + 1
+def session_entry(session: Mapping[str, Any]) -> dict[str, Any]:
+    """One line of the sessions list (`journal.views.list_sessions`' dict)."""
+    return {**json_ready(session), "state": session_state(session)}
+
+
+def session_header(
+    row: SessionRow | None, deliveries: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """What the deliveries view shows of its session, from the sessions table's row."""
+    if row is None:
+        return None
     return {
         "session_id": row.session_id,
         "agent_name": row.agent_name,
         "agent_id": row.agent_id,
         "host": row.host,
-        "state": session_state(row),
+        "state": session_state(
+            {
+                "live": row.ended_at is None and row.recovered_at is None,
+                "ended_at": row.ended_at,
+                "host": "supervised",
+            }  # a row of the sessions table: its supervisor wrote it
+        ),
         "started_at": row.started_at,
         "ended_at": row.ended_at,
         "exit_code": row.exit_code,
         "template_files": list(row.template_files),
         "deliveries": len(deliveries),
-        "outcomes": outcomes,
+        "failed": sum(1 for d in deliveries if d.get("outcome") in FAILED_OUTCOMES),
     }
 
 
-def delivery_view(row: ExecutionRow, replays: Iterable[ExecutionRow] = ()) -> dict[str, Any]:
-    """One execution (a delivery) as a row of a session's list; `replays`: the rows that
-    re-sent it."""
+def replays_of(deliveries: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    """The deliveries that re-sent each delivery, oldest first, by the id they re-sent."""
+    found: dict[int, list[Mapping[str, Any]]] = {}
+    for delivery in sorted(deliveries, key=lambda d: d.get("id") or 0):
+        if delivery.get("replayed_from") is not None:
+            found.setdefault(int(delivery["replayed_from"]), []).append(delivery)
+    return found
+
+
+def delivery_entry(
+    delivery: Mapping[str, Any], replays: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """One delivery (`journal.views`' execution dict) with the deliveries that re-sent it."""
+    shown = json_ready(delivery)
+    shown["failed"] = delivery.get("outcome") in FAILED_OUTCOMES
+    shown["request"] = request_entry(delivery.get("request"))
+    shown["replays"] = [
+        {"id": r.get("id"), "outcome": r.get("outcome"), "http_status": r.get("http_status")}
+        for r in replays
+    ]
+    return shown
+
+
+def attempt_entry(attempt: Mapping[str, Any], of_attempts: int) -> dict[str, Any]:
+    """One attempt (`journal.views.list_attempts`' dict) as the page shows it."""
+    status = attempt.get("response_status")
+    response = None
+    if status is not None or attempt.get("response_headers") or attempt.get("response_body"):
+        response = {
+            "status": status,
+            "headers": header_pairs(attempt.get("response_headers")),
+            "body": attempt.get("response_body"),
+        }
     return {
-        "id": row.id,
-        "session_id": row.session_id,
-        "hook": row.hook,
-        "event": row.event,
-        "outcome": row.outcome,
-        "failed": row.outcome in FAILED_OUTCOMES,
-        "attempts": row.attempts,
-        "duration_ms": row.duration_ms,
-        "started_at": row.started_at,
-        "http_status": row.http_status,
-        "exit_code": row.exit_code,
-        "error_type": row.error_type,
-        "message": row.message,
-        "idempotency_key": row.idempotency_key,
-        "trace_id": row.trace_id,
-        "span_id": row.span_id,
-        "recovered": row.recovered,
-        "replayed_from": row.replayed_from,
-        "replays": [
-            {"id": replay.id, "outcome": replay.outcome, "http_status": replay.http_status}
-            for replay in replays
-        ],
-        "request": json_ready(row.request),
+        "number": attempt.get("attempt"),
+        "of_attempts": of_attempts,
+        "started_at": attempt.get("started_at"),
+        "duration_ms": attempt.get("duration_ms"),
+        "outcome": attempt.get("outcome"),
+        "request": request_entry(attempt.get("request")),
+        "response": response,
+        "exit_code": attempt.get("exit_code"),
+        "stdout": attempt.get("stdout"),
+        "stderr": attempt.get("stderr"),
+        "error_type": attempt.get("error_type"),
+        "message": attempt.get("message") or "",
+        "summary_only": False,
     }
 
 
-def summary_attempt(row: ExecutionRow) -> dict[str, Any]:
-    """The execution's last attempt as the execution row holds it, for a journal that keeps
-    no row per attempt: its request and the response's status, error and duration."""
+def summary_attempt(delivery: Mapping[str, Any]) -> dict[str, Any]:
+    """A delivery's last attempt as its execution row holds it, for a delivery journaled
+    without attempt rows (before the journal kept them): its request and the response's
+    status, error and duration."""
+    status = delivery.get("http_status")
     return {
-        "number": row.attempts,
-        "of_attempts": row.attempts,
-        "started_at": row.started_at,
-        "duration_ms": row.duration_ms,
-        "outcome": row.outcome,
-        "request": json_ready(row.request),
-        "response": {"status": row.http_status} if row.http_status is not None else None,
-        "exit_code": row.exit_code,
-        "error_type": row.error_type,
-        "message": row.message,
+        "number": delivery.get("attempts"),
+        "of_attempts": delivery.get("attempts"),
+        "started_at": delivery.get("started_at"),
+        "duration_ms": delivery.get("duration_ms"),
+        "outcome": delivery.get("outcome"),
+        "request": request_entry(delivery.get("request")),
+        "response": {"status": status, "headers": None, "body": None}
+        if status is not None
+        else None,
+        "exit_code": delivery.get("exit_code"),
+        "stdout": None,
+        "stderr": None,
+        "error_type": delivery.get("error_type"),
+        "message": delivery.get("message") or "",
         "summary_only": True,
     }
 
 
-def replays_of(rows: Iterable[ExecutionRow]) -> dict[int, list[ExecutionRow]]:
-    """The rows that re-sent each row, oldest first, by the id they re-sent."""
-    found: dict[int, list[ExecutionRow]] = {}
-    for row in sorted(rows, key=lambda r: r.id or 0):
-        if row.replayed_from is not None:
-            found.setdefault(row.replayed_from, []).append(row)
-    return found
+def request_entry(request: Any) -> dict[str, Any] | None:
+    """A journaled request with its headers as [name, value] pairs (an execution row keeps
+    them as a mapping, an attempt row as pairs)."""
+    if not isinstance(request, Mapping):
+        return None
+    shown = json_ready(request)
+    if "headers" in shown:
+        shown["headers"] = header_pairs(request.get("headers"))
+    return shown
+
+
+def header_pairs(headers: Any) -> list[list[str]] | None:
+    if headers is None:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [[str(pair[0]), str(pair[1])] for pair in items if len(pair) == 2]
 
 
 def json_ready(value: Any) -> Any:

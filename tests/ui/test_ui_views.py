@@ -1,14 +1,15 @@
-"""What the page is sent of the journal's rows."""
+"""What the page is sent of the journal's read API (`journal.views`)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from otel_lifecycle_hooks.journal import ExecutionRow, SessionRow
+from otel_lifecycle_hooks.journal import SessionRow
 from otel_lifecycle_hooks.ui import views
 
 
-def session(**given: object) -> SessionRow:
+def session_row(**given: object) -> SessionRow:
     fields: dict[str, object] = {
         "session_id": "s1", "agent_id": "a1", "agent_name": "agent", "template_files": ("t.yaml",),
         "pid": 1, "started_at": 100.0,
@@ -17,41 +18,42 @@ def session(**given: object) -> SessionRow:
     return SessionRow(**fields)  # type: ignore[arg-type]
 
 
-def execution(id: int, outcome: str = "success", **given: object) -> ExecutionRow:
-    return ExecutionRow(
-        hook="h", event="post-start", outcome=outcome, started_at=1.0, id=id, **given
-    )  # type: ignore[arg-type]
+def delivery(id: int, outcome: str = "success", **given: Any) -> dict[str, Any]:
+    return {"id": id, "hook": "h", "event": "post-start", "outcome": outcome, "attempts": 1,
+            "replayed_from": None, "request": None, **given}  # fmt: skip
 
 
-def test_a_session_is_starting_running_ended_or_recovered() -> None:
-    assert views.session_state(session()) == "starting"
-    assert views.session_state(session(post_start_at=101.0)) == "running"
-    assert views.session_state(session(post_start_at=101.0, ended_at=200.0)) == "ended"
-    assert views.session_state(session(post_start_at=101.0, recovered_at=300.0)) == "recovered"
+def test_a_listed_session_is_running_ended_recovered_or_unsupervised() -> None:
+    assert views.session_state({"live": True, "ended_at": None, "host": "h"}) == "running"
+    assert views.session_state({"live": False, "ended_at": 5.0, "host": "h"}) == "ended"
+    assert views.session_state({"live": False, "ended_at": None, "host": "h"}) == "recovered"
+    assert views.session_state({"live": False, "ended_at": None, "host": ""}) == "unsupervised"
 
 
-def test_a_session_counts_its_deliveries_by_outcome() -> None:
-    shown = views.session_view(session(), [execution(1), execution(2, "failed"), execution(3)])
-    assert (shown["deliveries"], shown["outcomes"]) == (3, {"success": 2, "failed": 1})
-
-
-def test_the_sessions_template_text_and_variables_are_never_sent() -> None:
-    shown = views.session_view(
-        session(templates=({"path": "t.yaml", "text": "TEMPLATE-TEXT"},), variables={"V": "VALUE"})
+def test_the_session_header_counts_failures_and_never_carries_template_text_or_variables() -> None:
+    row = session_row(
+        templates=({"path": "t.yaml", "text": "TEMPLATE-TEXT"},),
+        variables={"V": "VARIABLE-VALUE"},
+        ended_at=120.0,
     )
+    shown = views.session_header(row, [delivery(1), delivery(2, "failed"), delivery(3, "timeout")])
+    assert shown is not None
+    assert (shown["state"], shown["deliveries"], shown["failed"]) == ("ended", 3, 2)
     text = json.dumps(shown)
-    assert "TEMPLATE-TEXT" not in text and "VALUE" not in text
+    assert "TEMPLATE-TEXT" not in text and "VARIABLE-VALUE" not in text
+    assert views.session_state({"live": True}) == "running"
+    assert views.session_header(session_row(), [])["state"] == "running"  # type: ignore[index]
 
 
-def test_each_delivery_lists_the_rows_that_resent_it_oldest_first() -> None:
+def test_each_delivery_lists_the_deliveries_that_resent_it_oldest_first() -> None:
     rows = [
-        execution(4, replayed_from=1),
-        execution(1, "failed"),
-        execution(3, "failed", replayed_from=1),
+        delivery(4, replayed_from=1),
+        delivery(1, "failed"),
+        delivery(3, "failed", replayed_from=1),
     ]
     replays = views.replays_of(rows)
-    assert [row.id for row in replays[1]] == [3, 4]
-    shown = views.delivery_view(rows[1], replays[1])
+    assert [row["id"] for row in replays[1]] == [3, 4]
+    shown = views.delivery_entry(rows[1], replays[1])
     assert shown["replays"] == [
         {"id": 3, "outcome": "failed", "http_status": None},
         {"id": 4, "outcome": "success", "http_status": None},
@@ -59,14 +61,42 @@ def test_each_delivery_lists_the_rows_that_resent_it_oldest_first() -> None:
     assert shown["failed"] is True
 
 
+def test_headers_travel_as_pairs_in_order_whether_a_mapping_or_pairs_were_journaled() -> None:
+    mapped = views.request_entry({"method": "POST", "headers": {"B": "2", "A": "1"}})
+    paired = views.request_entry({"method": "POST", "headers": [["Set", "1"], ["Set", "2"]]})
+    assert mapped is not None and paired is not None
+    assert mapped["headers"] == [["B", "2"], ["A", "1"]]
+    assert paired["headers"] == [["Set", "1"], ["Set", "2"]]
+    assert views.request_entry(None) is None
+
+
+def test_an_attempt_shows_its_request_and_the_whole_response() -> None:
+    attempt = {
+        "attempt": 2, "started_at": 1.0, "duration_ms": 3.0, "outcome": "failed",
+        "error_type": "http.503", "message": "down",
+        "request": {"method": "POST", "url": "http://127.0.0.1:1/x", "headers": [["a", "b"]],
+                    "body": "<script>"},
+        "response_status": 503, "response_headers": [["Retry-After", "1"]],
+        "response_body": "<b>down</b>", "exit_code": None, "stdout": None, "stderr": None,
+    }  # fmt: skip
+    shown = views.attempt_entry(attempt, 4)
+    assert (shown["number"], shown["of_attempts"], shown["summary_only"]) == (2, 4, False)
+    assert shown["response"] == {
+        "status": 503,
+        "headers": [["Retry-After", "1"]],
+        "body": "<b>down</b>",
+    }
+    assert shown["request"]["body"] == "<script>"
+
+
 def test_without_attempt_rows_the_last_attempt_is_what_the_execution_row_holds() -> None:
-    row = execution(
-        7, "failed", attempts=4, http_status=503, error_type="http.503",
+    row = delivery(
+        7, "failed", attempts=4, http_status=503, error_type="http.503", started_at=1.0,
         request={"method": "POST", "url": "http://127.0.0.1:1/x", "body": "<script>"},
     )  # fmt: skip
-    [attempt] = [views.summary_attempt(row)]
+    attempt = views.summary_attempt(row)
     assert attempt["number"] == attempt["of_attempts"] == 4
-    assert attempt["response"] == {"status": 503}
+    assert attempt["response"] == {"status": 503, "headers": None, "body": None}
     assert attempt["request"]["body"] == "<script>"
     assert attempt["summary_only"] is True
 

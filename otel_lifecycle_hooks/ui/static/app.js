@@ -82,12 +82,12 @@
     return el("pre", { class: "body" }, shown);
   }
 
-  function headersTable(headers) {
-    const names = Object.keys(headers || {});
-    if (!names.length) return el("p", { class: "quiet" }, "(no headers)");
+  function headersTable(pairs) {
+    // [name, value] pairs, in the order sent (a name may repeat).
+    if (!pairs || !pairs.length) return el("p", { class: "quiet" }, "(no headers)");
     return el("table", { class: "headers" },
-      el("tbody", {}, names.map((name) =>
-        el("tr", {}, el("th", {}, name), el("td", {}, String(headers[name]))))));
+      el("tbody", {}, pairs.map(([name, value]) =>
+        el("tr", {}, el("th", {}, String(name)), el("td", {}, String(value))))));
   }
 
   function facts(pairs) {
@@ -109,8 +109,7 @@
       return;
     }
     const rows = data.sessions.map((s) => {
-      const failed = ["failed", "timeout", "dropped", "interrupted"]
-        .reduce((n, o) => n + (s.outcomes[o] || 0), 0);
+      const failed = s.failed || 0;
       return el("tr", { "data-session": s.session_id },
         el("td", {}, el("a", { href: sessionHref(s.session_id), class: "session-link" }, s.agent_name || "(unnamed)")),
         el("td", { class: "mono" }, s.session_id),
@@ -165,12 +164,15 @@
     }
     const responsePart = el("div", { class: "response" }, el("h4", {}, "Response"));
     if (response) {
-      responsePart.append(el("p", { class: "mono response-status" }, "HTTP " + response.status + (response.reason ? " " + response.reason : "")));
-      if ("headers" in response) responsePart.append(headersTable(response.headers));
-      if ("body" in response) responsePart.append(body(response.body));
+      responsePart.append(el("p", { class: "mono response-status" }, response.status === null ? "(no status)" : "HTTP " + response.status));
+      if (!attempt.summary_only) responsePart.append(headersTable(response.headers), body(response.body));
+    } else if (attempt.exit_code !== null && attempt.exit_code !== undefined) {
+      responsePart.append(el("p", { class: "mono response-status" }, "exit " + attempt.exit_code));
     } else {
       responsePart.append(el("p", { class: "quiet" }, "(no response)"));
     }
+    if (attempt.stdout) responsePart.append(el("h4", {}, "stdout"), el("pre", { class: "stdout" }, attempt.stdout));
+    if (attempt.stderr) responsePart.append(el("h4", {}, "stderr"), el("pre", { class: "stderr" }, attempt.stderr));
     if (attempt.error_type || attempt.message) {
       responsePart.append(el("p", { class: "error" }, [attempt.error_type, attempt.message].filter(Boolean).join(": ")));
     }
@@ -186,7 +188,7 @@
 
   function redeliverPart(route, delivery) {
     const button = el("button", { id: "redeliver", type: "button" }, pending.has(delivery.id) ? "Redelivering…" : "Redeliver");
-    button.disabled = pending.has(delivery.id);
+    button.disabled = pending.has(delivery.id) || !delivery.replayable;
     button.addEventListener("click", () => redeliver(route, delivery.id));
     const answer = redelivered.get(delivery.id);
     let shown = null;
@@ -199,9 +201,10 @@
             o.id !== null && o.id !== undefined ? [" as ", el("a", { href: deliveryHref(route.session, o.id), id: "redelivered-link" }, "delivery #" + o.id)] : "",
             o.message ? ": " + o.message : ""]);
     }
-    return el("div", { class: "redeliver" }, button,
-      el("span", { class: "quiet" }, " sends the journaled request again, once, with the same idempotency key (as `otel-lifecycle-hooks replay " + delivery.id + "`)."),
-      shown);
+    const about = delivery.replayable
+      ? " sends the journaled request again, once, with the same idempotency key (as `otel-lifecycle-hooks replay " + delivery.id + "`)."
+      : " is for failed, timed-out, dropped or interrupted http and webhook deliveries (what `otel-lifecycle-hooks replay` re-sends).";
+    return el("div", { class: "redeliver" }, button, el("span", { class: "quiet" }, about), shown);
   }
 
   function renderDelivery(route, data) {
