@@ -60,7 +60,7 @@ from .. import __version__
 from ..auth.errors import ORIGIN_REFUSED, TRANSPORT_REFUSED
 from ..loopback import is_loopback_host
 from ..render import RenderedRequest
-from .base import AttemptResult
+from .base import AttemptResult, Exchange
 
 DEFAULT_MAX_BODY = 64 * 1024
 USER_AGENT = f"otel-lifecycle-hooks/{__version__}"
@@ -326,6 +326,13 @@ def send(
         finally:
             response.close()
         result = _classify_response(response, kept, time.monotonic() - started)
+        # For the delivery history (redacted and bounded by the engine before it is kept).
+        result = result._replace(
+            exchange=Exchange(
+                method, str(built.url), tuple(built.headers.multi_items()), body,
+                tuple(response.headers.multi_items()), kept, len(kept) >= max_body > 0,
+            )
+        )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - an attempt never raises into the engine
         elapsed = time.monotonic() - started
         if deadline.expired or isinstance(exc, httpx.TimeoutException):
@@ -334,6 +341,9 @@ def send(
             )
         else:
             result = _classify_error(exc, built.url, elapsed, status)
+        result = result._replace(
+            exchange=Exchange(method, str(built.url), tuple(built.headers.multi_items()), body)
+        )
     finally:
         _SENDING.reset(sending)
         deadline.stop()
