@@ -1,7 +1,8 @@
 """The page in a real headless Chromium (Debian's, driven by Playwright), against a real
 supervisor run whose hooks reach a loopback server: sessions -> deliveries -> attempts with
 request and response -> Redeliver, and a delivery journaled while the page is open appears
-without a reload. Journaled markup is shown as text, never run.
+without a reload. Journaled markup (in a request body and in a response body an endpoint sent)
+is shown as text, never run.
 """
 
 from __future__ import annotations
@@ -63,7 +64,11 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
     tmp_path: Path, browser: Browser
 ) -> None:
     with TargetServer() as target:
-        target.on("/notify", Reply(503), Reply.json(201, '{"accepted": true}'))
+        target.on(
+            "/notify",
+            Reply(503, {"Content-Type": "text/html"}, HOSTILE.encode()),
+            Reply.json(201, '{"accepted": true}'),
+        )
         target.on("/audit", Reply(500, {"Content-Type": "text/plain"}, HOSTILE.encode()))
         target.always("/audit", Reply(200, {"Content-Type": "text/plain"}, b"thanks"))
         template = tmp_path / "scion-agent.yaml"
@@ -111,15 +116,23 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             stop(supervisor, signal_first=None, timeout=60)
             assert supervisor.returncode == 0
 
-            # A delivery's attempts: the request as sent (redacted) and the response.
+            # A delivery's attempts: each request as sent (redacted) and each response.
             notify.locator("a.delivery-link").click()
             attempts = page.locator("#attempts .attempt")
-            expect(attempts.first).to_be_visible()
-            last = attempts.last
-            expect(last.locator(".request-line")).to_have_text(f"POST {target.url('/notify')}")
-            expect(last.locator(".request pre.body")).to_contain_text(HOSTILE)
-            expect(last.locator(".request .headers")).to_contain_text("application/json")
-            expect(last.locator(".response-status")).to_have_text("HTTP 201")
+            expect(attempts).to_have_count(2)
+            first, second = attempts.nth(0), attempts.nth(1)
+            expect(first.locator("h3")).to_contain_text("Attempt 1 of 2")
+            for attempt in (first, second):
+                expect(attempt.locator(".request-line")).to_have_text(
+                    f"POST {target.url('/notify')}"
+                )
+                expect(attempt.locator(".request pre.body")).to_contain_text(HOSTILE)
+                expect(attempt.locator(".request .headers")).to_contain_text("application/json")
+            expect(first.locator(".response-status")).to_have_text("HTTP 503")
+            expect(first.locator(".response .headers")).to_contain_text("text/html")
+            expect(first.locator(".response pre.body")).to_have_text(HOSTILE)
+            expect(second.locator(".response-status")).to_have_text("HTTP 201")
+            expect(second.locator(".response pre.body")).to_contain_text('"accepted": true')
             # The journaled markup is text: no element was made of it, no script of it ran.
             assert page.locator("main img, main script").count() == 0
             assert page.evaluate("window.__pwned") is None
