@@ -182,7 +182,7 @@
     return el("section", { class: "attempt", "data-attempt": attempt.number },
       el("h3", {}, title, " ", outcomeBadge(attempt.outcome || ""), " ",
         el("span", { class: "quiet" }, when(attempt.started_at) + " · " + duration(attempt.duration_ms))),
-      attempt.summary_only ? el("p", { class: "quiet" }, "This journal keeps each delivery's request and its last response status, not a row per attempt.") : null,
+      attempt.summary_only ? el("p", { class: "quiet" }, "No attempt rows were journaled for this delivery: shown is what its execution row holds, the request and the last response status.") : null,
       el("div", { class: "exchange" }, requestPart, responsePart));
   }
 
