@@ -241,7 +241,10 @@ class _Handler(BaseHTTPRequestHandler):
         replays = views.replays_of(deliveries)
         return {
             "session": views.session_header(journal.session(session_id), deliveries),
-            "deliveries": [views.delivery_entry(d, replays.get(d["id"], ())) for d in deliveries],
+            "deliveries": [
+                views.delivery_entry(d, replays.get(d["id"], ()), with_request=False)
+                for d in deliveries
+            ],
         }
 
     def _delivery(self, execution_id: int) -> dict[str, Any] | None:

@@ -71,12 +71,17 @@ def replays_of(deliveries: Iterable[Mapping[str, Any]]) -> dict[int, list[Mappin
 
 
 def delivery_entry(
-    delivery: Mapping[str, Any], replays: Iterable[Mapping[str, Any]] = ()
+    delivery: Mapping[str, Any],
+    replays: Iterable[Mapping[str, Any]] = (),
+    *,
+    with_request: bool = True,
 ) -> dict[str, Any]:
-    """One delivery (`journal.views`' execution dict) with the deliveries that re-sent it."""
-    shown = json_ready(delivery)
+    """One delivery (`journal.views`' execution dict) with the deliveries that re-sent it;
+    without its request for a list (the page polls lists, and shows requests per attempt)."""
+    shown = json_ready({k: v for k, v in delivery.items() if k != "request"})
     shown["failed"] = delivery.get("outcome") in FAILED_OUTCOMES
-    shown["request"] = request_entry(delivery.get("request"))
+    if with_request:
+        shown["request"] = request_entry(delivery.get("request"))
     shown["replays"] = [
         {"id": r.get("id"), "outcome": r.get("outcome"), "http_status": r.get("http_status")}
         for r in replays

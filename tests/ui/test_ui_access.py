@@ -235,3 +235,13 @@ def test_a_second_page_on_another_port_keeps_its_own_cookie(journaled_run: Journ
         assert headers["set-cookie"].startswith(f"lifecycle-hooks-ui-{other.port}=")
     finally:
         assert other.stop() == 0
+
+
+def test_a_port_already_taken_is_a_clear_error(ui: UiProcess, journaled_run: JournaledRun) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "ui", "--port", str(ui.port),
+         "--journal", str(journaled_run.journal)],
+        env=journaled_run.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"cannot serve on 127.0.0.1 port {ui.port}" in result.stderr
