@@ -140,7 +140,7 @@ def test_the_read_api_lists_sessions_their_deliveries_and_each_attempt(tmp_path:
             (1, 503, "busy"), (2, 503, "busy"), (3, 200, "ok"),
         ]  # fmt: skip
         shown = get_execution(journal, failed_id, retention=KEEP_ALL)
-        assert shown is not None and shown["attempts"] == attempts
+        assert shown is not None and shown["attempts"] == attempts and shown["attempt_count"] == 3
         json.dumps(shown)
         assert get_execution(journal, 9999, retention=KEEP_ALL) is None
         assert list_attempts(journal, 9999, retention=KEEP_ALL) == []
@@ -201,7 +201,7 @@ def test_retention_by_rows_keeps_the_newest(tmp_path: Path) -> None:
         ]
         keep_four = parse_retention("4rows")
         assert [d["id"] for d in list_executions(journal, retention=keep_four)] == ids[:-5:-1]
-        assert journal.apply_retention(keep_four, now) == 6
+        assert journal.apply_retention(keep_four, now, chunk=4) == 6  # in chunks of 4, 4 + 2
         assert [row.id for row in journal.executions(oldest_first=True)] == ids[6:]
         with closing(sqlite3.connect(journal.path)) as db:
             assert db.execute("SELECT count(*) FROM attempts").fetchone()[0] == 4 * 3

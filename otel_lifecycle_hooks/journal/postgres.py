@@ -186,21 +186,26 @@ class PostgresJournal:
         found = self._select(_rows.NTH_NEWEST_ID, (rows,))
         return found[0]["id"] if found else None
 
-    def apply_retention(self, retention: Any, now: float | None = None) -> int:
-        """Delete what `retention` no longer keeps (on the reading connection: not through
-        the write queue, and never on a hook's path); how many executions went."""
-        from .retention import retention_statements
+    def apply_retention(
+        self, retention: Any, now: float | None = None, chunk: int | None = None
+    ) -> int:
+        """Delete what `retention` no longer keeps, a chunk per transaction, on the reading
+        connection (not through the write queue; never on a hook's path); how many
+        executions went."""
+        from .retention import CHUNK_ROWS, apply
 
-        removed = 0
-        for sql, params, counts in retention_statements(retention, _now(now)):
-            if counts:
-                found = self._select(
-                    f"WITH gone AS ({sql} RETURNING 1) SELECT count(*) AS n FROM gone", params
-                )
-                removed += int(found[0]["n"]) if found else 0
-            else:
-                self._select(sql, params)
-        return removed
+        def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
+            *before, (last_sql, last_params) = batch
+            # One statement, so one transaction on the autocommit connection.
+            steps = [f"step{n} AS ({sql} RETURNING 1)" for n, (sql, _) in enumerate(before)]
+            params = [p for _, values in before for p in values]
+            steps.append(f"gone AS ({last_sql} RETURNING 1)")
+            found = self._select(
+                f"WITH {', '.join(steps)} SELECT count(*) AS n FROM gone", (*params, *last_params)
+            )
+            return int(found[0]["n"]) if found else 0
+
+        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
@@ -215,8 +220,8 @@ class PostgresJournal:
     def executions(
         self,
         *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
+        agent_id: str | Sequence[str] | None = None,
+        session_id: str | Sequence[str] | None = None,
         hook: str | None = None,
         outcomes: tuple[str, ...] | None = None,
         since: float | None = None,

@@ -3,10 +3,13 @@
 `$LIFECYCLE_HOOKS_JOURNAL_RETENTION` (or `--retention` where a command offers it) holds one or
 two limits separated by a comma: an age (`30d`, `12h`, `90m`: executions that started longer
 ago go) and a count of executions (`100000rows`: the newest that many stay). `off` keeps
-everything. Unset, the journal keeps `DEFAULT_RETENTION` (30 days).
+everything. Unset, the journal keeps `DEFAULT_RETENTION`: the newest 100,000 executions, a
+bound on its size (docs/reliability.md states the bytes per delivery) that does not depend on
+any clock being right.
 
 The supervisor applies it when it starts and then every `APPLY_EVERY` seconds from a thread of
-its own (one indexed DELETE per limit, nothing on a hook's path); `history` honours it as it
+its own (indexed DELETEs of at most `CHUNK_ROWS` executions per transaction, so that a hook's
+journal write never waits long behind a large first pass); `history` honours it as it
 reads, so rows past the limits are never shown even before a supervisor deletes them. An
 execution goes with its attempts; a session row goes once it ended (or was recovered) and is
 older than the age limit, never while its hooks may still be owed.
@@ -18,13 +21,13 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
 RETENTION_ENV = "LIFECYCLE_HOOKS_JOURNAL_RETENTION"
-DEFAULT_RETENTION = "30d"
+DEFAULT_RETENTION = "100000rows"
 APPLY_EVERY = 3600.0  # seconds between two passes of a long-running supervisor
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -97,49 +100,58 @@ def retention_from(environ: Mapping[str, str]) -> Retention:
 
 
 _BEYOND_ROWS = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
+CHUNK_ROWS = 2000  # executions deleted per transaction: a writer never waits long behind one
+
+# Runs statements in one transaction; the row count of the last.
+Execute = Callable[[list[tuple[str, tuple[Any, ...]]]], int]
 
 
-def retention_statements(
-    retention: Retention, now: float
-) -> list[tuple[str, tuple[Any, ...], bool]]:
-    """The DELETEs that apply `retention` at `now`, in order, written with `?`: (sql,
-    parameters, whether its row count is a count of executions)."""
-    statements: list[tuple[str, tuple[Any, ...], bool]] = []
+def apply(retention: Retention, now: float, execute: Execute, chunk: int = CHUNK_ROWS) -> int:
+    """Delete what `retention` no longer keeps at `now`, `chunk` executions (with their
+    attempts) per call of `execute`, each its own transaction; how many executions went."""
+    removed = 0
+    for condition, params in _conditions(retention, now):
+        oldest = f"SELECT id FROM executions WHERE {condition} ORDER BY id LIMIT ?"
+        while True:
+            gone = execute(
+                [
+                    (
+                        (
+                            "DELETE FROM attempts WHERE execution_uid IN"
+                            f" (SELECT row_uid FROM executions WHERE id IN ({oldest}))"
+                        ),
+                        (*params, chunk),
+                    ),
+                    (f"DELETE FROM executions WHERE id IN ({oldest})", (*params, chunk)),
+                ]
+            )
+            removed += gone
+            if gone < chunk:
+                break
     cutoff = retention.cutoff(now)
     if cutoff is not None:
-        statements += [
-            (
+        execute(
+            [
                 (
-                    "DELETE FROM attempts WHERE execution_uid IN"
-                    " (SELECT row_uid FROM executions WHERE started_at < ?)"
-                ),
-                (cutoff,),
-                False,
-            ),
-            ("DELETE FROM executions WHERE started_at < ?", (cutoff,), True),
-            (
-                (
-                    "DELETE FROM sessions WHERE started_at < ?"
-                    " AND (ended_at IS NOT NULL OR recovered_at IS NOT NULL)"
-                ),
-                (cutoff,),
-                False,
-            ),
-        ]
+                    (
+                        "DELETE FROM sessions WHERE started_at < ?"
+                        " AND (ended_at IS NOT NULL OR recovered_at IS NOT NULL)"
+                    ),
+                    (cutoff,),
+                )
+            ]
+        )
+    return removed
+
+
+def _conditions(retention: Retention, now: float) -> list[tuple[str, tuple[Any, ...]]]:
+    conditions: list[tuple[str, tuple[Any, ...]]] = []
+    cutoff = retention.cutoff(now)
+    if cutoff is not None:
+        conditions.append(("started_at < ?", (cutoff,)))
     if retention.max_rows is not None:
-        beyond = f"id <= ({_BEYOND_ROWS})"
-        statements += [
-            (
-                (
-                    "DELETE FROM attempts WHERE execution_uid IN"
-                    f" (SELECT row_uid FROM executions WHERE {beyond})"
-                ),
-                (retention.max_rows,),
-                False,
-            ),
-            (f"DELETE FROM executions WHERE {beyond}", (retention.max_rows,), True),
-        ]
-    return statements
+        conditions.append((f"id <= ({_BEYOND_ROWS})", (retention.max_rows,)))
+    return conditions
 
 
 def visible_filters(

@@ -356,23 +356,27 @@ def open_session_values(
 
 def execution_filters(
     *,
-    agent_id: str | None = None,
-    session_id: str | None = None,
+    agent_id: str | Sequence[str] | None = None,
+    session_id: str | Sequence[str] | None = None,
     hook: str | None = None,
     outcomes: tuple[str, ...] | None = None,
     since: float | None = None,
     event: str | None = None,
     after_id: int | None = None,
 ) -> tuple[str, list[Any]]:
-    """A WHERE clause (or '') and its parameters for the fleet views' filters."""
+    """A WHERE clause (or '') and its parameters for the fleet views' filters; an agent or
+    session filter may name several ids (any of them matches)."""
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (
         ("agent_id", agent_id), ("session_id", session_id), ("hook", hook), ("event", event),
     ):  # fmt: skip
-        if value is not None:
+        if isinstance(value, str):
             clauses.append(f"{column} = ?")
             params.append(value)
+        elif value is not None:
+            clauses.append(f"{column} IN ({', '.join('?' for _ in value)})" if value else "1 = 0")
+            params.extend(value)
     if after_id is not None:
         clauses.append("id > ?")
         params.append(after_id)

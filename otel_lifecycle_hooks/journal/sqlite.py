@@ -148,25 +148,29 @@ class Journal:
         """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
         return _rows.read_session_counts(self._select, session_ids)
 
-    def apply_retention(self, retention: Any, now: float | None = None) -> int:
-        """Delete what `retention` (a `retention.Retention`) no longer keeps; how many
-        executions went."""
-        from .retention import retention_statements
+    def apply_retention(
+        self, retention: Any, now: float | None = None, chunk: int | None = None
+    ) -> int:
+        """Delete what `retention` (a `retention.Retention`) no longer keeps, a chunk per
+        transaction (hooks' writes take the lock between chunks); how many executions went."""
+        from .retention import CHUNK_ROWS, apply
 
-        def delete(db: sqlite3.Connection) -> int:
-            removed = 0
-            db.execute("BEGIN")
-            try:
-                for sql, params, counts in retention_statements(retention, _now(now)):
-                    cursor = db.execute(sql, params)
-                    removed += cursor.rowcount if counts else 0
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            return removed
+        def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
+            def run(db: sqlite3.Connection) -> int:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    count = 0
+                    for sql, params in batch:
+                        count = db.execute(sql, params).rowcount
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                return count
 
-        return self._run("apply retention", delete, 0)
+            return self._run("apply retention", run, 0)
+
+        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         """The execution with this id, if any."""
@@ -205,8 +209,8 @@ class Journal:
     def executions(
         self,
         *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
+        agent_id: str | Sequence[str] | None = None,
+        session_id: str | Sequence[str] | None = None,
         hook: str | None = None,
         outcomes: tuple[str, ...] | None = None,
         since: float | None = None,

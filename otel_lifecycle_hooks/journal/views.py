@@ -27,8 +27,10 @@ Shapes:
   "message", "request" ({"method", "url", "headers": [[name, value], ...], "body"} as sent,
   or {"argv"}), "response_status", "response_headers" ([[name, value], ...] or None),
   "response_body" (text or None), "exit_code", "stdout", "stderr"}`; [] for an unknown id.
-- `get_execution(journal, execution_id)`: one delivery's dict with `"attempts"` added (as
-  `list_attempts`), or None for an id the journal does not hold (or no longer keeps).
+- `get_execution(journal, execution_id)`: one delivery's dict whose `"attempts"` is the list
+  of its attempts (as `list_attempts`) and `"attempt_count"` the number the execution made
+  (the count `list_executions` gives as `"attempts"`), or None for an id the journal does not
+  hold (or no longer keeps).
 
 Everything in them was redacted before it was journaled; bodies are bounded (`attempt_log`).
 """
@@ -187,5 +189,6 @@ def get_execution(
     if row is None:
         return None
     shown = execution_dict(row)
+    shown["attempt_count"] = row.attempts
     shown["attempts"] = [attempt_dict(attempt) for attempt in journal.attempts(row.row_uid)]
     return shown

@@ -141,6 +141,7 @@ class Supervisor:
         self._channel: SessionChannel | None = None
         self._journal: Any = None
         self._heartbeat: Any = None  # recovery.Heartbeat, once the session is journaled
+        self._retention: Any = None  # journal.retention.RetentionKeeper, from the start
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
@@ -202,6 +203,7 @@ class Supervisor:
             self._recover_earlier_runs()
             self._journal_call("open_session", **self._session_row())
             self._start_heartbeat()
+            self._keep_retention()
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
@@ -463,6 +465,8 @@ class Supervisor:
             self.session.end()
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        if self._retention is not None:
+            self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
         if self._telemetry is not None:
@@ -674,6 +678,13 @@ class Supervisor:
             self._heartbeat = Heartbeat(
                 self._journal, self.session.session_id, heartbeat_interval(self.options.environ)
             )
+
+    def _keep_retention(self) -> None:
+        """Old journal rows go at start and hourly, on a thread of their own (retention.py)."""
+        if self._journal is not None and hasattr(self._journal, "apply_retention"):
+            from ..journal.retention import RetentionKeeper, retention_from
+
+            self._retention = RetentionKeeper(self._journal, retention_from(self.options.environ))
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
