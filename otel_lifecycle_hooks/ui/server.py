@@ -257,9 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         replays = views.replays_of(siblings).get(execution_id, [])
         recorded = delivery.pop("attempts")
-        # get_execution puts the attempt rows where the row's count was: take the count back.
-        row = journal.get(execution_id)
-        delivery["attempts"] = row.attempts if row is not None else len(recorded)
+        delivery["attempts"] = delivery.pop("attempt_count", len(recorded))
         attempts = [views.attempt_entry(attempt, len(recorded)) for attempt in recorded]
         return {
             "delivery": views.delivery_entry(delivery, replays),

@@ -162,6 +162,15 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             new_link_in_row = replayed.locator("a.delivery-link")
             new_link_in_row.click()
             expect(page.locator("h2")).to_contain_text(f"Delivery #{new_id}: audit")
+            # The redelivery's own attempt: what was sent again and what the endpoint answered.
+            redelivered = page.locator("#attempts .attempt")
+            expect(redelivered).to_have_count(1)
+            expect(redelivered.locator("h3")).to_contain_text("Attempt 1 of 1")
+            expect(redelivered.locator(".request-line")).to_have_text(
+                f"POST {target.url('/audit')}"
+            )
+            expect(redelivered.locator(".response-status")).to_have_text("HTTP 200")
+            expect(redelivered.locator(".response pre.body")).to_have_text("thanks")
             assert problems == []
         finally:
             if ui is not None:
