@@ -39,6 +39,7 @@ from ..render import (
     HOOK_ID_HEADER,
     RenderedRequest,
     RenderError,
+    render_action,
     render_body,
     render_headers,
     render_url,
@@ -301,6 +302,7 @@ class Replayer:
             return _replay_variables(row, hook, template, metadata, self.environ)
 
         request = _restore_secrets(stored, hook, variables)
+        _check_template_shape(request, hook, variables())
         extra = {HOOK_ID_HEADER: row.idempotency_key or ""}
         extra.update(self._auth_headers(hook, request, template, row.idempotency_key or ""))
         secrets = variables().secret_values() | set(self._credentials().secret_values())
@@ -448,6 +450,51 @@ def _restore_secrets(
         )  # fmt: skip
     body = body_text.encode("utf-8") if body_text is not None else None
     return RenderedRequest(method=str(stored["method"]), url=url, headers=headers, body=body)
+
+
+def _check_template_shape(request: RenderedRequest, hook: HookSpec, variables: Variables) -> None:
+    """Refuse a journaled request the hook's template could not have made. The journal file
+    may be written by the agent, so its stored request never chooses where the hook's
+    credential goes: the origin (scheme, userinfo, host, port) and the method must be the
+    template's, every header must be one the template names, and a header the template writes
+    as a constant must hold it."""
+    from urllib.parse import urlsplit
+
+    try:
+        fresh = render_action(hook.action, variables)
+    except RenderError as exc:
+        raise ReplayRefused(
+            f"hook {hook.name!r}: rendering its request again failed: {exc}. Nothing was sent."
+        ) from None
+    assert isinstance(fresh, RenderedRequest)
+    try:
+        journaled = urlsplit(request.url)
+    except ValueError:
+        journaled = urlsplit("")
+    current = urlsplit(fresh.url)
+    if (journaled.scheme.lower(), journaled.netloc.lower()) != (
+        current.scheme.lower(),
+        current.netloc.lower(),
+    ):
+        raise ReplayRefused(
+            f"hook {hook.name!r}: the journal's url does not point at its template's origin "
+            f"({current.scheme}://{current.hostname}); the journal was changed, or the "
+            "template's url was since. Nothing was sent."
+        )
+    if request.method.upper() != fresh.method:
+        raise ReplayRefused(
+            f"hook {hook.name!r}: the journal's method {request.method.upper()[:16]!r} is not its "
+            f"template's {fresh.method}. Nothing was sent."
+        )
+    named = {name.lower(): value for name, value in fresh.headers.items()}
+    constants = {name.lower() for name, value in hook.action.headers.items() if "${" not in value}
+    for name, value in request.headers.items():
+        key = name.lower()
+        if key not in named or (key in constants and value != named[key]):
+            raise ReplayRefused(
+                f"hook {hook.name!r}: the journal's header {name[:64]!r} is not the one its "
+                "template writes. Nothing was sent."
+            )
 
 
 def _header_renderer(name: str, template: str) -> Callable[[Variables], str]:
