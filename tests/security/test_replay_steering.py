@@ -162,3 +162,127 @@ def test_a_row_renamed_to_another_hook_is_sent_only_where_that_hook_points(
     cli(capsys, "replay", str(public.id), "--journal", str(journal))
     assert all("authorization" not in r.headers for r in attacker.requests[before:])
     assert len(attacker.requests) == before
+
+
+def test_a_journaled_path_rewritten_on_the_right_host_does_not_get_the_credential(
+    failed_bearer_delivery: tuple[Path, int],
+    target: TargetServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    journal, execution_id = failed_bearer_delivery
+
+    def to_admin(request: dict[str, Any]) -> None:
+        request["url"] = request["url"].replace("/notify", "/admin/delete-everything")
+
+    tamper(journal, execution_id, to_admin)
+    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    assert code != 0 and "url is not one its template makes" in out + err
+    assert [r.path for r in target.requests] == ["/notify"]
+
+
+SIGNED_HOOK = """
+- name: approve
+  on: [task-completed]
+  action:
+    type: webhook
+    url: "{url}"
+    signing_secret_env: SIGNING_SECRET
+    body: '{{"summary": "${{TASK_SUMMARY}}", "approved": false}}'
+"""
+
+
+@pytest.fixture
+def failed_signed_delivery(
+    tmp_path: Path, target: TargetServer, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, int]:
+    journal = tmp_path / "journal.sqlite3"
+    template = write_template(tmp_path, SIGNED_HOOK.format(url=target.url("/approve")))
+    target.on("/approve", Reply(500))
+    secret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+    deliver(template, journal, environ={"SIGNING_SECRET": secret})
+    target.wait_for(1)
+    monkeypatch.setenv("SIGNING_SECRET", secret)
+    [failed] = rows(journal)
+    assert failed.id is not None
+    return journal, failed.id
+
+
+def test_a_rewritten_body_never_gets_a_valid_signature(
+    failed_signed_delivery: tuple[Path, int],
+    target: TargetServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    journal, execution_id = failed_signed_delivery
+
+    def approve(request: dict[str, Any]) -> None:
+        request["body"] = '{"summary": "", "approved": true}'
+
+    tamper(journal, execution_id, approve)
+    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    assert code != 0 and "body is not one its template makes" in out + err
+    assert len(target.requests) == 1
+
+
+def test_a_value_that_tries_to_close_its_json_string_is_not_a_body_the_template_makes(
+    failed_signed_delivery: tuple[Path, int],
+    target: TargetServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    journal, execution_id = failed_signed_delivery
+
+    def smuggle(request: dict[str, Any]) -> None:
+        request["body"] = '{"summary": "x", "approved": true, "y": "", "approved": false}'
+
+    tamper(journal, execution_id, smuggle)
+    code, _, _ = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    assert code != 0 and len(target.requests) == 1
+
+
+def test_an_untampered_signed_delivery_with_an_agent_value_still_replays(
+    failed_signed_delivery: tuple[Path, int],
+    target: TargetServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    journal, execution_id = failed_signed_delivery
+    target.on("/approve", Reply(200))
+
+    def other_summary(request: dict[str, Any]) -> None:
+        # The event's own value is not journaled separately: any text in its place replays.
+        assert request["body"] == '{"summary": "wrote the report", "approved": false}'
+
+    tamper(journal, execution_id, other_summary)
+    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    assert code == 0, out + err
+    first, replayed = target.wait_for(2)
+    assert replayed.body == first.body
+    assert replayed.headers["webhook-signature"]
+
+
+@pytest.mark.parametrize("body", ["[${TASK_SUMMARY}, false]", '["${TASK_SUMMARY}", false]'])
+def test_a_journaled_value_in_or_out_of_a_json_string_cannot_add_an_element(
+    body: str, tmp_path: Path, target: TargetServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite3"
+    template = write_template(
+        tmp_path,
+        f"""
+        - name: list
+          on: [task-completed]
+          action:
+            type: webhook
+            url: "{target.url("/list")}"
+            body: '{body}'
+        """,
+    )
+    target.on("/list", Reply(500))
+    deliver(template, journal)
+    [failed] = rows(journal)
+    assert failed.id is not None
+    assert failed.request["body"] == '["wrote the report", false]'
+
+    def add_element(request: dict[str, Any]) -> None:
+        request["body"] = '["", true, "", false]'
+
+    tamper(journal, failed.id, add_element)
+    code, _, _ = cli(capsys, "replay", str(failed.id), "--journal", str(journal))
+    assert code != 0 and len(target.requests) == 1
