@@ -214,11 +214,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, server.static(name), content_type)
             return
         if path == "/api/sessions":
-            self._send_data(self._sessions())
+            self._send_data(self._sessions(), views.LIST_TEXT_LIMIT)
             return
         match = _SESSION_DELIVERIES.match(path)
         if match:
-            self._send_data(self._deliveries(unquote(match.group(1))))
+            self._send_data(self._deliveries(unquote(match.group(1))), views.LIST_TEXT_LIMIT)
             return
         match = _DELIVERY.match(path)
         if match:
@@ -298,11 +298,11 @@ class _Handler(BaseHTTPRequestHandler):
         if 0 < length <= 65536:
             self.rfile.read(length)
 
-    def _send_data(self, data: Mapping[str, Any]) -> None:
+    def _send_data(self, data: Mapping[str, Any], text_limit: int = views.TEXT_LIMIT) -> None:
         if not self.server.journal.healthy:
             self._send_json(503, {"error": "the journal cannot be read; see the server's log"})
             return
-        self._send_json(200, data)
+        self._send_json(200, views.bounded(data, text_limit))
 
     def _send_json(self, status: int, data: Mapping[str, Any]) -> None:
         body = json.dumps(data).encode("utf-8")

@@ -106,3 +106,59 @@ def answer(page: PageServer, path: str) -> int:
         return response.status
     finally:
         connection.close()
+
+
+def test_a_huge_journaled_cell_is_sent_to_the_page_cut_to_a_bound(
+    tmp_path: Path,
+) -> None:
+    """The agent writes 32 MB into a body, an agent name and a hook name: the page's answers
+    stay small enough for a browser to show at once."""
+    import json
+    import sqlite3
+    import time
+
+    from otel_lifecycle_hooks.journal import AttemptRow, ExecutionRow
+
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(path)
+    journal.open_session("s1", agent_id="a1", agent_name="worker")
+    journal.record_execution(
+        ExecutionRow(
+            hook="h", event="post-start", outcome="failed", started_at=time.time(),
+            session_id="s1", agent_id="a1",
+            request={"method": "POST", "url": "http://127.0.0.1:9/", "headers": {}, "body": ""},
+        ),
+        [AttemptRow(attempt=1, started_at=time.time(), outcome="failed", response_body="")],
+    )  # fmt: skip
+    journal.close()
+    huge = "<b>" + "x" * (32 * 1024 * 1024)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE attempts SET response_body = ?", (huge,))
+        db.execute(
+            "UPDATE executions SET hook = ?, request = ?",
+            (huge, json.dumps({"method": "POST", "url": "http://127.0.0.1:9/", "body": huge})),
+        )
+        db.execute("UPDATE sessions SET agent_name = ?", (huge,))
+    journal = Journal(path)
+    server = PageServer(journal, TOKEN, "127.0.0.1", 0, environ={}, idle_timeout=5)
+    thread = threading.Thread(target=ui_server.serve, args=(server,), daemon=True)
+    thread.start()
+    try:
+        for path_shown in ("/api/sessions", "/api/sessions/s1/deliveries", "/api/deliveries/1"):
+            connection = http.client.HTTPConnection(
+                "127.0.0.1", server.port, timeout=CLIENT_PATIENCE
+            )
+            connection.request(
+                "GET", path_shown,
+                headers={"Host": f"127.0.0.1:{server.port}", "X-Lifecycle-Hooks-Token": TOKEN},
+            )  # fmt: skip
+            response = connection.getresponse()
+            body = response.read()
+            connection.close()
+            assert response.status == 200, body[:300]
+            assert len(body) < 1024 * 1024, path_shown
+            assert b"<b>xxx" in body  # what there was is shown, cut
+    finally:
+        server.shutdown()
+        thread.join(CLIENT_PATIENCE)
+        journal.close()
