@@ -15,7 +15,11 @@ environment:
 - a url, header or body that the journal holds as `[REDACTED]` is rendered again from the
   template; the result, redacted, must equal what the journal holds, so a replay never sends
   anything but the original request with its secrets filled in (a template or event value
-  that changed since makes the replay refuse, naming the part).
+  that changed since makes the replay refuse, naming the part);
+- the journal may be a file the agent can write, so the stored request never chooses where
+  the credentials go: its url, method, header names and body must be ones the template
+  renders, only the event's own values (which are not journaled apart) standing where the
+  template puts them; anything else is refused.
 
 Without the template a replay cannot know which credentials the request needs: it is refused
 with a message saying so, and nothing is sent. Scripts are not replayed: the event they read
