@@ -318,12 +318,12 @@ def test_a_short_id_is_found_in_any_trace_file_of_the_default_directory(tmp_path
     every = _run_cli(str(directory / "reviewer.jsonl"), "--all").stdout
     short_id = re.search(r"trace ([0-9a-f]{8})", every).group(1)  # type: ignore[union-attr]
     found = _run_cli(
-        "--trace-id", short_id, env_extra={"OTEL_LIFECYCLE_HOOKS_TRACE_DIR": str(directory)}
+        "--trace-id", short_id, env_extra={"LIFECYCLE_HOOKS_TRACE_DIR": str(directory)}
     )
     assert found.returncode == 0, found.stderr
     assert "invoke_agent reviewer" in found.stdout and "worker" not in found.stdout
     missing = _run_cli(
-        "--trace-id", "deadbeef", env_extra={"OTEL_LIFECYCLE_HOOKS_TRACE_DIR": str(directory)}
+        "--trace-id", "deadbeef", env_extra={"LIFECYCLE_HOOKS_TRACE_DIR": str(directory)}
     )
     assert missing.returncode == 1 and "no trace 'deadbeef'" in missing.stderr
     assert "worker.jsonl" in missing.stderr  # the hint names the newest file's sessions
