@@ -7,6 +7,7 @@ dispatched before argparse is even imported: a harness calls it on every event.
 
 from __future__ import annotations
 
+import os
 import sys
 
 # The console script imports this module on every harness event: `typing` is for checkers.
@@ -75,7 +76,16 @@ def _run_parsed(args: list[str]) -> int:
         module.add_parser(subparsers)
         modules[name] = module
     parsed = parser.parse_args(args)
-    return int(modules[parsed.subcommand].run(parsed) or 0)
+    try:
+        code = int(modules[parsed.subcommand].run(parsed) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `list T | head -1`: the reader went away, which is no error of the command. Point
+        # stdout at /dev/null so that the interpreter's last flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover
