@@ -29,7 +29,8 @@ from typing import Any, Self
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
-PACKAGE_DIR = REPO_DIR / "otel_lifecycle_hooks"
+PACKAGE = "otel_lifecycle_hooks"
+PACKAGE_DIR = REPO_DIR / PACKAGE
 SEED_TEMPLATE = BENCH_DIR / "templates" / "agent-registry.yaml"
 SEED_REGISTRY_URL = "https://agentregistry.googleapis.com"
 
@@ -124,15 +125,28 @@ def bench_arguments(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="tiny counts: checks it runs")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    return parser.parse_args()
+    args = parser.parse_args()
+    problem = installed_package_problem()
+    if problem and not args.quick:
+        # Before any work: a figure of the source tree is not one of an install.
+        print(f"NOT MEASURED: {problem}", file=sys.stderr)
+        sys.exit(2)
+    return args
 
 
 def report(script: str, figures: Sequence[Figure], args: argparse.Namespace) -> int:
     """Print the figures and the command that reproduces them; exit 1 if a target was missed
-    (never in --quick mode, whose counts are too small to judge)."""
+    (never in --quick mode, whose counts are too small to judge), and 2, with no figures
+    written, when the package measured was not an installed copy (see `installed_package`)."""
     print(f"{script}{' (quick)' if args.quick else ''}")
+    problem = installed_package_problem()
+    if problem and not args.quick:
+        print(f"  NOT MEASURED: {problem}", flush=True)
+        return 2
     for figure in figures:
         print(figure.describe())
+    if problem:
+        print(f"  (quick: {problem})")
     print(f"  reproduce: {reproduce_command(script)}")
     if args.json:
         Path(args.json).write_text(json.dumps([f.to_json() for f in figures], indent=2))
@@ -141,7 +155,45 @@ def report(script: str, figures: Sequence[Figure], args: argparse.Namespace) -> 
 
 
 def reproduce_command(script: str) -> str:
-    return f".venv/bin/python benchmarks/{script}"
+    """This very interpreter (relative to the checkout when inside it) running the script."""
+    python = Path(sys.executable)
+    try:
+        shown = str(python.relative_to(REPO_DIR))
+    except ValueError:
+        shown = str(python)
+    return f"{shown} benchmarks/{script}"
+
+
+def package_location(python: str | None = None) -> str:
+    """Where `python` (default: this interpreter), started as the measured processes are
+    (this environment, this working directory), imports the package from."""
+    completed = subprocess.run(
+        [python or sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
+        capture_output=True, text=True, check=False,
+    )
+    if completed.returncode != 0:
+        return f"(not importable: {completed.stderr.strip().splitlines()[-1:]})"
+    return completed.stdout.strip()
+
+
+def installed_package_problem() -> str | None:
+    """None when the package this script and its processes use is the copy installed in this
+    interpreter's environment (`sys.prefix`), as a user's `pip install` puts it; else why
+    not. The source tree (an editable install, or the checkout on `sys.path`) is not what
+    users run: no bytecode compiled at install time, and an editable finder's imports in
+    every interpreter, the baseline's included."""
+    prefix = os.path.realpath(sys.prefix) + os.sep
+    found = [package_location()]
+    module = sys.modules.get(PACKAGE)
+    if module is not None and getattr(module, "__file__", None):
+        found.append(str(module.__file__))
+    for location in found:
+        if not os.path.realpath(location).startswith(prefix):
+            return (
+                f"{PACKAGE} is imported from {location}, not from an install under "
+                f"{sys.prefix}: run it with the wheel venv's python (`make bench`)"
+            )
+    return None
 
 
 # -- timing -----------------------------------------------------------------------------------
@@ -212,9 +264,11 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 def compile_package() -> None:
-    """Write the package's bytecode, as pip does at install time: the benchmarks measure an
-    installed package, not one compiled afresh on every start."""
-    compileall.compile_dir(str(PACKAGE_DIR), quiet=1)
+    """Write the source tree's bytecode, as pip does at install time, when the package is
+    run from there (a --quick run from the development venv); an installed wheel was
+    compiled by pip."""
+    if os.path.realpath(package_location()).startswith(str(PACKAGE_DIR) + os.sep):
+        compileall.compile_dir(str(PACKAGE_DIR), quiet=1)
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
