@@ -22,13 +22,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import re
-import resource
-import shlex
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,13 +34,19 @@ from _common import (
     Figure,
     Samples,
     bench_arguments,
+    claude_command_hook,
+    claude_http_hook,
     clean_env,
     compile_package,
     interleave,
+    launch_supervisor,
     paired_ratio,
     registry_server,
     report,
+    run_process,
     seed_template,
+    stop_process,
+    wait_for_channel,
 )
 
 SCRIPT = "bench_harness_event.py"
@@ -106,7 +107,8 @@ def main() -> int:
         registry_server() as webhook,
     ):
         home = Path(tmp)
-        process, channel = start_supervisor(seed_template(home, registry.url), home)
+        process = launch_supervisor(seed_template(home, registry.url), home, http=True)
+        channel = wait_for_channel(process, home)
         status = Status(channel["http_url"], channel["token"])
         try:
             hook_log = home / "hook-command.log"
@@ -114,8 +116,8 @@ def main() -> int:
                             LIFECYCLE_HOOKS_LOG=str(hook_log),
                             LIFECYCLE_HOOKS_HTTP_TOKEN=channel["token"])
             settings = json.loads(Path(channel["settings"]).read_text())
-            command = command_hook(settings)
-            post = http_hook(settings, env)
+            command = claude_command_hook(settings)
+            post = claude_http_hook(settings, env)
             bodies = [json.dumps(p).encode() for p in PAYLOADS]
             turn = iter(range(10**9))
             waited: dict[str, Samples] = {"command path": Samples(), "http path": Samples()}
@@ -170,7 +172,7 @@ def main() -> int:
             failures = hook_log.read_text() if hook_log.exists() else ""
         finally:
             status.close()
-            stop(process)
+            stop_process(process)
     if failures:
         raise SystemExit(f"the hook command reported failures:\n{failures}")
     sent = (2 * runs + 3) * per_event[0]
@@ -242,109 +244,6 @@ def main() -> int:
     else:
         print("  (no curl on this machine: the curl line is left out)")
     return report(SCRIPT, figures, args)
-
-
-def run_process(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, float]:
-    """Wall time and CPU time (user + system) of one whole process, milliseconds; it must
-    exit 0."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    completed = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=env, check=False)
-    wall = (time.perf_counter() - started) * 1000.0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if completed.returncode != 0:
-        raise RuntimeError(f"{shlex.join(argv)} exited {completed.returncode}: "
-                           f"{completed.stderr[-500:]!r}")
-    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, used * 1000.0
-
-
-def command_hook(settings: dict) -> list[str]:  # type: ignore[type-arg]
-    """The command hook of the settings (SessionStart's): the console script of this
-    install, with its arguments."""
-    [group] = settings["hooks"]["SessionStart"]
-    [handler] = group["hooks"]
-    argv = shlex.split(handler["command"])
-    if os.path.dirname(argv[0]) != os.path.dirname(sys.executable):
-        raise SystemExit(f"the settings' hook command is not this install's: {argv[0]}")
-    return argv
-
-
-def http_hook(settings: dict, env: dict[str, str]) -> Callable[[bytes], float]:  # type: ignore[type-arg]
-    """A sender of PreToolUse's http hook as Claude Code sends it: its URL, its headers with
-    the variables it allows interpolated from the environment; the POST's wall time, ms."""
-    [group] = settings["hooks"]["PreToolUse"]
-    [handler] = group["hooks"]
-    if handler["type"] != "http":
-        raise SystemExit(f"PreToolUse is a {handler['type']} hook, not http")
-    allowed = set(handler.get("allowedEnvVars", []))
-
-    def interpolate(text: str) -> str:
-        return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?",
-                      lambda m: env.get(m[1], "") if m[1] in allowed else "", text)
-
-    headers = {k: interpolate(v) for k, v in handler.get("headers", {}).items()}
-    headers["Content-Type"] = "application/json"
-    url = handler["url"].removeprefix("http://")
-    address, _, path = url.partition("/")
-    host, port = address.split(":")
-
-    def post(body: bytes) -> float:
-        started = time.perf_counter()
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
-        try:
-            connection.request("POST", "/" + path, body=body, headers=headers)
-            response = connection.getresponse()
-            response.read()
-        finally:
-            connection.close()
-        elapsed = (time.perf_counter() - started) * 1000.0
-        if response.status != 200:
-            raise RuntimeError(f"POST {handler['url']} answered {response.status}")
-        return elapsed
-
-    return post
-
-
-def start_supervisor(template: Path, home: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """`run` with its HTTP route open; the child writes where the routes are, then sleeps."""
-    found = home / "channel.json"
-    child = (
-        'printf \'{"socket": "%s", "http_url": "%s", "token": "%s", "settings": "%s"}\' '
-        '"$LIFECYCLE_HOOKS_SOCKET" "$LIFECYCLE_HOOKS_HTTP_URL" "$LIFECYCLE_HOOKS_HTTP_TOKEN" '
-        '"$LIFECYCLE_HOOKS_CLAUDE_SETTINGS" '
-        f"> {shlex.quote(str(found))}.tmp && mv {shlex.quote(str(found))}.tmp "
-        f"{shlex.quote(str(found))}; exec sleep 600"
-    )
-    argv = [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template),
-            "--", "sh", "-c", child]
-    process = subprocess.Popen(argv, env=clean_env(home, LIFECYCLE_HOOKS_HTTP="1"),
-                               stdout=subprocess.DEVNULL,
-                               stderr=open(home / "supervisor.err", "wb"),  # noqa: SIM115
-                               cwd=home)
-    deadline = time.monotonic() + 30
-    while not found.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            err = (home / "supervisor.err").read_text(errors="replace")[-2000:]
-            raise SystemExit(f"the supervisor did not start: {err}")
-        time.sleep(0.02)
-    channel: dict[str, str] = json.loads(found.read_text())
-    if not channel["http_url"]:
-        stop(process)
-        raise SystemExit("the supervisor opened no HTTP route")
-    return process, channel
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 if __name__ == "__main__":
