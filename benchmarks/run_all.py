@@ -51,6 +51,7 @@ SCRIPTS = [
     "bench_memory.py",
     "bench_startup.py",
     "bench_harness_event.py",
+    "bench_agents.py",
 ]
 _FIGURE_FIELDS = {f.name for f in fields(Figure)}
 
