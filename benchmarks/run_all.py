@@ -77,6 +77,7 @@ class Aggregate:
         ratios (each round's own: paired, or value / baseline)."""
         baselines = [f.baseline for f in self.runs if f.baseline is not None]
         ratios = self.ratios()
+        targets = [f.target for f in self.runs if f.target is not None]
         first = self.first
         return Figure(
             benchmark=first.benchmark,
@@ -85,7 +86,9 @@ class Aggregate:
             unit=first.unit,
             baseline=statistics.median(baselines) if baselines else None,
             baseline_name=first.baseline_name,
-            target=first.target,
+            # A target is the same in every round, unless a script derives it from what it
+            # measured: then the rounds' median target is the fair one.
+            target=statistics.median(targets) if targets else None,
             checked=first.checked,
             detail=first.detail,
             paired_ratio=statistics.median(ratios) if ratios else None,
