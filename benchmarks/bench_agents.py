@@ -222,7 +222,7 @@ def main() -> int:
             idle_rss = sum(rss_kib(p) for p in pids)
 
             webhook.expect(planned)
-            children_before = os.times()
+            children_before = os.times()  # also this process's own: the harnesses' part
             busy_cpu = sum(cpu_ns(p) for p in pids)
             start = time.perf_counter() + 0.2
             threads = [
@@ -241,9 +241,11 @@ def main() -> int:
             # can only be events the supervisors lost.
             for _ in range(planned - offered):
                 post_directly(webhook.url)
-            hooks_cpu = (os.times().children_user - children_before.children_user) + (
-                os.times().children_system - children_before.children_system
+            now = os.times()
+            hooks_cpu = (now.children_user - children_before.children_user) + (
+                now.children_system - children_before.children_system
             )
+            feeder_cpu = (now.user - children_before.user) + (now.system - children_before.system)
             try:
                 arrivals = webhook.wait_arrivals(60.0)
             except TimeoutError:
@@ -292,6 +294,8 @@ def main() -> int:
             checked="min",
             detail=(
                 f"{offered} events in {fed_window:.1f} s; each agent waits for its send; "
+                f"the harnesses' side (this process: posts, spawns) used "
+                f"{share(feeder_cpu * 1e9, fed_window):.0f}% of the machine; "
                 "per agent, slowest: " + ", ".join(
                     f"{h} {min(a.rate for a in agents if a.harness == h):.1f}/s"
                     for h in ("claude", "gemini", "codex")
