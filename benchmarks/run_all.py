@@ -141,9 +141,12 @@ def main() -> int:
     elapsed = time.monotonic() - started
     machine_text = machine(cpu_before, cpu_times())
     table = render_table(list(aggregates.values()), machine_text, elapsed, runs, args.quick)
+    if failed:
+        # In the doc too: a round whose work was not all done has no figures in the table.
+        table += "\n\n" + "\n".join(f"Failed: {line}." for line in failed)
     print()
     print(table)
-    if not args.quick and not args.only and not args.python and not failed:
+    if not args.quick and not args.only and not args.python:
         write_table(table)
         print(f"\n(written to {DOC.relative_to(REPO_DIR)})")
     missed = [f"{b}: {n}" for (b, n), a in aggregates.items() if a.median().met is False]
