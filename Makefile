@@ -24,7 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/python -m pip install --quiet '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	$(BIN)/ruff check otel_lifecycle_hooks tests
 	$(BIN)/mypy otel_lifecycle_hooks
 

@@ -219,3 +219,25 @@ def test_the_tmp_home_fixture_feeds_the_default_path(tmp_home: Path):
     import os
 
     assert default_hook_log_path(os.environ) == tmp_home / "agent.log"
+
+
+def test_the_hook_commands_own_lines_carry_milliseconds_like_the_supervisors(tmp_path: Path):
+    """`hook` writes its refusals to the same log as the supervisor: the same timestamp form,
+    so that the lines of both sort and read alike."""
+    import os
+    import subprocess
+    import sys
+
+    log_path = tmp_path / "agent.log"
+    clean = {k: v for k, v in os.environ.items() if "LIFECYCLE_HOOKS_" not in k}
+    env = {**clean, "HOME": str(tmp_path), "LIFECYCLE_HOOKS_LOG": str(log_path)}
+    subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", "claude"],
+        input=b'{"hook_event_name": "Stop", "session_id": "s"}',
+        capture_output=True,
+        env=env,
+        check=True,
+        timeout=30,
+    )
+    [line] = lines_of(log_path)
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[hook\] ", line), line

@@ -261,22 +261,22 @@ def test_validation_warns_about_captures_of_later_or_missing_hooks() -> None:
     warnings = [str(w) for w in capture_warnings(load_template_text(WARNED))]
     assert warnings == [
         (
-            'scion-agent.yaml:2:5: hook "early": field "action.url": uses '
+            'scion-agent.yaml:4:31: hook "early": field "action.url": uses '
             '${HOOK_REGISTER_AGENT_RESPONSE}, which will be empty: hook "register-agent" runs '
             "only later (on post-start) than this hook (on pre-start)"
         ),
         (
-            'scion-agent.yaml:8:5: hook "same-time": field "action.body": uses '
+            'scion-agent.yaml:11:61: hook "same-time": field "action.body": uses '
             '${HOOK_REGISTER_AGENT_STATUS}, which will be empty: hook "register-agent" runs on '
             "the same event without blocking: make it blocking: true so that its response is there"
         ),
         (
-            'scion-agent.yaml:12:5: hook "typo": field "action.command[1]": uses '
+            'scion-agent.yaml:15:46: hook "typo": field "action.command[1]": uses '
             '${HOOK_AUDIT_RESPONSE}, which will be empty: hook "audit" is a script; only HTTP '
             "hooks capture their response"
         ),
         (
-            'scion-agent.yaml:12:5: hook "typo": field "condition": uses '
+            'scion-agent.yaml:14:16: hook "typo": field "condition": uses '
             "${HOOK_REGISTR_AGENT_STATUS}, which will be empty: no hook of this template captures "
             "it (a hook's captures are HOOK_<NAME>_RESPONSE and HOOK_<NAME>_STATUS, its name "
             "upper-cased, - as _)"
@@ -290,9 +290,10 @@ def test_validate_prints_the_warnings_and_still_succeeds(
     template = tmp_path / "scion-agent.yaml"
     template.write_text(WARNED)
     assert cli_main(["validate", str(template)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split(": ")[0] for line in lines[:-1]] == ["warning"] * 4
-    assert lines[-1].startswith("ok: 6 hooks")
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()  # diagnostics on stderr, the result on stdout
+    assert [line.split(": ")[0] for line in lines] == ["warning"] * 4
+    assert captured.out.startswith("ok: 6 hooks")
 
     assert cli_main(["validate", "--json", str(template)]) == 0
     result = json.loads(capsys.readouterr().out)

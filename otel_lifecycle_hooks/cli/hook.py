@@ -293,7 +293,9 @@ def log(message: str, environ: Mapping[str, str] | None = None) -> None:
         pass
     home = env.get("HOME") or os.path.expanduser("~")
     path = env.get(LOG_ENV) or env.get(LEGACY_LOG_ENV) or os.path.join(home, "agent.log")
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    from ..hooklog import format_timestamp  # only when there is something to say
+
+    stamp = format_timestamp(time.time())  # milliseconds, as the supervisor's lines
     try:
         with open(path, "a", encoding="utf-8") as hook_log:
             hook_log.write(f"{stamp} [hook] {line}\n")

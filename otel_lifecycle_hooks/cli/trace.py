@@ -68,7 +68,9 @@ def add_parser(subparsers: Any) -> None:
     )
     which.add_argument("--all", action="store_true", help="every session of the file")
     parser.add_argument("--json", action="store_true", help="print the spans as JSON")
-    parser.add_argument("--width", type=int, help="line width (default: the terminal's)")
+    parser.add_argument(
+        "--width", type=int, help="line width (default: the terminal's, else $COLUMNS, else 100)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump({"file": str(path), "spans": spans}, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return EXIT_OK
-    tty = sys.stdout.isatty()
+    # A terminal's width, or COLUMNS when piped (`COLUMNS=80 trace | less`), else the default.
+    sized = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
     width = args.width or (
-        shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if tty else DEFAULT_WIDTH
+        shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if sized else DEFAULT_WIDTH
     )
     color = wants_colour(sys.stdout, os.environ)
     sys.stdout.write(render_waterfall(spans, width=max(width, MIN_WIDTH), color=color))
@@ -126,7 +129,7 @@ def newest_traces(spans: list[dict[str, Any]], count: int) -> list[dict[str, Any
 
 
 def _no_such_trace(given: str, path: Path, spans: list[dict[str, Any]]) -> str:
-    roots = [node.span for node in _roots(spans)][-5:]
+    roots = [node.span for node in _roots(spans)][-5:][::-1]  # newest first
     known = ", ".join(
         f"{str(span.get('trace_id', ''))[:SHORT_ID]} ({_fit(str(span.get('name', '?')), 40)})"
         for span in roots

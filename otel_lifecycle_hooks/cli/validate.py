@@ -1,4 +1,9 @@
-"""`validate TEMPLATE...`: load and check templates; every problem, with file:line:col."""
+"""`validate TEMPLATE...`: load and check templates; every problem, with file:line:col.
+
+Problems, warnings and the count of problems are diagnostics, on stderr, as a compiler prints
+them and as `list`, `test` and `run` print the same problems; the result (`ok: ...`, or the
+`--json` report, problems included) is on stdout.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="check templates and report every problem",
         description=(
             "Load TEMPLATE files (scion-agent.yaml, or a template directory), parent first, "
-            "and check every hook. Exit 0 when they load, 1 with every problem otherwise."
+            "and check every hook. Exit 0 when they load (warnings on stderr, `ok: ...` on "
+            "stdout), 1 with every problem on stderr otherwise."
         ),
     )
     parser.add_argument("templates", nargs="+", metavar="TEMPLATE", help="template file or dir")
@@ -35,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"ok": False, "files": files, "problems": problems}, indent=2))
         else:
             for problem in exc.problems:
-                print(problem)
+                print(problem, file=sys.stderr)
             count = len(exc.problems)
             noun = "problem" if count == 1 else "problems"
             print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
@@ -60,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
     noun = "hook" if count == 1 else "hooks"
     suffix = f" ({disabled} disabled)" if disabled else ""
     for warning in warnings:
-        print(f"warning: {warning}")
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"ok: {count} {noun}{suffix} in {', '.join(files)}")
     return 0

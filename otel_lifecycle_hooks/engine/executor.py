@@ -312,6 +312,11 @@ class HookExecutor:
             for wait_sink in self.retry_waits:
                 wait_sink(hook, event, attempt, policy.max_attempts, delay, result)
             if self.clock.sleep(delay, self.stopping):
+                if self.interrupted.is_set():  # the operator's doing, not the endpoint's
+                    reason = f"run interrupted before attempt {attempt + 1} of "
+                    result = result._replace(
+                        message=f"{reason}{policy.max_attempts}: {result.message}"
+                    )
                 return attempt, result
             waited += delay
 

@@ -17,14 +17,16 @@ from opentelemetry.sdk.trace import TracerProvider
 
 logger = logging.getLogger(__name__)
 
-TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
+TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"  # the older name, still read
 
 
 def instrument() -> None:
-    """Add `LifecycleHookProcessor.from_template($OTEL_LIFECYCLE_HOOKS_TEMPLATE)` to the global
-    SDK tracer provider. Does nothing when the variable is unset, there is no SDK provider, or
-    the engine is not installed; never raises into the application's start-up."""
-    template = os.environ.get(TEMPLATE_ENV, "").strip()
+    """Add `LifecycleHookProcessor.from_template($LIFECYCLE_HOOKS_TEMPLATE)` (or the older
+    $OTEL_LIFECYCLE_HOOKS_TEMPLATE) to the global SDK tracer provider. Does nothing when the
+    variable is unset, there is no SDK provider, or the engine is not installed; never raises
+    into the application's start-up."""
+    named = os.environ.get(TEMPLATE_ENV.removeprefix("OTEL_")) or os.environ.get(TEMPLATE_ENV)
+    template = (named or "").strip()
     if not template:
         return
     provider = trace.get_tracer_provider()

@@ -25,7 +25,8 @@ differs from it:
   `SessionRecordingSampler`, so agent sessions sampled out still reach the hook processor
   (hooks are business logic, not telemetry) while only sampled spans are exported.
 - `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_METRIC_EXPORT_TIMEOUT` (milliseconds).
-- `OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT` (milliseconds, default 2000): how long closing
+- `LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT` (milliseconds, default 2000; the older
+  `OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT` is still read): how long closing
   the providers this package made may take in all, at exit. A collector that cannot be
   reached then costs at most that, and one line saying so instead of the exporters' retry
   messages; what was not exported is dropped.
@@ -73,7 +74,8 @@ PROMETHEUS_PORT_DEFAULT = 9464
 
 _SIGNAL_PATHS = {"traces": "v1/traces", "metrics": "v1/metrics"}
 EXIT_TIMEOUT_MS_DEFAULT = 2_000.0
-EXIT_TIMEOUT_VARIABLE = "OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT"
+EXIT_TIMEOUT_VARIABLE = "LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT"
+LEGACY_EXIT_TIMEOUT_VARIABLE = "OTEL_" + EXIT_TIMEOUT_VARIABLE  # the older name, still read
 # Where the exporters log each retry and failure of an export.
 _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.common.http",
@@ -93,15 +95,18 @@ _OS_ERROR = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 def merge_otel_env(
     template_env: Mapping[str, str] | None, environ: Mapping[str, str]
 ) -> dict[str, str]:
-    """The `OTEL_*` variables in effect: the environment's, with the template's filling gaps."""
+    """The `OTEL_*` variables in effect (and EXIT_TIMEOUT_VARIABLE): the environment's, with
+    the template's filling gaps."""
+
+    def kept(key: str) -> bool:
+        return key.startswith("OTEL_") or key == EXIT_TIMEOUT_VARIABLE
+
     merged = {
         key: str(value)
         for key, value in (template_env or {}).items()
-        if key.startswith("OTEL_") and str(value) != ""
+        if kept(key) and str(value) != ""
     }
-    merged.update(
-        {key: value for key, value in environ.items() if key.startswith("OTEL_") and value != ""}
-    )
+    merged.update({key: value for key, value in environ.items() if kept(key) and value != ""})
     return merged
 
 
@@ -358,9 +363,10 @@ class Telemetry:
     @property
     def exit_timeout(self) -> float:
         """Seconds closing the providers may take at exit (EXIT_TIMEOUT_VARIABLE)."""
-        return (
-            _milliseconds(self.otel_env.get(EXIT_TIMEOUT_VARIABLE), EXIT_TIMEOUT_MS_DEFAULT) / 1000
+        named = self.otel_env.get(EXIT_TIMEOUT_VARIABLE) or self.otel_env.get(
+            LEGACY_EXIT_TIMEOUT_VARIABLE
         )
+        return _milliseconds(named, EXIT_TIMEOUT_MS_DEFAULT) / 1000
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Flush and close what this package created, within `timeout` seconds in all

@@ -2,8 +2,8 @@
 not references, names that differ from a known variable only by case or a typo, a JSON body
 that is not JSON once rendered, a script that is not there.
 
-Malformed references and JSON bodies that do not parse are errors (validate.py reports them
-with file:line:col); the rest are warnings, since the template is still usable (a variable may
+Malformed references, JSON bodies that do not parse and conditions on a misspelt variable are
+errors (reported with file:line:col); the rest are warnings, since the template is still usable (a variable may
 come from the environment, a script may be installed later), and `test` turns a missing
 script into an error.
 """
@@ -53,13 +53,17 @@ def turns_off_only(entry: Located) -> bool:
     return isinstance(name.value, str) and enabled.value is False
 
 
-def turned_off(entry: Located) -> HookSpec:
+def turned_off(entry: Located, index: int | None = None) -> HookSpec:
+    from .validate import field_positions
+
     return HookSpec(
         name=entry.value["name"].value,
         on=(),
         action=TURN_OFF_ACTION,
         enabled=False,
         position=entry.position,
+        field_positions=field_positions(entry),
+        entry_index=index,
     )
 
 
@@ -69,12 +73,14 @@ def unmatched_turn_offs(template: Template) -> list[Problem]:
 
     return [
         Problem(
-            hook.position or Position(template.files[-1] if template.files else "", 0, 0),
+            hook.position_of("enabled")
+            or Position(template.files[-1] if template.files else "", 0, 0),
             hook.name,
             "enabled",
             f"name and enabled: false turn off a hook of an earlier template, and none defines "
             f'"{hook.name}"; give the parent template first (--template parent.yaml '
             "--template child.yaml), or write the whole hook",
+            hook.entry_index,
         )
         for hook in template.hooks
         if hook.action is TURN_OFF_ACTION
@@ -223,14 +229,20 @@ def _suggestion(name: str, known: set[str]) -> str | None:
 
 
 def template_warnings(template: Template) -> list[Problem]:
-    """Warnings for a loaded template: misspelt variables (in references and conditions) and
-    scripts that are missing or not executable."""
+    """Warnings for a loaded template: misspelt variables in references (a misspelt one in a
+    condition is an error: `condition_problems`) and scripts that are missing or not
+    executable."""
     from .validate import Problem
 
     known = known_variables(template)
     problems: list[Problem] = []
+    unknown = Position(template.files[0] if template.files else "", 0, 0)
+
+    def warning(hook: HookSpec, field_path: str, message: str) -> Problem:
+        where = hook.position_of(field_path) or unknown
+        return Problem(where, hook.name, field_path, message, hook.entry_index)
+
     for hook in template.hooks:
-        where = hook.position or Position(template.files[0] if template.files else "", 0, 0)
         for field_path, text in _hook_texts(hook):
             for piece in parse_template(text):
                 if not isinstance(piece, Reference):
@@ -238,32 +250,47 @@ def template_warnings(template: Template) -> list[Problem]:
                 suggestion = _suggestion(piece.name, known)
                 if suggestion is not None:
                     problems.append(
-                        Problem(
-                            where,
-                            hook.name,
+                        warning(
+                            hook,
                             field_path,
                             f"${{{piece.name}}} is no known variable (did you mean "
                             f"${{{suggestion}}}?); names are case-sensitive, and an unknown "
                             "one renders empty unless the environment sets it",
                         )
                     )
-        if hook.condition is not None:
-            for name in sorted(hook.condition.variables):
-                suggestion = _suggestion(name, known)
-                if suggestion is not None:
-                    problems.append(
-                        Problem(
-                            where,
-                            hook.name,
-                            "condition",
-                            f"{name} is no known variable (did you mean {suggestion}?); "
-                            "compared as empty, the condition may never hold",
-                        )
-                    )
         if hook.action.type == "script":
             missing = script_problem(hook.action.command)
             if missing is not None:
-                problems.append(Problem(where, hook.name, "action.command", missing))
+                problems.append(warning(hook, "action.command", missing))
+    return problems
+
+
+def condition_problems(template: Template) -> list[Problem]:
+    """Errors for conditions on a misspelt variable (`ACTIVTY == completed`): compared as
+    empty, such a condition loads and never holds. A name close to no known variable is
+    left alone, since the environment may set it; so is one declared under `env:`."""
+    from .validate import Problem
+
+    known = known_variables(template)
+    unknown = Position(template.files[0] if template.files else "", 0, 0)
+    problems: list[Problem] = []
+    for hook in template.hooks:
+        if hook.condition is None:
+            continue
+        for name in sorted(hook.condition.variables):
+            suggestion = _suggestion(name, known)
+            if suggestion is not None:
+                problems.append(
+                    Problem(
+                        hook.position_of("condition") or unknown,
+                        hook.name,
+                        "condition",
+                        f"{name} is no known variable (did you mean {suggestion}?): compared "
+                        "as empty, the condition would never hold. Names are case-sensitive; "
+                        f"if the environment sets {name}, declare it under env: with a default",
+                        hook.entry_index,
+                    )
+                )
     return problems
 
 

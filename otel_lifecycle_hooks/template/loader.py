@@ -80,9 +80,9 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     if problems:
         raise TemplateError(problems)
     merged = merge_templates(templates)
-    from .checks import unmatched_turn_offs
+    from .checks import condition_problems, unmatched_turn_offs
 
-    unmatched = unmatched_turn_offs(merged)
+    unmatched = unmatched_turn_offs(merged) + condition_problems(merged)
     if unmatched:
         raise TemplateError(unmatched)
     # On the merged template: a child's env: can change what a parent's hook refers to.
@@ -97,7 +97,9 @@ def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Templat
     template, problems = _parse(text, filename)
     if problems or template is None:
         raise TemplateError(problems)
-    trust = trust_problems(template)
+    from .checks import condition_problems
+
+    trust = condition_problems(template) + trust_problems(template)
     if trust:
         raise TemplateError(trust)
     return template

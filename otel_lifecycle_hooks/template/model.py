@@ -52,6 +52,9 @@ class Position(NamedTuple):
         return f"{self.file}:{self.line}:{self.column}"
 
 
+_NO_POSITIONS: Mapping[str, Position] = MappingProxyType({})
+
+
 # `rate_limit` units: "10/min" is ten per minute.
 RATE_PERIODS: Mapping[str, float] = MappingProxyType(
     {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
@@ -159,6 +162,23 @@ class HookSpec(NamedTuple):
     refuse_on: frozenset[str] | None = None
     # At most this many executions per window; excess runtime events are coalesced.
     rate_limit: RateLimit | None = None
+    # Where each field of the entry is written ("action.url", "action.command[0]", ...), and
+    # the entry's index in its file's `lifecycle_hooks`: checks made after loading (trust
+    # rules, warnings) point at the field itself.
+    field_positions: Mapping[str, Position] = _NO_POSITIONS
+    entry_index: int | None = None
+
+    def position_of(self, field_path: str) -> Position | None:
+        """Where `field_path` (or the nearest field holding it) is written; else the hook's
+        position."""
+        path = field_path
+        while path:
+            found = self.field_positions.get(path)
+            if found is not None:
+                return found
+            cut = max(path.rfind("."), path.rfind("["))
+            path = path[:cut] if cut > 0 else ""
+        return self.position
 
 
 class Template(NamedTuple):

@@ -206,11 +206,10 @@ def _shown(agent: _Agent) -> str:
 
 
 def _hook_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
-    position = hook.position or Position("template", 0, 0)
     problems: list[Problem] = []
 
     def report(field: str, message: str) -> None:
-        problems.append(Problem(position, hook.name, field, message))
+        problems.append(_problem(hook, field, message))
 
     action = hook.action
     if action.url:
@@ -231,8 +230,14 @@ def _hook_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
                     "request is for; keep the Host header literal",
                 )
     if action.type == "script":
-        problems.extend(_command_problems(hook, env, position))
+        problems.extend(_command_problems(hook, env))
     return problems
+
+
+def _problem(hook: HookSpec, field: str, message: str) -> Problem:
+    """A problem of `hook`, pointing at the field it is about."""
+    position = hook.position_of(field) or Position("template", 0, 0)
+    return Problem(position, hook.name, field, message, hook.entry_index)
 
 
 def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
@@ -255,7 +260,7 @@ def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
                 state = "rest"
 
 
-def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position) -> list[Problem]:
+def _command_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
     action = hook.action
     problems: list[Problem] = []
     argv = [_expand(item, env) for item in action.command]
@@ -263,9 +268,8 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
     if program_at is not None and program_at < len(argv):
         for agent in _agent_names(argv[program_at], responses=True):
             problems.append(
-                Problem(
-                    position,
-                    hook.name,
+                _problem(
+                    hook,
                     f"action.command[{program_at}]",
                     f"{_chosen(agent)} and names the program to run; "
                     "write the program literally and pass the value as a later argument",
@@ -280,9 +284,8 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
         for agent in _agent_names(argv[script_at], responses=True):
             name = agent.name
             problems.append(
-                Problem(
-                    position,
-                    hook.name,
+                _problem(
+                    hook,
                     f"action.command[{script_at}]",
                     f"{_chosen(agent)} and stands inside the program "
                     f"text that {program} runs, so it could run any command. Pass it as data: "
@@ -295,9 +298,8 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str], position: Position
         if key.upper() in LOADER_ENV:
             for agent in _agent_names(_expand(value, env), responses=True):
                 problems.append(
-                    Problem(
-                        position,
-                        hook.name,
+                    _problem(
+                        hook,
                         f"action.env.{key}",
                         f"{_chosen(agent)}, and {key} chooses what a "
                         "program loads or runs; pass the value in a variable of its own name",

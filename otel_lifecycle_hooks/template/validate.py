@@ -154,7 +154,8 @@ class Problem:
     hook: str | None
     field: str | None
     message: str
-    # The entry's index in `lifecycle_hooks`, to point at a hook that has no usable name.
+    # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry (also
+    # points at a hook that has no usable name); None for the rest of the file.
     index: int | None = None
 
     def __str__(self) -> str:
@@ -169,17 +170,20 @@ class Problem:
         return ": ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view, for `validate --json`."""
-        return {
+        """A JSON-ready view, for `validate --json`; `index` only for a problem about an entry
+        of `lifecycle_hooks`."""
+        view: dict[str, Any] = {
             "file": self.position.file,
             "line": self.position.line,
             "column": self.position.column,
             "hook": self.hook,
-            "index": self.index,
             "field": self.field,
             "message": self.message,
             "text": str(self),
         }
+        if self.index is not None:
+            view["index"] = self.index
+        return view
 
 
 class TemplateError(Exception):
@@ -237,8 +241,7 @@ class _Reporter:
 
     def report(self, where: Located | Position, field_path: str | None, message: str) -> None:
         position = where.position if isinstance(where, Located) else where
-        index = None if self.hook is not None else self.index
-        self.problems.append(Problem(position, self.hook, field_path, message, index))
+        self.problems.append(Problem(position, self.hook, field_path, message, self.index))
 
     def duplicates(self, mapping: Located, prefix: str) -> None:
         for key, position, message in mapping.duplicate_keys:
@@ -297,7 +300,7 @@ def read_hook(
     from .checks import json_body_problem, reference_problems, turned_off, turns_off_only
 
     if turns_off_only(entry):  # `- {name: x, enabled: false}` turns off a parent's hook
-        return turned_off(entry), []
+        return turned_off(entry, index), []
     fields: dict[str, Located] = entry.value
     name = _read_name(r, entry, names_seen if names_seen is not None else {})
     r.duplicates(entry, "")
@@ -336,8 +339,29 @@ def read_hook(
         enabled=enabled,
         position=entry.position,
         rate_limit=rate_limit,
+        field_positions=field_positions(entry),
+        entry_index=index,
     )
     return hook, []
+
+
+def field_positions(entry: Located) -> Mapping[str, Position]:
+    """Where each field of a hook entry is written, by path: `on[0]`, `action.url`,
+    `action.headers.Host`, `action.command[2]`."""
+    positions: dict[str, Position] = {}
+
+    def visit(located: Located, path: str) -> None:
+        if path:
+            positions[path] = located.position
+        if located.is_mapping:
+            for key, value in located.value.items():
+                visit(value, f"{path}.{key}" if path else key)
+        elif located.is_list:
+            for item_index, item in enumerate(located.value):
+                visit(item, f"{path}[{item_index}]")
+
+    visit(entry, "")
+    return MappingProxyType(positions)
 
 
 def _read_name(
@@ -1045,9 +1069,9 @@ def capture_warnings(template: Template) -> list[Problem]:
                 )
             if reason is not None:
                 file = template.files[0] if template.files else ""
-                position = hook.position or Position(file, 0, 0)
+                position = hook.position_of(field_path) or Position(file, 0, 0)
                 message = f"uses ${{{name}}}, which will be empty: {reason}"
-                warnings.append(Problem(position, hook.name, field_path, message))
+                warnings.append(Problem(position, hook.name, field_path, message, hook.entry_index))
     return warnings
 
 

@@ -5,9 +5,13 @@ A page opts in with `<!-- docs-test: runnable -->`. In such a page every fenced 
 - a block whose lines start with `$ `: each command runs (`sh -c`, in the page's sandbox) and
   the lines after it, if any, are what it must print (stdout and stderr, as a terminal shows);
 - a `sh` block without prompts: each line is a command that must succeed;
+- in both, a line ending in a backslash continues on the next, as in sh;
 - a block after `<!-- docs-test: file NAME -->`: written to NAME in the sandbox;
 - a block after `<!-- docs-test: output-of CMD -->`: what CMD must print;
-- a block after `<!-- docs-test: skip REASON -->`: not run (the reason says why).
+- a block after `<!-- docs-test: skip REASON -->`: not run (the reason says why);
+- a block of commands after `<!-- docs-test: receives NAME, ... -->`: run, and then the
+  collector of a page marked `<!-- docs-test: collector -->` must have received spans of those
+  names (tests/docs/test_docs_run.py runs it and points OTEL_EXPORTER_OTLP_ENDPOINT at it).
 
 Any other block of a runnable page is an error, so nothing a page shows escapes the test.
 
@@ -24,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RUNNABLE = "<!-- docs-test: runnable -->"
-_MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>file|output-of|skip)\s*(?P<arg>.*?)\s*-->")
+_MARKER = re.compile(
+    r"<!--\s*docs-test:\s*(?P<kind>file|output-of|skip|receives)\s*(?P<arg>.*?)\s*-->"
+)
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+)(?P<info>[^`]*)$")  # also in a list item
 
 
@@ -47,6 +53,8 @@ class Step:
     command: str
     expected: list[str] | None
     check_exit: bool = True
+    # Span names a collector must have received once this step ran (`receives` marker).
+    receives: list[str] = field(default_factory=list)
 
 
 def is_runnable(page: Path) -> bool:
@@ -142,11 +150,12 @@ def steps(page: Path, sandbox: Sandbox) -> list[Step | str]:
             out.append(Step(where, block.argument, block.text.splitlines(), check_exit=False))
             continue
         lines = block.text.splitlines()
+        start = len(out)
         if any(line.startswith("$ ") for line in lines):
             out.extend(_prompt_steps(where, lines))
         elif block.info in ("sh", "bash", "shell"):
-            for line in lines:
-                command = line.split(" #", 1)[0].strip()
+            for line in _joined(lines):
+                command = line if "\n" in line else line.split(" #", 1)[0].strip()
                 if command and not command.startswith("#"):
                     out.append(Step(where, command, None))
         else:
@@ -154,7 +163,27 @@ def steps(page: Path, sandbox: Sandbox) -> list[Step | str]:
                 f"{where}: a ```{block.info} block of a runnable page needs a docs-test marker "
                 "(file NAME, output-of CMD or skip REASON) or $ prompts"
             )
+        if block.marker == "receives":
+            block_steps = [step for step in out[start:] if isinstance(step, Step)]
+            if not block_steps:
+                out.append(f"{where}: docs-test receives needs a block of commands")
+            else:
+                names = [name.strip() for name in block.argument.split(",") if name.strip()]
+                block_steps[-1].receives = names
     return out
+
+
+def _joined(lines: list[str]) -> list[str]:
+    """Lines with each command continued by a trailing backslash kept as one (as sh reads it)."""
+    joined: list[str] = []
+    continued = False
+    for line in lines:
+        if continued:
+            joined[-1] += "\n" + line
+        else:
+            joined.append(line)
+        continued = line.endswith("\\")
+    return joined
 
 
 def _prompt_steps(where: str, lines: list[str]) -> list[Step | str]:
@@ -162,7 +191,7 @@ def _prompt_steps(where: str, lines: list[str]) -> list[Step | str]:
     if not lines[0].startswith("$ "):
         return [f"{where}: output before the first $ prompt"]
     current: Step | None = None
-    for line in lines:
+    for line in _joined(lines):
         if line.startswith("$ "):
             current = Step(where, line[2:], [], check_exit=False)
             result.append(current)

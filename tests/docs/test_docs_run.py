@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.runnable import Sandbox, Step, bin_dir, is_runnable, mismatch, steps
+from tests.docs.runnable import Sandbox, Step, bin_dir, blocks, is_runnable, mismatch, steps
+from tests.support.rotel import RotelReceiver, debug_spans
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
@@ -20,7 +21,17 @@ MUST_RUN = {
     "open-questions.md",
     "template-reference.md",
     "viewing-traces.md",
+    "existing-tracer.md",
 }
+# Pages with commands or snippets that are not run, and why; every other page is runnable
+# (or has nothing to run).
+NOT_RUNNABLE: dict[str, str] = {
+    "fleet.md": "its one block is a Kubernetes manifest (no cluster here); tests/fleet/ runs the "
+    "shared PostgreSQL journal, reconcile and recovery it describes",
+}
+# `<!-- docs-test: collector -->`: the page's programs export to a real collector, which
+# OTEL_EXPORTER_OTLP_ENDPOINT names; `receives` markers say which spans it must get.
+COLLECTOR = "<!-- docs-test: collector -->"
 
 
 @pytest.fixture
@@ -49,20 +60,79 @@ def test_the_pages_that_must_run_are_marked_runnable() -> None:
     assert MUST_RUN <= runnable, MUST_RUN - runnable
 
 
+def test_every_page_with_commands_or_snippets_runs_or_says_why_not() -> None:
+    unexplained = [
+        page.name
+        for page in PAGES
+        if blocks(page) and not is_runnable(page) and page.name not in NOT_RUNNABLE
+    ]
+    assert unexplained == [], "mark these runnable, or say in NOT_RUNNABLE why they cannot be"
+    stale = [name for name in NOT_RUNNABLE if is_runnable(DOCS / name)]
+    assert stale == [], "runnable now: drop them from NOT_RUNNABLE"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
 def test_a_runnable_page_runs_as_shown(
     page: Path, tmp_path: Path, nothing_listens_on_8080: None
 ) -> None:
     if not is_runnable(page):
-        pytest.skip(f"{page.name} is not marked runnable")
+        pytest.skip(NOT_RUNNABLE.get(page.name, f"{page.name} has no commands or snippets"))
     sandbox = Sandbox(tmp_path, bin_dir())
+    collector: Collector | None = None
+    if COLLECTOR in page.read_text(encoding="utf-8"):
+        collector = Collector(tmp_path.parent / f"{tmp_path.name}-collector", sandbox)
     failures: list[str] = []
-    for step in steps(page, sandbox):
-        if isinstance(step, str):
-            failures.append(step)
-            continue
-        failures.extend(_run(step, sandbox))
+    try:
+        for step in steps(page, sandbox):
+            if isinstance(step, str):
+                failures.append(step)
+                continue
+            failures.extend(_run(step, sandbox))
+            if step.receives:
+                failures.extend(_received(step, collector))
+    finally:
+        if collector is not None:
+            collector.stop()
     assert not failures, "\n\n".join(failures)
+
+
+class Collector:
+    """A real OTLP collector (rotel) that the sandbox's programs export to; restarted after
+    each check, so that each check sees what the commands since the last one sent."""
+
+    def __init__(self, workdir: Path, sandbox: Sandbox) -> None:
+        self.workdir = workdir
+        self.sandbox = sandbox
+        self.rotel: RotelReceiver | None = None
+        self._restart()
+
+    def _restart(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.rotel = RotelReceiver(self.workdir).start()
+        self.sandbox.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.rotel.http_endpoint
+        self.sandbox.env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+
+    def received(self) -> list[str]:
+        """The names of the spans received since the last call."""
+        assert self.rotel is not None
+        names = [span.name for span in debug_spans(self.rotel.stop_and_read())]
+        (self.workdir / "rotel.stdout").unlink()
+        self._restart()
+        return names
+
+    def stop(self) -> None:
+        if self.rotel is not None:
+            self.rotel.stop()
+
+
+def _received(step: Step, collector: Collector | None) -> list[str]:
+    if collector is None:
+        return [f"{step.where}: docs-test receives on a page without docs-test: collector"]
+    received = collector.received()
+    missing = [name for name in step.receives if name not in received]
+    if missing:
+        return [f"{step.where}: $ {step.command}\nthe collector did not receive {missing}"]
+    return []
 
 
 def _run(step: Step, sandbox: Sandbox) -> list[str]:

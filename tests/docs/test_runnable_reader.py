@@ -74,3 +74,40 @@ def test_outputs_compare_without_timestamps_durations_or_alignment() -> None:
     assert mismatch(["out", "err", "out2"], "out\nout2\n", "err\n") is None
     assert mismatch(["out2", "out"], "out\nout2\n") is not None
     assert mismatch(["err"], "", "err\nmore\n") is not None
+
+
+def test_a_command_continued_with_a_backslash_runs_as_one(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: runnable -->\n"
+        "```sh\nGREETING=hello \\\n  sh -c 'echo $GREETING'\ntrue\n```\n"
+        "```text\n$ GREETING=hi \\\n  sh -c 'echo $GREETING'\nhi\n```\n"
+    )
+    sandbox = Sandbox(tmp_path / "sandbox", bin_dir())
+    found = [step for step in steps(page, sandbox) if isinstance(step, Step)]
+    assert [(step.command, step.expected) for step in found] == [
+        ("GREETING=hello \\\n  sh -c 'echo $GREETING'", None),
+        ("true", None),
+        ("GREETING=hi \\\n  sh -c 'echo $GREETING'", ["hi"]),
+    ]
+    assert sandbox.run(found[0].command)[1] == "hello\n"
+
+
+def test_a_receives_marker_names_the_spans_its_blocks_last_command_must_have_sent(
+    tmp_path: Path,
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: runnable -->\n<!-- docs-test: collector -->\n"
+        "<!-- docs-test: receives invoke_agent planner, agent.lifecycle_hook -->\n"
+        "```text\n$ true\n$ python app.py\n```\n"
+        "<!-- docs-test: receives nothing -->\n```yaml\na: 1\n```\n"
+    )
+    found = steps(page, Sandbox(tmp_path / "sandbox", bin_dir()))
+    commands = [step for step in found if isinstance(step, Step)]
+    assert [(step.command, step.receives) for step in commands] == [
+        ("true", []),
+        ("python app.py", ["invoke_agent planner", "agent.lifecycle_hook"]),
+    ]
+    errors = [step for step in found if isinstance(step, str)]
+    assert len(errors) == 2 and "needs a block of commands" in errors[1]

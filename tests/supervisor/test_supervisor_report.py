@@ -233,3 +233,29 @@ def test_a_second_sigterm_while_session_end_hangs_ends_run_and_journals_the_hook
     assert rows[0].request is not None and rows[0].request["url"] == target_server.url("/hangs")
     assert "RunInterrupted" in rows[0].message
     assert "hook notify-end (session-end) failed" in run.stderr
+
+
+def test_a_second_sigterm_while_a_hook_waits_to_retry_journals_it_as_interrupted(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    """The retries it did not make are the operator's doing, not the endpoint's: the journal
+    row and the line say so, and the row stays replayable."""
+    target_server.always("/busy", Reply(503, headers={"Retry-After": "6"}))
+    template = workspace.template(
+        _http_hook("notify-end", "session-end", target_server.url("/busy"), on_error="retry")
+    )
+    ready = workspace.root / "ready"
+    run = workspace.start(template, workspace.agent_command(ready_file=str(ready)))
+    wait_until(ready.exists, what="the agent to start")
+    run.signal(signal.SIGTERM)
+    wait_until(lambda: target_server.requests, what="the first session-end attempt")
+    run.signal(signal.SIGTERM)
+    run.wait(timeout=20)  # the hook would have waited 6 s before its second attempt
+    journal = Journal(workspace.journal)
+    try:
+        rows = [row for row in journal.failed() if row.hook == "notify-end"]
+    finally:
+        journal.close()
+    assert len(rows) == 1, rows
+    assert rows[0].message.startswith("run interrupted before attempt 2 of 4: HTTP 503"), rows
+    assert "(history " in run.stderr and "run interrupted before attempt 2 of 4" in run.stderr

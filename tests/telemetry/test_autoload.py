@@ -78,3 +78,15 @@ def test_a_broken_template_never_raises_into_start_up(
     monkeypatch.setenv(autoload.TEMPLATE_ENV, "broken.yaml")
     autoload.instrument()
     assert fake_engine == []
+
+
+def test_the_template_variable_is_read_by_its_name_and_by_the_older_one(
+    monkeypatch: pytest.MonkeyPatch, fake_engine: list[_Processor]
+) -> None:
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: TracerProvider())
+    monkeypatch.setenv("LIFECYCLE_HOOKS_TEMPLATE", "new.yaml")
+    monkeypatch.setenv("OTEL_LIFECYCLE_HOOKS_TEMPLATE", "old.yaml")
+    autoload.instrument()
+    monkeypatch.delenv("LIFECYCLE_HOOKS_TEMPLATE")
+    autoload.instrument()
+    assert [processor.template for processor in fake_engine] == ["new.yaml", "old.yaml"]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def closed_port() -> int:
     with socket.socket() as placeholder:  # bound, then freed: nothing listens there
@@ -30,17 +32,20 @@ def run_true(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_an_unreachable_collector_is_one_line_naming_it_and_the_bound(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "bound_variable",
+    ["LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT", "OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT"],
+)
+def test_an_unreachable_collector_is_one_line_naming_it_and_the_bound(
+    tmp_path: Path, bound_variable: str
+) -> None:
     endpoint = f"http://127.0.0.1:{closed_port()}"
-    done = run_true(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-        OTEL_LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT="500",
-    )
+    done = run_true(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, **{bound_variable: "500"})
 
     assert done.returncode == 0, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"telemetry not exported at exit: the collector at {endpoint}")
     assert "within 0.5s" in lines[0] and "connection refused" in lines[0]
+    assert "(LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT, in ms," in lines[0]  # the name to set
     assert "Transient error" not in done.stderr and "HTTPConnectionPool" not in done.stderr

@@ -261,6 +261,33 @@ def test_an_unknown_trace_id_says_which_traces_the_file_holds(tmp_path: Path) ->
     assert "no spans" not in missing.stderr
 
 
+def test_an_unknown_trace_id_lists_the_newest_traces_newest_first(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["first", "second"])
+    missing = _run_cli(str(path), "--trace-id", "deadbeef").stderr
+    newest = missing.split("the newest there: ")[1]
+    assert newest.index("(invoke_agent second)") < newest.index("(invoke_agent first)")
+
+
+def test_columns_sets_the_width_when_the_output_is_not_a_terminal(tmp_path: Path) -> None:
+    """`COLUMNS=80 trace | less` is 80 columns wide, as on an 80-column terminal."""
+    path = tmp_path / "s.jsonl"
+    _record_sessions(path, ["reviewer"], failure="HTTP 503 Service Unavailable from 127.0.0.1")
+    lines = _run_cli(str(path), env_extra={"COLUMNS": "80"}).stdout.splitlines()
+    assert lines[1] == "─" * 80
+    assert max(len(line) for line in lines) <= 80
+    unset = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    default = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "trace", str(path)],
+        capture_output=True,
+        text=True,
+        env=unset,
+        timeout=60,
+        check=True,
+    )
+    assert default.stdout.splitlines()[1] == "─" * 100  # piped, no COLUMNS: the default
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(trace_file: Path) -> None:
     from otel_lifecycle_hooks.cli.console import wants_colour
 

@@ -87,17 +87,40 @@ def test_a_variable_differing_only_by_case_gets_a_did_you_mean() -> None:
     assert "${agent_name} is no known variable (did you mean ${AGENT_NAME}?)" in str(warning)
 
 
-def test_a_condition_on_a_misspelt_variable_is_warned_about() -> None:
-    template = load_template_text(
+def test_a_condition_on_a_misspelt_variable_is_refused_with_the_name_meant() -> None:
+    """Compared as empty, `ACTIVTY == completed` would load and never fire."""
+    (problem,) = _problems(
         _hook(
             '      type: webhook\n      url: "http://127.0.0.1/"\n',
             extra="    condition: ACTIVTY == completed\n",
-        ),
-        "t.yaml",
+        )
     )
-    (warning,) = template_warnings(template)
-    assert warning.field == "condition"
-    assert "ACTIVTY is no known variable (did you mean ACTIVITY?)" in warning.message
+    assert problem.startswith('t.yaml:4:16: hook "h": field "condition": ACTIVTY is no known ')
+    assert "(did you mean ACTIVITY?)" in problem
+    assert "env:" in problem  # how to say that the environment sets it
+
+
+@pytest.mark.parametrize("name", ["activity", "Exit_Code"])
+def test_a_condition_on_a_variable_differing_only_by_case_is_refused(name: str) -> None:
+    (problem,) = _problems(
+        _hook(
+            '      type: webhook\n      url: "http://127.0.0.1/"\n',
+            extra=f"    condition: {name} == completed\n",
+        )
+    )
+    assert f"did you mean {name.upper()}?" in problem
+
+
+def test_a_condition_on_a_name_from_the_environment_loads() -> None:
+    """A name close to no known variable may come from the environment; one close to a known
+    variable loads once the template declares it under env:."""
+    for extra, env in (
+        ("    condition: DEPLOY_TARGET == prod\n", ""),
+        ("    condition: ACTIVITIES == many\n", "env:\n  ACTIVITIES: ''\n"),
+    ):
+        text = env + _hook('      type: webhook\n      url: "http://127.0.0.1/"\n', extra=extra)
+        template = load_template_text(text, "t.yaml")
+        assert template_warnings(template) == []
 
 
 def test_known_names_env_keys_and_captured_responses_raise_no_warning() -> None:
@@ -171,7 +194,7 @@ def test_a_child_turns_off_a_parent_hook_with_only_name_and_enabled_false(tmp_pa
     with pytest.raises(TemplateError) as alone:
         load_templates([child])
     assert 'none defines "notify"' in str(alone.value)
-    assert str(alone.value).startswith(f'{child}:2:5: hook "notify": field "enabled"')
+    assert str(alone.value).startswith(f'{child}:3:14: hook "notify": field "enabled"')
 
 
 def test_the_schema_accepts_a_turn_off_entry_and_nothing_looser() -> None:

@@ -31,18 +31,20 @@ def no_journal_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("OTEL_LIFECYCLE_HOOKS_JOURNAL", raising=False)
 
+
 MISSING_SCRIPT_WARNING = (
-    'warning: {}:70:5: hook "cleanup-credentials": field "action.command": '
+    'warning: {}:74:16: hook "cleanup-credentials": field "action.command": '
     "the script /usr/local/bin/revoke-sa-keys.sh does not exist\n"
 )
 
 
 def test_validate_prints_ok_with_the_hook_count(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(EXAMPLE), str(REGISTRY)]) == 0
-    # The seed's cleanup script lives in the agent's image: a warning here, not an error.
-    assert capsys.readouterr().out == MISSING_SCRIPT_WARNING.format(EXAMPLE) + (
-        f"ok: 8 hooks in {EXAMPLE}, {REGISTRY}\n"
-    )
+    captured = capsys.readouterr()
+    assert captured.out == f"ok: 8 hooks in {EXAMPLE}, {REGISTRY}\n"
+    # The seed's cleanup script lives in the agent's image: a warning here, not an error; a
+    # diagnostic, on stderr like the problems.
+    assert captured.err == MISSING_SCRIPT_WARNING.format(EXAMPLE)
 
 
 def test_validate_prints_every_problem_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,8 +52,13 @@ def test_validate_prints_every_problem_and_exits_1(capsys: pytest.CaptureFixture
     assert main(["validate", str(first), str(second)]) == 1
     captured = capsys.readouterr()
     expected = expected_problems(first) + expected_problems(second)
-    assert captured.out.splitlines() == expected
-    assert captured.err == f"{len(expected)} problems in {first}, {second}\n"
+    # Diagnostics and their count on stderr, as `list`, `test` and `run` print the same
+    # problems; nothing on stdout, where the result (ok, or --json) goes.
+    assert captured.err.splitlines() == [
+        *expected,
+        f"{len(expected)} problems in {first}, {second}",
+    ]
+    assert captured.out == ""
 
 
 def test_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,13 +89,27 @@ def run_module(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_validate_exit_codes_from_a_real_process() -> None:
     good = run_module("validate", str(EXAMPLE))
-    assert (good.returncode, good.stdout) == (
+    assert (good.returncode, good.stdout, good.stderr) == (
         0,
-        MISSING_SCRIPT_WARNING.format(EXAMPLE) + f"ok: 5 hooks in {EXAMPLE}\n",
+        f"ok: 5 hooks in {EXAMPLE}\n",
+        MISSING_SCRIPT_WARNING.format(EXAMPLE),
     )
     bad = run_module("validate", str(BROKEN / "malformed_yaml.yaml"))
-    assert bad.returncode == 1
-    assert bad.stdout.splitlines() == expected_problems(BROKEN / "malformed_yaml.yaml")
+    assert (bad.returncode, bad.stdout) == (1, "")
+    assert bad.stderr.splitlines()[:-1] == expected_problems(BROKEN / "malformed_yaml.yaml")
+
+
+def test_validate_reports_a_problem_on_stderr_as_list_does(tmp_path: Path) -> None:
+    """The same problem, the same line, the same stream, whichever command finds it."""
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "lifecycle_hooks:\n  - {name: a, on: [post-strat], action: {type: script, command: [x]}}\n"
+    )
+    validated, listed = run_module("validate", str(path)), run_module("list", str(path))
+    assert (validated.returncode, listed.returncode) == (1, 1)
+    assert validated.stdout == listed.stdout == ""
+    assert validated.stderr.splitlines()[0] == listed.stderr.splitlines()[0]
+    assert validated.stderr.splitlines()[1] == f"1 problem in {path}"
 
 
 @pytest.mark.parametrize("command", ["validate", "list", "schema"])
@@ -244,7 +265,8 @@ def test_validate_accepts_a_template_directory(tmp_path: Path) -> None:
     result = run_module("validate", str(tmp_path))
     assert result.returncode == 0
     file = os.path.join(tmp_path, "scion-agent.yaml")
-    assert result.stdout == MISSING_SCRIPT_WARNING.format(file) + f"ok: 5 hooks in {file}\n"
+    assert result.stdout == f"ok: 5 hooks in {file}\n"
+    assert result.stderr == MISSING_SCRIPT_WARNING.format(file)
 
 
 def test_list_reads_the_real_journal(
