@@ -15,7 +15,8 @@ shutdown that drains the hooks and flushes the trace) and is waited for, but not
 - The judged template with OTLP export on, to a loopback listener.
 - The floor: `python -c "import ..."` of every module, not the package's own, that `run`
   has imported when its agent starts (from `-X importtime`, with the template's post-start
-  hooks left out so that no hook's thread imports anything meanwhile).
+  hooks left out so that no hook's thread imports anything meanwhile); and the launcher the
+  agent is started through (so that it dies with a killed supervisor), around `true`.
 
 Every registration must reach the loopback registry, and with OTLP on every run must export
 to the listener, or the script exits 2. Target: at most 1.3x.
@@ -148,12 +149,19 @@ def main() -> int:
 
         floor_modules = modules_before_agent(floor_template, env)
         floor_code = "import " + ", ".join(floor_modules)
+        # What `run` starts its agent through, so that the agent dies with a killed
+        # supervisor: the package's own launcher argv, around `true`.
+        from otel_lifecycle_hooks.supervisor.processes import die_with_parent
+
+        launcher, _ = die_with_parent(["true"], env)
         subjects = {
             BASELINE: lambda: time_process([sys.executable, "-c", BASELINE], env=env),
             "non-blocking": run(non_blocking, env),
             "seed": run(seed, env),
             "otlp": run(non_blocking, otlp_env),
             "floor": lambda: time_process([sys.executable, "-c", floor_code], env=env),
+            "launcher": lambda: time_process(launcher, env=env),
+            "true": lambda: time_process(["true"], env=env),
         }
         registered_before = len(registry.requests)
         interleave(1, subjects)  # warm the page cache
@@ -215,6 +223,18 @@ def main() -> int:
             f"{', '.join(http_before_agent) or 'none'}",
         ),
     ]
+    launched, bare = samples["launcher"], samples["true"]
+    if launcher[0] != "true":
+        figures.append(
+            figure(
+                "launcher",
+                "floor: the agent's launcher alone (`true` through it), median",
+                None,
+                f"a second interpreter (-S -I) setting PR_SET_PDEATHSIG, then exec: "
+                f"{launched.median - bare.median:.1f} ms over `true` alone "
+                f"({bare.summary()})",
+            )
+        )
     return report(SCRIPT, figures, args)
 
 
