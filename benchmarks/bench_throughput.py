@@ -1,156 +1,172 @@
-"""Throughput: webhook deliveries per second from one agent to a loopback server, over reused
-connections, versus the same with a new connection per request (the server closes each).
+"""Throughput at the default queue: the highest rate of harness events a real supervisor takes
+through its event socket with no event dropped, and what it delivers when offered more.
 
-The agent is set up as a supervisor has it: an SDK tracer provider exporting every span to the
-local trace file through a batch processor, SDK metrics (read in memory here), the journal
-and the hook log as real files. The server is another process (`loopback_server.py`), so
-this process pays only for the agent's work. Events are recorded as fast as the caller can;
-the figure is deliveries that reached the server divided by the time from the first record to
-the last arrival. Each run then checks that every execution has its journal row, its hook-log
-line, its hook span and CLIENT span and its count in the metrics, so that a fast figure cannot
-come from work left undone. Target: at least 1,000 per second with connections reused.
+The supervisor is a real `otel-lifecycle-hooks run` with the telemetry `run` sets up (spans
+to the local trace file, the journal, the hook log), the default queue (1,024 events waiting
+per hook: past it the oldest is dropped and logged), and one webhook on tool-start, not
+debounced, to a loopback server in another process. Events are sent as `hook --dialect` sends
+them, one connection each, at a rising rate: 4 s at each step, 1.5 times the step before,
+from 100/s, until a step loses events (the server received fewer than were sent). Each step
+waits for its deliveries to finish before the next begins. The figures: the highest step
+with no drop, and the deliveries per second during the first step that dropped. The baseline
+is the bare HTTP client's own ceiling: an instrumented `httpx.Client` on an SDK tracer
+provider writing a trace file (`bare_httpx_client.py`), sending back to back to the same
+server. No target: an agent sends a few events per tool call; this says how far that is from
+the point where events are lost.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
+import re
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from _common import Figure, LoopbackServerProcess, bench_arguments, one_hook_session, report
+from _common import BENCH_DIR, Figure, LoopbackServerProcess, bench_arguments, report
+from _delivery import (
+    CountingServer,
+    load_average,
+    send_event,
+    supervisor_errors,
+    wait_for_journal,
+    webhook_supervisor,
+)
 
 SCRIPT = "bench_throughput.py"
-TARGET_PER_SECOND = 1000.0
-HOOK_SPAN = "agent.lifecycle_hook"
-EXECUTIONS_METRIC = "agent.lifecycle_hook.executions"
+FIRST_RATE = 100.0
+STEP = 1.5
+# The supervisor's last line counts what it dropped: "... 2019 ok, 981 dropped".
+DROPPED_COUNT = re.compile(r"otel-lifecycle-hooks: \d+ deliveries: .*?(\d+) dropped")
 
 
-@dataclass(frozen=True)
-class Run:
-    per_second: float
-    cpu_ms_per_delivery: float  # this process only: the server's CPU is its own
+def offer(server: CountingServer, socket_path: str, first: int, rate: float, seconds: float) -> int:
+    """Events `first`, `first + 1`, ... at `rate` per second for `seconds`; how many."""
+    count = int(rate * seconds)
+    server.expect(count)
+    started = time.perf_counter()
+    for i in range(count):
+        wait = started + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        send_event(socket_path, str(first + i))
+    return count
 
 
-def one_run(count: int, close_connections: bool) -> Run:
-    """`count` deliveries through one agent; raises if any execution was not fully recorded."""
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+def settle(
+    server: CountingServer, offered: int, quiet: float = 3.0, timeout: float = 60.0
+) -> tuple[int, float]:
+    """Arrivals, and the last one's time, once all `offered` came or none came for `quiet`
+    seconds (a loaded machine can stall a delivery for a second: a shorter wait would count
+    it as dropped)."""
+    deadline = time.monotonic() + timeout
+    (last, at), last_change = server.count_and_last(), time.monotonic()
+    while last < offered and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now, at = server.count_and_last()
+        if now != last:
+            last, last_change = now, time.monotonic()
+        elif time.monotonic() - last_change >= quiet:
+            break
+    return last, at
 
-    from otel_lifecycle_hooks.telemetry.setup import configure_telemetry
 
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp,
-        LoopbackServerProcess(close_connections=close_connections) as server,
-    ):
-        directory = Path(tmp)
-        trace_file = directory / "traces.jsonl"
-        telemetry = configure_telemetry(environ={"HOME": tmp}, trace_file=trace_file)
-        metric_reader = InMemoryMetricReader()
-        meter_provider = MeterProvider(metric_readers=[metric_reader])
-        # The queue holds every event: this measures delivery, not the drop policy.
-        session = one_hook_session(
-            directory,
-            server.url + "/hook/${TOOL_NAME}",
-            "webhook",
-            queue_limit=count + 1,
-            tracer_provider=telemetry.tracer_provider,
-            meter_provider=meter_provider,
+def bare_ceiling(count: int, trace_file: Path) -> float:
+    """Requests per second of bare instrumented httpx, back to back, to its own server."""
+    with LoopbackServerProcess() as server:
+        process = subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "bare_httpx_client.py"), server.url, str(trace_file)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
-        server.expect(1)
-        session.record("tool-start", {"TOOL_NAME": "warm-up"})
-        server.wait_arrivals(30)
-        session.engine.force_flush(10)
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write("run 0 100 1000000\n")  # warm-up
+        process.stdin.flush()
+        process.stdout.readline()
         server.expect(count)
-        started, cpu_started = time.perf_counter(), time.process_time()
-        for i in range(count):
-            session.record("tool-start", {"TOOL_NAME": str(i)})
-        arrivals = server.wait_arrivals(120)
-        # CPU until every execution is recorded and every span written: all of it is the agent's.
-        session.engine.force_flush(30)
-        telemetry.force_flush(30)
-        cpu_ms = (time.process_time() - cpu_started) * 1000 / count
-        session.end()
-        session.engine.shutdown(10)
-        telemetry.shutdown()
+        started = time.perf_counter()
+        process.stdin.write(f"run 100 {count} 1000000\n")
+        process.stdin.flush()
+        arrivals = server.wait_arrivals(60)
+        process.stdout.readline()
+        process.stdin.close()
+        process.wait(30)
         if arrivals.distinct_paths != count:
-            raise SystemExit(f"{arrivals.distinct_paths} distinct deliveries of {count} arrived")
-        check_recorded(directory, trace_file, metric_reader, count + 1)
-        return Run(count / (arrivals.last - started), cpu_ms)
-
-
-def check_recorded(
-    directory: Path, trace_file: Path, metric_reader: object, executions: int
-) -> None:
-    """Every execution (warm-up included) has its journal row, hook-log line, hook span,
-    CLIENT span and count in the executions metric."""
-    import sqlite3
-
-    with sqlite3.connect(directory / "journal.db") as db:
-        rows = db.execute("SELECT COUNT(*) FROM executions WHERE outcome = 'success'").fetchone()[0]
-    lines = sum(
-        "outcome=success" in line for line in (directory / "agent.log").read_text().splitlines()
-    )
-    spans = [json.loads(line) for line in trace_file.read_text().splitlines()]
-    hook_spans = sum(span.get("name") == HOOK_SPAN for span in spans)
-    client_spans = sum(span.get("kind") in ("CLIENT", "SpanKind.CLIENT") for span in spans)
-    counted = executions_counted(metric_reader)
-    found = {
-        "journal rows": rows,
-        "hook-log lines": lines,
-        "hook spans": hook_spans,
-        "CLIENT spans": client_spans,
-        "executions metric": counted,
-    }
-    missing = {name: value for name, value in found.items() if value != executions}
-    if missing:
-        raise SystemExit(f"of {executions} executions, recorded only: {missing}")
-
-
-def executions_counted(metric_reader: object) -> int:
-    data = metric_reader.get_metrics_data()  # type: ignore[attr-defined]
-    total = 0
-    for resource_metrics in data.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                if metric.name == EXECUTIONS_METRIC:
-                    total += sum(int(point.value) for point in metric.data.data_points)
-    return total
+            raise SystemExit(f"the bare client delivered {arrivals.distinct_paths} of {count}")
+        return count / (arrivals.last - started)
 
 
 def main() -> int:
     args = bench_arguments(__doc__.splitlines()[0])
-    count, rounds = (100, 1) if args.quick else (2000, 3)
-    reused: list[Run] = []
-    fresh: list[Run] = []
-    for _ in range(rounds):  # interleaved, so that a burst of noise hits both alike
-        reused.append(one_run(count, close_connections=False))
-        fresh.append(one_run(count, close_connections=True))
+    seconds, most_steps = (0.5, 2) if args.quick else (4.0, 12)
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp, CountingServer() as server:
+        home = Path(tmp)
+        baseline = bare_ceiling(200 if args.quick else 2000, home / "bare.jsonl")
+        steps: list[tuple[float, int, int, float]] = []  # rate, offered, arrived, per second
+        with webhook_supervisor(home, server.url) as supervisor:
+            server.expect(20)
+            for i in range(20):  # imports httpx, opens the connection
+                send_event(supervisor.socket_path, f"warm-{i}")
+            server.wait_arrivals(30)
+            rate, sent = FIRST_RATE, 0
+            for _ in range(most_steps):
+                started = time.perf_counter()
+                offered = offer(server, supervisor.socket_path, sent, rate, seconds)
+                arrived, last_arrival = settle(server, offered)
+                steps.append((rate, offered, arrived, arrived / (last_arrival - started)))
+                sent += offered
+                if arrived < offered:
+                    break
+                rate *= STEP
+            delivered = 20 + sum(step[2] for step in steps)
+            rows = wait_for_journal(supervisor.journal, delivered)
+        errors = supervisor_errors(home)
+        if rows != delivered:
+            raise SystemExit(f"{rows} journal rows for {delivered} deliveries")
+        lost = sum(offered - arrived for _, offered, arrived, _ in steps)
+        counted = DROPPED_COUNT.findall(errors)
+        dropped_by_queue = int(counted[-1]) if counted else 0
+        if lost != dropped_by_queue:
+            raise SystemExit(
+                f"{lost} events did not arrive, and the supervisor says it dropped "
+                f"{dropped_by_queue}: events were lost elsewhere"
+            )
 
-    def median(runs: list[Run], field: str) -> float:
-        return statistics.median(getattr(run, field) for run in runs)
-
+    clean = [step for step in steps if step[2] == step[1]]
+    dropped = [step for step in steps if step[2] < step[1]]
+    if not clean:
+        raise SystemExit(f"even {FIRST_RATE:.0f} events/s lost events: {steps}")
+    best = clean[-1]
+    ladder = "; ".join(f"{rate:.0f}/s: {arrived}/{offered}" for rate, offered, arrived, _ in steps)
+    load = load_average()
     figures = [
         Figure(
             benchmark="throughput",
-            name="webhook deliveries per second, connections reused, median",
-            value=median(reused, "per_second"),
+            name="highest event rate through the socket with no event dropped (default queue)",
+            value=best[0],
             unit="/s",
-            baseline=median(fresh, "per_second"),
-            baseline_name="a new connection per request",
-            target=TARGET_PER_SECOND,
-            checked="min",
-            detail=f"{rounds} runs of {count} deliveries to a server in another process, each "
-            "delivery with its hook span, CLIENT span, metrics, journal row and hook-log line; "
-            f"agent CPU per delivery {median(reused, 'cpu_ms_per_delivery'):.2f} ms reused, "
-            f"{median(fresh, 'cpu_ms_per_delivery'):.2f} ms with new connections; runs "
-            + ", ".join(f"{run.per_second:.0f}" for run in reused)
-            + " /s reused",
+            baseline=baseline,
+            baseline_name="bare instrumented httpx, back to back",
+            detail=f"{seconds:g} s at each rate, one connection per event; delivered of "
+            f"offered: {ladder}; load average {load}",
         )
     ]
+    if dropped:
+        rate, offered, arrived, per_second = dropped[0]
+        figures.append(
+            Figure(
+                benchmark="throughput",
+                name="deliveries per second when offered more than that",
+                value=per_second,
+                unit="/s",
+                baseline=baseline,
+                baseline_name="bare instrumented httpx, back to back",
+                detail=f"offered {rate:.0f}/s for {seconds:g} s: {offered - arrived} of "
+                f"{offered} dropped ({(offered - arrived) / offered:.0%}), each drop logged",
+            )
+        )
     return report(SCRIPT, figures, args)
 
 

@@ -15,6 +15,8 @@ Commands, one per line on stdin:
   requests arrived, print
   `arrived <count> <distinct paths> <first arrival> <last arrival>` (arrivals are
   `time.perf_counter()` values: CLOCK_MONOTONIC on Linux, the same clock in every process).
+- `count`: print `count <requests since the last expect> <last arrival>` at once (a sender
+  that must not outrun its receiver reads its progress so).
 
 End of stdin stops the server.
 """
@@ -134,6 +136,10 @@ def read_commands(arrivals: Arrivals) -> None:
         if command == "expect":
             arrivals.expect(int(argument))
             print(f"expecting {int(argument)}", flush=True)
+        elif command == "count":
+            with arrivals.lock:
+                count, last = arrivals.count, arrivals.last
+            print(f"count {count} {last!r}", flush=True)
 
 
 def main() -> None:

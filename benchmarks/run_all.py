@@ -46,11 +46,13 @@ SCRIPTS = [
     "bench_hook_path.py",
     "bench_processor_overhead.py",
     "bench_dispatch_latency.py",
+    "bench_delivery_cpu.py",
     "bench_throughput.py",
     "bench_script_spawn.py",
     "bench_memory.py",
     "bench_startup.py",
     "bench_harness_event.py",
+    "bench_hook_scale.py",
     "bench_agents.py",
 ]
 _FIGURE_FIELDS = {f.name for f in fields(Figure)}

@@ -10,11 +10,15 @@ the resolver (or the name) would otherwise choose where credentials go.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 
 
+# Asked several times per HTTP attempt (the client's route, the credential guard) about the
+# few hosts a template names; parsing an address each time was a visible part of a delivery.
+@functools.lru_cache(maxsize=1024)
 def is_loopback_host(host: str) -> bool:
     """True for a loopback address literal (brackets allowed) or the name localhost."""
     host = host.strip().lower()

@@ -1,10 +1,16 @@
-"""`make demo` shows a failing hook on the terminal and in the summary, and leaves nothing."""
+"""`make demo` shows a failing hook on the terminal and in the summary, removes its temporary
+folder, and prints the `ui` command that opens its journal, which it keeps."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "run_demo.py"
@@ -26,3 +32,30 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
     summary = [line for line in result.stdout.splitlines() if "deliveries:" in line]
     assert summary and "1 failed: post-status-page 503" in summary[0], result.stdout
     assert not list(tmp_path.glob("otel-lifecycle-hooks-demo-*"))
+
+    # Its last line is the command that opens the kept journal's page: run it as printed.
+    command = result.stdout.splitlines()[-1].strip()
+    journal = tmp_path / ".local" / "state" / "otel-lifecycle-hooks" / "demo-journal.sqlite3"
+    assert command.endswith(f"ui --journal {shlex.quote(str(journal))}"), result.stdout
+    assert journal.is_file()
+    ui = subprocess.Popen(
+        shlex.split(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(ui.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(60)
+        assert first and first[0].startswith("http://127.0.0.1:"), first
+        url = first[0].strip()
+        token = url.split("token=", 1)[1]
+        api = urllib.request.Request(
+            url.split("/?", 1)[0] + "/api/sessions", headers={"X-Lifecycle-Hooks-Token": token}
+        )
+        with urllib.request.urlopen(api, timeout=30) as response:
+            [session] = json.load(response)["sessions"]
+        assert session["agent_name"] == "demo-agent"
+        assert session["failed"] == 1
+    finally:
+        os.kill(ui.pid, signal.SIGTERM)
+        ui.wait(timeout=30)

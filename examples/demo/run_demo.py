@@ -4,13 +4,19 @@ Starts a receiver on 127.0.0.1, runs `otel-lifecycle-hooks run` on a stand-in ag
 reports Claude Code events, stops it with SIGTERM as a container runtime would, then shows
 what the receiver got, the hook log, the journal and the session's trace. One hook fails on
 purpose (the receiver answers 503 to /status-page), to show how `run` reports a failure.
-Everything the demo writes lives in a temporary folder that is removed at the end.
+
+Everything the demo writes lives in a temporary folder that is removed at the end, except its
+journal: that is kept at `~/.local/state/otel-lifecycle-hooks/demo-journal.sqlite3` (beside
+the default journal, replaced by each demo run), so that the `ui` command the demo prints last
+opens this run's sessions, deliveries and attempts in a browser.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,18 +62,45 @@ def cli(*args: str, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-m", "otel_lifecycle_hooks", *args], env=env, check=False)
 
 
+def demo_journal(environ: dict[str, str]) -> Path:
+    """Where the demo keeps its journal after it ends: beside the default journal."""
+    home = Path(environ.get("HOME") or Path.home())
+    return home / ".local" / "state" / "otel-lifecycle-hooks" / "demo-journal.sqlite3"
+
+
+def ui_command(journal: Path) -> str:
+    """The command that opens the journal's page with this environment's package, runnable as
+    printed: its console script by name when PATH finds that one, else by its path."""
+    beside = Path(sys.executable).parent / "otel-lifecycle-hooks"
+    found = shutil.which("otel-lifecycle-hooks")
+    if found is not None and Path(found).resolve() == beside.resolve():
+        program = "otel-lifecycle-hooks"
+    elif beside.is_file():
+        program = shlex.quote(str(beside))
+    else:
+        program = f"{shlex.quote(sys.executable)} -m otel_lifecycle_hooks"
+    return f"{program} ui --journal {shlex.quote(str(journal))}"
+
+
 def main() -> int:
+    journal = demo_journal(dict(os.environ))
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    for old in journal.parent.glob(journal.name + "*"):  # the last demo's, with its -wal/-shm
+        old.unlink()
     with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-demo-") as folder:
-        return demo(Path(folder))
+        code = demo(Path(folder), journal)
+    print("== the delivery history in a browser (sessions, deliveries, each attempt, Redeliver):")
+    print(f"   {ui_command(journal)}")
+    return code
 
 
-def demo(state: Path) -> int:
+def demo(state: Path, journal: Path) -> int:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env = dict(os.environ)
     env.update(
         DEMO_RECEIVER=f"http://127.0.0.1:{server.server_port}",
-        OTEL_LIFECYCLE_HOOKS_JOURNAL=str(state / "journal.sqlite3"),
+        OTEL_LIFECYCLE_HOOKS_JOURNAL=str(journal),
         OTEL_LIFECYCLE_HOOKS_LOG=str(state / "agent.log"),
         OTEL_LIFECYCLE_HOOKS_TRACE_DIR=str(state / "traces"),
         OTEL_SERVICE_NAME="demo-agent",
@@ -75,7 +108,7 @@ def demo(state: Path) -> int:
     for key in [k for k in env if k.startswith("OTEL_EXPORTER_") or k in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")]:
         del env[key]  # the demo shows the embedded default: a local trace file
     template = str(HERE / "scion-agent.yaml")
-    print(f"== demo state in {state} (removed when the demo ends)")
+    print(f"== demo state in {state} (removed when the demo ends); its journal: {journal}")
     print("== otel-lifecycle-hooks run --template examples/demo/scion-agent.yaml -- python agent.py")
     print("   (its report of failing hooks, and the summary at the end, go to stderr)")
     supervisor = subprocess.Popen(
@@ -110,11 +143,11 @@ def demo(state: Path) -> int:
     print("== hook log")
     print("   " + (state / "agent.log").read_text().strip().replace("\n", "\n   "))
     print("== otel-lifecycle-hooks list (hooks and their recent executions)")
-    cli("list", template, "--journal", str(state / "journal.sqlite3"), env=env)
+    cli("list", template, "--journal", str(journal), env=env)
     print("== otel-lifecycle-hooks trace (the session's spans from the local trace file)")
     cli("trace", "--width", "110", env=env)
     print("== otel-lifecycle-hooks history --failed (what `replay` can resend)")
-    cli("history", "--failed", "--journal", str(state / "journal.sqlite3"), env=env)
+    cli("history", "--failed", "--journal", str(journal), env=env)
     if not any("hook post-status-page (task-completed) failed" in line for line in report):
         print("demo: run did not report the failing hook", file=sys.stderr)
         return 1

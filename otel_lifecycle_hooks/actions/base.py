@@ -12,6 +12,20 @@ from typing import Literal, NamedTuple
 AttemptKind = Literal["ok", "permanent", "transient", "timeout"]
 
 
+class Exchange(NamedTuple):
+    """One HTTP request as it was sent and what came back, raw: it may hold secrets and
+    whatever the endpoint chose to answer. The engine redacts and bounds it before it is
+    journaled (engine/attempt_log.py); nothing else reads it."""
+
+    method: str
+    url: str
+    request_headers: tuple[tuple[str, str], ...]
+    request_body: bytes | None
+    response_headers: tuple[tuple[str, str], ...] | None = None
+    response_body: bytes | None = None  # the first bytes read, at most the action's bound
+    response_cut: bool = False  # the body was longer than what was read
+
+
 class AttemptResult(NamedTuple):
     kind: AttemptKind
     duration: float  # seconds
@@ -24,6 +38,10 @@ class AttemptResult(NamedTuple):
     response_content_type: str | None = None
     # The action had nothing to do for this event (an in-process executor without the method).
     skipped: bool = False
+    # For the delivery history: the HTTP exchange, raw (see Exchange), and a script's
+    # (stdout, stderr) tails.
+    exchange: Exchange | None = None
+    output: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:

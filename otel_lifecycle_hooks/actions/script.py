@@ -48,6 +48,7 @@ log = logging.getLogger("otel_lifecycle_hooks.actions.script")
 
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
 DEFAULT_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+OUTPUT_TAIL = 4 * 1024  # bytes of the end of each stream kept for the delivery history
 _READ_SIZE = 64 * 1024
 _POLL_INTERVAL = 0.05  # how often the process is checked while its pipes stay open
 _DRAIN_AFTER_EXIT = 0.5  # seconds to wait for pipes held open by escaped processes
@@ -69,6 +70,9 @@ class ScriptOutcome:
     stderr: str = ""
     truncated: bool = False
     pid: int | None = None
+    # The last `OUTPUT_TAIL` bytes each stream wrote (for the delivery history).
+    stdout_tail: str = ""
+    stderr_tail: str = ""
 
 
 def run_script(
@@ -157,8 +161,9 @@ def run_script(
     else:
         result = _exit_result(process.wait(), duration)  # reaped already: returns at once
     return ScriptOutcome(
-        result, pump.text("stdout"), pump.text("stderr"), pump.truncated, process.pid
-    )
+        result, pump.text("stdout"), pump.text("stderr"), pump.truncated, process.pid,
+        pump.tail("stdout"), pump.tail("stderr"),
+    )  # fmt: skip
 
 
 def _timeout_result(duration: float, timeout: float, *, escalated: bool) -> AttemptResult:
@@ -438,11 +443,13 @@ class _Stream:
         self.name = name
         self.captured = bytearray()
         self.truncated = False
+        self.tail = b""  # the last OUTPUT_TAIL bytes written, also past the capture's limit
         self._limit = limit
         self._pending = b""
         self._on_output = on_output
 
     def feed(self, chunk: bytes) -> None:
+        self.tail = (self.tail + chunk)[-OUTPUT_TAIL:]
         room = self._limit - len(self.captured)
         if len(chunk) > room:
             self.truncated = True
@@ -515,6 +522,9 @@ class _PipePump:
 
     def text(self, name: str) -> str:
         return self._streams[name].captured.decode("utf-8", "replace")
+
+    def tail(self, name: str) -> str:
+        return self._streams[name].tail.decode("utf-8", "replace")
 
     def run(self, until: float, stop_on_exit: bool) -> bool:
         """Pump until the pipes are closed and the process has exited, or until `until`.

@@ -47,4 +47,8 @@ def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module_name}", __name__), name)
+    value = getattr(importlib.import_module(f".{module_name}", __name__), name)
+    # Kept as the module's own attribute: every HTTP attempt's `from ..auth import ...` then
+    # finds it without coming back here (four import look-ups per delivery otherwise).
+    globals()[name] = value
+    return value

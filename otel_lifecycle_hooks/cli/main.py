@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "reconcile": "reconcile",
     "trace": "trace",
     "harness": "harness",
+    "ui": "ui",
 }
 
 

@@ -1,6 +1,11 @@
-"""`replay [ID...] [--all-failed] [--agent ID] [--session ID] [--hook NAME] [--since WHEN]
-[--journal URL] [--template T]... [--dry-run] [--json]`: re-send failed deliveries from the
-journal (in a fleet's shared journal, of every agent, or those the filters name).
+"""`replay [ID...] [--all-failed] [--agent ID] [--session ID] [--hook NAME] [--event EVENT]
+[--status OUTCOME]... [--since WHEN] [--last N] [--journal URL] [--template T]... [--dry-run]
+[--json]`: re-send failed deliveries from the journal (in a fleet's shared journal, of every
+agent, or those the filters name).
+
+The filters are `history`'s: `replay --session 5e55101a --hook notify` re-sends the failed
+deliveries `history --failed --session 5e55101a --hook notify` lists (those not delivered by an
+earlier replay), oldest first; `--last N` only the newest N of them; `--dry-run` shows them.
 
 Each failed or timed-out http/webhook delivery is sent again, once, with the same idempotency
 key (`X-Scion-Hook-ID`, and `webhook-id` when signed); the outcome is recorded as a new journal
@@ -21,7 +26,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .history import add_journal_option, journal_path, since_time
+from .history import (
+    add_filter_options,
+    add_journal_option,
+    add_last_option,
+    agent_ids,
+    journal_path,
+    session_ids,
+)
+
+# What replay may re-send (journal.FAILED_OUTCOMES, not imported: building the parser stays cheap).
+_REPLAYABLE = ("failed", "timeout", "dropped", "interrupted")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -38,15 +53,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--all-failed", action="store_true", help="every failed delivery not yet replayed"
     )
-    parser.add_argument("--agent", metavar="ID", help="only this agent's executions (its AGENT_ID)")
-    parser.add_argument("--session", metavar="ID", help="only this session's executions")
-    parser.add_argument("--hook", metavar="NAME", help="only this hook's executions")
-    parser.add_argument(
-        "--since",
-        metavar="WHEN",
-        type=since_time,
-        help="only executions started within a duration (1h, 30m) or after an RFC 3339 time",
-    )
+    add_filter_options(parser, outcomes=_REPLAYABLE)
+    add_last_option(parser, None)
     parser.add_argument(
         "--template", "-t", action="append", default=[], metavar="FILE",
         help="template files to read the hooks from (parent first), instead of the session's",
@@ -63,9 +71,18 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.replay import Replayer
     from ..journal import open_journal
 
-    if not args.ids and not args.all_failed:
+    filtered = any(
+        value is not None
+        for value in (
+            args.agent, args.session, args.hook, args.event, args.status, args.since, args.limit,
+        )
+    )  # fmt: skip
+    if not args.ids and not args.all_failed and not filtered:
         print(
-            "otel-lifecycle-hooks replay: name execution IDs or pass --all-failed", file=sys.stderr
+            "otel-lifecycle-hooks replay: name execution IDs, pass --all-failed, or choose"
+            " failed deliveries with history's filters (--agent, --session, --hook, --event,"
+            " --status, --since, --last)",
+            file=sys.stderr,
         )
         return 2
     since = args.since
@@ -80,11 +97,14 @@ def run(args: argparse.Namespace) -> int:
             replayer.replay(row, dry_run=args.dry_run)
             for row in replayer.select(
                 args.ids,
-                args.all_failed,
+                args.all_failed or (filtered and not args.ids),
                 since,
-                agent=args.agent,
-                session=args.session,
+                agent=agent_ids(journal, args.agent),
+                session=session_ids(journal, args.session),
                 hook=args.hook,
+                event=args.event,
+                outcomes=args.status,
+                last=args.limit,
             )
         ]
         if not journal.healthy:

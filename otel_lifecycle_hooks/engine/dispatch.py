@@ -1,7 +1,9 @@
 """Dispatch: which hooks an event fires, in what order, who waits, and what is coalesced.
 
-Each hook owns one worker thread and one queue, so a hook's executions never overlap or
-reorder. Blocking hooks go through the same queue and the recording call waits for them;
+Each hook owns one queue, and a queue runs one execution at a time, so a hook's executions
+never overlap or reorder; a small pool of worker threads shared by every hook serves the
+queues (workers.py: its size, and why blocking hooks never wait for a worker). Blocking hooks
+go through the same queue and the recording call waits for them;
 non-blocking ones are queued and the call returns at once. A blocking call without a deadline
 that finds its hook idle (nothing queued, pending or running) runs on the caller's own thread
 instead, holding the queue as running meanwhile: the caller would only wait for the worker,
@@ -31,6 +33,7 @@ from .executor import HookExecutor
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import DebounceWindow, fails_transition
 from .ratelimit import RateGate, gates_for
+from .workers import DEFAULT_WORKERS, WorkerPool
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
@@ -93,7 +96,7 @@ class EngineListener:
 
 
 class HookQueue:
-    """The serial queue and worker of one hook."""
+    """The serial queue of one hook, served by the pool's workers one execution at a time."""
 
     def __init__(
         self,
@@ -102,6 +105,7 @@ class HookQueue:
         listener: EngineListener,
         limit: int = DEFAULT_QUEUE_LIMIT,
         gate: RateGate | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.hook = hook
         self._executor = executor
@@ -118,16 +122,25 @@ class HookQueue:
         self._running = False
         self._closing = False
         self._drain_deadline: float | None = None
-        self._thread: threading.Thread | None = None
+        self._drained = False  # closing, and nothing is left that may still run
+        self._scheduled = False  # the pool was asked to serve this queue, and has not yet
+        self._pool = pool if pool is not None else WorkerPool(1, executor.clock)
         self.current: _Job | None = None  # the job being run, by the worker or a caller
 
     # -- producers --
 
     def submit(self, job: _Job) -> None:
         with self._cond:
-            self._ensure_worker()
             self._enqueue(job)
-            self._cond.notify()
+            self._wake()
+
+    def _wake(self, from_worker: bool = False) -> None:
+        """(lock held) Ask the pool to serve this queue, unless a run is on (its end asks)
+        or the pool was already asked (the worker it sends takes what is queued by then)."""
+        if not self._running and not self._scheduled:
+            self._scheduled = True
+            # A blocking hook's caller waits (a pre-stop hook spends the grace period).
+            self._pool.wake(self, urgent=self.hook.blocking, from_worker=from_worker)
 
     def _enqueue(self, job: _Job) -> None:
         """Append `job` (lock held): coalescing under a rate limit, bounded by the limit."""
@@ -165,13 +178,12 @@ class HookQueue:
     def offer_debounced(self, job: _Job) -> None:
         assert self._window is not None
         with self._cond:
-            self._ensure_worker()
             if self._pending is not None:
                 self._listener.debounced(self.hook, self._pending.event)
             else:
                 self._window_closes = self._window.closes_at(self._executor.clock.monotonic())
+                self._pool.at(self._window_closes, self)
             self._pending = job
-            self._cond.notify()
 
     def _drop_oldest(self) -> None:
         for index, queued in enumerate(self._jobs):
@@ -193,43 +205,44 @@ class HookQueue:
                 return
         # Only lifecycle events and waiting callers are queued: they are never dropped.
 
-    # -- the worker --
+    # -- served by the pool --
 
-    def _ensure_worker(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._work, name=f"hook:{self.hook.name}", daemon=True
-            )
-            self._thread.start()
+    def serve(self) -> None:
+        """Run the next job if one may start now; else ask the pool to come back when it may
+        (the debounce window closes, the rate-limit token comes)."""
+        job = self._take()
+        if job is not None:
+            self._execute(job, on_worker=True)
 
-    def _next_job(self) -> _Job | None:
-        """Wait for the next job; None when closed and drained."""
+    def _take(self) -> _Job | None:
+        """The job to run now, marking the queue running; None when there is none yet."""
         clock = self._executor.clock
         with self._cond:
-            while True:
-                if self._pending is not None and (
-                    self._closing or clock.monotonic() >= (self._window_closes or 0.0)
-                ):
-                    # The window closed (or we are shutting down): its latest event fires.
-                    pending, self._pending, self._window_closes = self._pending, None, None
-                    self._enqueue(pending)
-                # While a caller runs a job inline the queue is running: the head job waits
-                # for it, without taking a token it could not use yet.
-                ready = bool(self._jobs) and not self._running
-                token_wait = self._token_wait(clock.monotonic()) if ready else 0.0
-                if ready and token_wait <= 0.0:
-                    self._running = True
-                    job = self._jobs.popleft()
-                    self._overflowed = self._overflowed and bool(self._jobs)
-                    return job
-                if self._closing and (not self._jobs or self._token_after_drain(token_wait)):
-                    return None  # what is left is reported as dropped (shutdown)
-                timeouts = [token_wait] if ready else []
-                if self._window_closes is not None:
-                    timeouts.append(max(0.0, self._window_closes - clock.monotonic()))
-                if self._closing and self._drain_deadline is not None:
-                    timeouts.append(max(0.0, self._drain_deadline - clock.monotonic()))
-                self._cond.wait(min(timeouts) if timeouts else None)
+            self._scheduled = False
+            if self._running or self._drained:
+                return None  # the run on now asks for the next when it ends
+            now = clock.monotonic()
+            if self._pending is not None and (self._closing or now >= (self._window_closes or 0.0)):
+                # The window closed (or we are shutting down): its latest event fires.
+                pending, self._pending, self._window_closes = self._pending, None, None
+                self._enqueue(pending)
+            token_wait = self._token_wait(now) if self._jobs else 0.0
+            if self._jobs and token_wait <= 0.0:
+                self._running = True
+                job = self._jobs.popleft()
+                self._overflowed = self._overflowed and bool(self._jobs)
+                return job
+            if self._closing and (not self._jobs or self._token_after_drain(token_wait)):
+                # What is left is reported as dropped (shutdown).
+                self._drained = True
+                self._cond.notify_all()
+                return None
+            wake_at = [now + token_wait] if self._jobs else []
+            if self._window_closes is not None:
+                wake_at.append(self._window_closes)
+            if wake_at:
+                self._pool.at(min(wake_at), self)
+            return None
 
     def _token_wait(self, now: float) -> float:
         """Seconds the head job must wait for its rate-limit token (0.0: it was taken)."""
@@ -242,13 +255,6 @@ class HookQueue:
     def _token_after_drain(self, token_wait: float) -> bool:
         deadline = self._drain_deadline
         return deadline is not None and self._executor.clock.monotonic() + token_wait > deadline
-
-    def _work(self) -> None:
-        while True:
-            job = self._next_job()
-            if job is None:
-                return
-            self._execute(job)
 
     def run_inline(self, job: _Job) -> bool:
         """Run the blocking `job` on the calling thread if this hook is idle (nothing queued,
@@ -270,7 +276,7 @@ class HookQueue:
         contextvars.Context().run(self._execute, job)
         return True
 
-    def _execute(self, job: _Job) -> None:
+    def _execute(self, job: _Job, on_worker: bool = False) -> None:
         """Run `job` (the queue is marked running), hand its result to a waiting caller, and
         free the queue for the next job."""
         deadline = job.deadline
@@ -291,6 +297,11 @@ class HookQueue:
             with self._cond:
                 self._running = False
                 self.current = None
+                if self._jobs or self._pending is not None:
+                    # To the back of the pool's line: other hooks' queues go first.
+                    self._wake(from_worker=on_worker)
+                elif self._closing:
+                    self._drained = True
                 self._cond.notify_all()
 
     # -- shutdown --
@@ -300,23 +311,27 @@ class HookQueue:
         with self._cond:
             self._closing = True
             self._drain_deadline = deadline
+            if not self._running:  # else the run's end serves what is left
+                if self._jobs or self._pending is not None:
+                    self._wake()
+                else:
+                    self._drained = True
             self._cond.notify_all()
 
     def join(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds for the running job (the worker's or a caller's
-        inline one) and the worker thread to finish."""
-        # Real seconds, as Thread.join counts them (a test's fake clock may stand still).
+        """Wait up to `timeout` seconds until nothing runs (on a worker or inline on a
+        caller's thread) and nothing is left that will still run."""
+        # Real seconds (a test's fake clock may stand still).
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._running:
+            while self._running or not (
+                self._drained or (not self._jobs and self._pending is None)
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._cond.wait(remaining)
-        if self._thread is None:
-            return True
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        return not self._thread.is_alive()
+        return True
 
     def abandon(self) -> list[_Job]:
         """After the drain deadline: what never ran (reported as dropped, reason shutdown)."""
@@ -326,6 +341,8 @@ class HookQueue:
                 left.append(self._pending)
             self._jobs.clear()
             self._pending = None
+            self._drained = True
+            self._cond.notify_all()
         return left
 
     def take_droppable(self) -> list[_Job]:
@@ -345,7 +362,7 @@ class HookQueue:
         with self._cond:
             if self._pending is not None:
                 self._window_closes = clock.monotonic()
-                self._cond.notify_all()
+                self._wake()
             while self._jobs or self._pending is not None or self._running:
                 remaining = deadline - clock.monotonic()
                 if remaining <= 0:
@@ -360,7 +377,7 @@ class HookQueue:
 
 
 class Dispatcher:
-    """Maps events onto the template's hooks and owns their queues."""
+    """Maps events onto the template's hooks and owns their queues and the worker pool."""
 
     def __init__(
         self,
@@ -368,13 +385,17 @@ class Dispatcher:
         executor: HookExecutor,
         listener: EngineListener | None = None,
         queue_limit: int = DEFAULT_QUEUE_LIMIT,
+        workers: int = DEFAULT_WORKERS,
     ) -> None:
         self.template = template
         self.executor = executor
         self.listener = listener or EngineListener()
+        self.pool = WorkerPool(workers, executor.clock)
         gates = gates_for(template, executor.clock.monotonic())
         self._queues = {
-            hook.name: HookQueue(hook, executor, self.listener, queue_limit, gates.get(hook.name))
+            hook.name: HookQueue(
+                hook, executor, self.listener, queue_limit, gates.get(hook.name), self.pool
+            )
             for hook in template.hooks
             if hook.enabled
         }
@@ -447,8 +468,11 @@ class Dispatcher:
         for queue in self._queues.values():
             queue.join(deadline - clock.monotonic())
         self.executor.stopping.set()
+        # One half second for all the queues together, not each: with a thousand hooks
+        # waiting for workers, half a second apiece would be minutes.
+        last_call = time.monotonic() + 0.5
         for queue in self._queues.values():
-            if not queue.join(0.5) and queue.current is not None:
+            if not queue.join(last_call - time.monotonic()) and queue.current is not None:
                 # Still in flight: the process may end before it does, and then its own record
                 # would never be written. It may yet have reached its target: `interrupted`.
                 self._undelivered(
@@ -465,6 +489,7 @@ class Dispatcher:
                     queue.hook.name,
                     job.event.name,
                 )
+        self.pool.stop()
 
     def settle(self, deadline: float) -> int:
         """Let what is queued be delivered until `deadline` (monotonic), so that what comes

@@ -18,6 +18,7 @@ from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
 from .executor import HookExecutor
 from .model import LifecycleEvent, SessionInfo
 from .recording import Recorders, build_recorders
+from .workers import workers_from
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
@@ -46,6 +47,7 @@ class HookEngine:
         http_client: Any = None,
         queue_limit: int = DEFAULT_QUEUE_LIMIT,
         script_user: str | None = None,
+        workers: int | None = None,
     ) -> None:
         self.template = template
         self.clock = clock
@@ -67,7 +69,14 @@ class HookEngine:
             hook_log=hook_log,
             environ=env,
         )
-        self.dispatcher = Dispatcher(template, self.executor, self.recorders.listener, queue_limit)
+        # The worker threads every hook shares ($LIFECYCLE_HOOKS_WORKERS, default 8).
+        workers = workers_from(env) if workers is None else workers
+        # No origin can have more requests in flight than there are workers: as many idle
+        # connections per origin are kept, so a burst never closes one it will want again.
+        self.executor.http_keep_alive = workers
+        self.dispatcher = Dispatcher(
+            template, self.executor, self.recorders.listener, queue_limit, workers
+        )
         if self.recorders.metrics is not None:
             self.recorders.metrics.observe_queues(self.dispatcher.queue_depths)
         self._shut = False
@@ -89,7 +98,7 @@ class HookEngine:
         deadline: float | None = None,
     ) -> DispatchResult:
         """Fire the hooks of one event. Returns after the blocking hooks finished (or
-        `deadline`, monotonic, passed); non-blocking hooks run on their own workers."""
+        `deadline`, monotonic, passed); non-blocking hooks run on the shared workers."""
         if isinstance(event, str):
             event = LifecycleEvent(
                 name=event,

@@ -82,6 +82,8 @@ class HookExecutor:
         self.sinks: list[ExecutionSink] = list(sinks)
         self._credentials = credentials
         self._http_client = http_client
+        # Idle connections the HTTP client keeps per origin (the engine sizes it to its pool).
+        self.http_keep_alive = 20
         self._lazy_lock = threading.Lock()
         self._last_redactor: tuple[frozenset[str], Redactor] | None = None
         self.script_user = script_user
@@ -115,7 +117,9 @@ class HookExecutor:
                 from ..actions.http import make_client
 
                 self._http_client = make_client(
-                    tracer_provider=self._tracer_provider, meter_provider=self._meter_provider
+                    tracer_provider=self._tracer_provider,
+                    meter_provider=self._meter_provider,
+                    keep_alive=self.http_keep_alive,
                 )
             return self._http_client
 
@@ -189,6 +193,7 @@ class HookExecutor:
         error_type: str | None = None
         message = ""
         request_record: dict[str, Any] | None = None
+        attempt_log: list[Any] = []  # journal AttemptRows, one per attempt made
         try:
             with trace.use_span(span, end_on_exit=False):
                 if hook.condition is not None and not hook.condition.evaluate(
@@ -204,8 +209,9 @@ class HookExecutor:
                     )
                     request_record = _request_record(hook, rendered, self.redactor(variables))
                     attempts, last = self._attempts(
-                        hook, event, session, rendered, hook_id, span, deadline, variables
-                    )
+                        hook, event, session, rendered, hook_id, span, deadline, variables,
+                        attempt_log,
+                    )  # fmt: skip
                     outcome = outcome_of(last)
                     error_type = last.error_type
                     message = last.message
@@ -249,6 +255,7 @@ class HookExecutor:
             trace_id=_hex(span.get_span_context().trace_id, 32),
             span_id=_hex(span.get_span_context().span_id, 16),
             agent_id=session.metadata.get("AGENT_ID"),
+            attempt_log=tuple(attempt_log),
         )
         self._end_span(span, execution)
         for sink in self.sinks:
@@ -268,12 +275,14 @@ class HookExecutor:
         span: Span,
         deadline: float | None,
         variables: Variables,
+        attempt_log: list[Any],
     ) -> tuple[int, AttemptResult]:
         policy = retry_policy_for(hook)
         waited = 0.0
         attempt = 0
         while True:
             attempt += 1
+            attempt_started = self.clock.wall()
             timeout = attempt_timeout(hook, self.clock.monotonic(), deadline)
             if self.interrupted.is_set():  # the operator asked twice: no new attempt
                 result = AttemptResult(
@@ -297,6 +306,7 @@ class HookExecutor:
                 result = self._script_attempt(
                     hook, event, session, rendered, span, timeout, variables
                 )
+            self._log_attempt(attempt_log, attempt, attempt_started, result, rendered, variables)
             decision = policy.decide(attempt, result, waited)
             if not decision.retry:
                 return attempt, result
@@ -319,6 +329,26 @@ class HookExecutor:
                     )
                 return attempt, result
             waited += delay
+
+    def _log_attempt(
+        self,
+        attempt_log: list[Any],
+        number: int,
+        started_at: float,
+        result: AttemptResult,
+        rendered: RenderedRequest | RenderedCommand | None,
+        variables: Variables,
+    ) -> None:
+        """The attempt's row for the delivery history: redacted with the secrets known now
+        (a token fetched for this attempt among them)."""
+        from .attempt_log import attempt_row
+
+        try:
+            argv = rendered.argv if isinstance(rendered, RenderedCommand) else None
+            redactor = self.redactor(variables)
+            attempt_log.append(attempt_row(number, started_at, result, redactor, argv=argv))
+        except Exception:  # the history is a record: a hook never fails for it
+            log.exception("could not record attempt %d of hook execution", number)
 
     def _http_attempt(
         self,
@@ -421,7 +451,7 @@ class HookExecutor:
             on_output=self.output_listener(hook, redactor),
             root_checked=True,  # refused above
         )
-        return outcome.result
+        return outcome.result._replace(output=(outcome.stdout_tail, outcome.stderr_tail))
 
     def _host_script_attempt(
         self,
@@ -481,6 +511,7 @@ class HookExecutor:
         started = time.monotonic()
         context = self._system_context(hook, event, session)
         answers: list[tuple[str, object]] = []
+        exchange = None  # the last call's, for the delivery history
         for request_id, point in enumerate(hook.action.points.get(event.name, ()), start=1):
             left = timeout - (time.monotonic() - started)
             if left <= 0:
@@ -501,10 +532,11 @@ class HookExecutor:
             )
             if not answer.result.ok:
                 return answer.result
+            exchange = answer.result.exchange
             answers.append((point, answer.value))
         if not answers:
             return AttemptResult("ok", 0.0, skipped=True, message=f"no point of {event.name}")
-        return decide(answers, time.monotonic() - started)
+        return decide(answers, time.monotonic() - started)._replace(exchange=exchange)
 
     def _system_context(
         self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo

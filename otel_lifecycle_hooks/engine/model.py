@@ -106,3 +106,5 @@ class Execution(NamedTuple):
     span_id: str | None = None
     agent_id: str | None = None
     replayed_from: int | None = None  # the journal row this execution re-sends
+    # One journal AttemptRow per attempt made (redacted, bounded: engine/attempt_log.py).
+    attempt_log: tuple[Any, ...] = ()

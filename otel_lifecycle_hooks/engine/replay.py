@@ -122,13 +122,21 @@ class Replayer:
         all_failed: bool = False,
         since: float | None = None,
         *,
-        agent: str | None = None,
-        session: str | None = None,
+        agent: str | Sequence[str] | None = None,
+        session: str | Sequence[str] | None = None,
         hook: str | None = None,
+        event: str | None = None,
+        outcomes: Sequence[str] | None = None,
+        last: int | None = None,
+        retention: Any = None,
     ) -> list[ExecutionRow | int]:
         """The rows to replay, oldest first: the given ids (an id not in the journal stays an
-        int, reported as refused), or every failed original delivery not yet delivered by an
-        earlier replay; of one agent, session or hook when those are given."""
+        int, reported as refused), and with `all_failed` every failed original delivery not
+        yet delivered by an earlier replay and within the journal's retention; of the agents,
+        sessions, hook, event and failed outcomes given; with `last`, only the newest that
+        many of them."""
+        from ..journal.views import visible_executions
+
         chosen: list[ExecutionRow | int] = []
         for execution_id in ids:
             row = self.journal.get(execution_id)
@@ -136,18 +144,28 @@ class Replayer:
         if all_failed:
             delivered = self.journal.delivered_by_replay()
             given = {row.id for row in chosen if isinstance(row, ExecutionRow)}
-            for row in self.journal.failed(since):
+            wanted = tuple(o for o in outcomes or FAILED_OUTCOMES if o in FAILED_OUTCOMES)
+            rows = visible_executions(
+                self.journal, retention=retention, since=since, agent_id=agent,
+                session_id=session, hook=hook, event=event, outcomes=wanted or ("-",),
+                oldest_first=True,
+            )  # fmt: skip
+            for row in rows:
                 if row.replayed_from is None and row.id not in delivered and row.id not in given:
                     chosen.append(row)
         if since is not None:
             chosen = [r for r in chosen if not isinstance(r, ExecutionRow) or r.started_at >= since]
-        wanted = {"agent_id": agent, "session_id": session, "hook": hook}
-        return [
+        checks: list[tuple[str, Any]] = [
+            ("agent_id", agent), ("session_id", session), ("hook", hook), ("event", event),
+            ("outcome", tuple(outcomes) if outcomes else None),
+        ]  # fmt: skip
+        selected = [
             r
             for r in chosen
             if not isinstance(r, ExecutionRow)
-            or all(value is None or getattr(r, name) == value for name, value in wanted.items())
+            or all(_matches(getattr(r, name), value) for name, value in checks)
         ]
+        return selected[-last:] if last is not None else selected
 
     # -- replaying --
 
@@ -168,6 +186,7 @@ class Replayer:
             return self._outcome(row, "dry-run", request=shown)
         from ..actions.http import send
         from ..engine.policies import outcome_of
+        from .attempt_log import attempt_row
 
         started_wall = self.wall_clock()
         result = send(
@@ -191,7 +210,8 @@ class Replayer:
                 idempotency_key=row.idempotency_key,
                 request=row.request,
                 replayed_from=row.id,
-            )
+            ),
+            [attempt_row(1, started_wall, result, prepared.redactor)],
         )
         log.info("replayed execution %s (%s/%s): %s", row.id, row.hook, row.event, outcome)
         return self._outcome(
@@ -364,6 +384,12 @@ class Replayer:
 
 
 # -- pure helpers ---------------------------------------------------------------------------
+
+
+def _matches(value: str, wanted: str | Sequence[str] | None) -> bool:
+    if wanted is None:
+        return True
+    return value == wanted if isinstance(wanted, str) else value in wanted
 
 
 def _replay_variables(

@@ -4,7 +4,8 @@ One URL chooses where it lives, the same for every command (`--journal URL`, els
 `$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or `sqlite:///path` for the embedded SQLite file (the
 default, `~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a
 database that a fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same
-schema (`schema.py`), migrated on open, and answer the same calls.
+schema (`schema.py`), migrated on open, and answer the same calls. `views.py` is what readers
+(`history show`, the `ui` page) use; `retention.py` how long rows are kept.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .rows import FAILED_OUTCOMES, OWED_EVENTS, ExecutionRow, SessionRow
+from .rows import FAILED_OUTCOMES, OWED_EVENTS, AttemptRow, ExecutionRow, SessionRow
 from .schema import SCHEMA_VERSION
 from .sqlite import COMMIT_AFTER_ROWS, COMMIT_AFTER_SECONDS, JOURNAL_ENV, Journal
 
@@ -24,6 +25,7 @@ __all__ = [
     "JOURNAL_ENV",
     "OWED_EVENTS",
     "SCHEMA_VERSION",
+    "AttemptRow",
     "ExecutionRow",
     "Journal",
     "SessionRow",

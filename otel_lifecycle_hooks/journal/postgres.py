@@ -39,9 +39,12 @@ from . import rows as _rows
 from .rows import (
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
+    AttemptRow,
     ExecutionLike,
     ExecutionRow,
     SessionRow,
+    attempt_values,
+    attempts_of,
     commits_at_once,
     execution_filters,
     execution_row_of,
@@ -66,6 +69,9 @@ RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts to reach a database
 _MIGRATION_LOCK = 0x6F746C68
 
 _INSERT_EXECUTION = _rows.INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
+_INSERT_ATTEMPT = (
+    _rows.INSERT_ATTEMPT.replace("?", "%s") + " ON CONFLICT (execution_uid, attempt) DO NOTHING"
+)
 
 _Write = tuple[str, tuple[Any, ...]]
 
@@ -147,17 +153,59 @@ class PostgresJournal:
 
     # -- executions --
 
-    def record_execution(self, row: ExecutionRow) -> int | None:
-        """Queue `row`; None (its id is the database's, known once written)."""
+    def record_execution(
+        self, row: ExecutionRow, attempts: Sequence[AttemptRow] = ()
+    ) -> int | None:
+        """Queue `row` and its `attempts`; None (its id is the database's, known once
+        written)."""
         # An owed event's row (what recovery reads to skip a hook that ran) and a failed
         # delivery's (what replay re-sends) are kept on disk at once, as session writes are.
         durable = commits_at_once(row)
-        self._enqueue(_INSERT_EXECUTION, execution_values(row, _row_uid()), durable=durable)
+        values = execution_values(row, _row_uid())
+        self._enqueue(_INSERT_EXECUTION, values, durable=durable)
+        for attempt in attempts:  # the same batch, after their execution
+            self._enqueue(_INSERT_ATTEMPT, attempt_values(attempt, values[-1]), durable=durable)
         return None
 
     def record(self, execution: ExecutionLike) -> None:
-        """Queue the engine's execution record (a sink for the executor)."""
-        self.record_execution(execution_row_of(execution))
+        """Queue the engine's execution record (a sink for the executor) with its attempts."""
+        self.record_execution(execution_row_of(execution), attempts_of(execution))
+
+    def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
+        """The attempts of the execution whose row_uid this is, in order."""
+        if not execution_uid:
+            return []
+        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
+        return [_rows.attempt_row(row) for row in rows]
+
+    def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
+        return _rows.read_session_counts(self._select, session_ids)
+
+    def newest_id_beyond(self, rows: int) -> int | None:
+        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
+        return found[0]["id"] if found else None
+
+    def apply_retention(
+        self, retention: Any, now: float | None = None, chunk: int | None = None
+    ) -> int:
+        """Delete what `retention` no longer keeps, a chunk per transaction, on the reading
+        connection (not through the write queue; never on a hook's path); how many
+        executions went."""
+        from .retention import CHUNK_ROWS, apply
+
+        def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
+            *before, (last_sql, last_params) = batch
+            # One statement, so one transaction on the autocommit connection.
+            steps = [f"step{n} AS ({sql} RETURNING 1)" for n, (sql, _) in enumerate(before)]
+            params = [p for _, values in before for p in values]
+            steps.append(f"gone AS ({last_sql} RETURNING 1)")
+            found = self._select(
+                f"WITH {', '.join(steps)} SELECT count(*) AS n FROM gone", (*params, *last_params)
+            )
+            return int(found[0]["n"]) if found else 0
+
+        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
@@ -172,18 +220,21 @@ class PostgresJournal:
     def executions(
         self,
         *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
+        agent_id: str | Sequence[str] | None = None,
+        session_id: str | Sequence[str] | None = None,
         hook: str | None = None,
         outcomes: tuple[str, ...] | None = None,
         since: float | None = None,
         limit: int | None = None,
         oldest_first: bool = False,
+        event: str | None = None,
+        after_id: int | None = None,
     ) -> list[ExecutionRow]:
         """Executions matching every filter given, newest first (or oldest first)."""
         where, params = execution_filters(
-            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since
-        )
+            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since,
+            event=event, after_id=after_id,
+        )  # fmt: skip
         sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
         if limit is not None:
             sql += " LIMIT ?"

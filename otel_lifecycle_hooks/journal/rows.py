@@ -6,7 +6,8 @@ SQL here is written with `?` placeholders; the PostgreSQL backend turns them int
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import random
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 # Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended).
@@ -50,6 +51,42 @@ class ExecutionRow(NamedTuple):
     request: Mapping[str, Any] | None = None
     recovered: bool = False
     replayed_from: int | None = None
+    id: int | None = None
+    # What its attempt rows name it by: unique, and known before the database numbers it.
+    row_uid: str | None = None
+
+
+ATTEMPT_COLUMNS = (
+    "execution_uid", "attempt", "started_at", "duration_ms", "outcome", "error_type", "message",
+    "request", "response_status", "response_headers", "response_body", "exit_code", "stdout",
+    "stderr",
+)  # fmt: skip
+
+
+class AttemptRow(NamedTuple):
+    """One attempt of an execution, as the engine journals it: already redacted and bounded.
+
+    `outcome` is success, failed or timeout (the attempt's own, before any retry decision).
+    `request` is what was sent: for HTTP `{"method", "url", "headers", "body"}` (headers as a
+    list of [name, value] pairs, in the order sent; `body` text, cut at the journal's bound
+    with a marker saying so), for a script `{"argv"}`. `response_headers` is a list of
+    [name, value] pairs; `response_body` text (a binary body is described, not stored).
+    `stdout` / `stderr` hold the tail of a script's output."""
+
+    attempt: int
+    started_at: float  # unix seconds
+    outcome: str
+    duration_ms: float = 0.0
+    error_type: str | None = None
+    message: str = ""
+    request: Mapping[str, Any] | None = None
+    response_status: int | None = None
+    response_headers: Sequence[Sequence[str]] | None = None
+    response_body: str | None = None
+    exit_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    execution_uid: str = ""
     id: int | None = None
 
 
@@ -104,11 +141,22 @@ class ExecutionLike(Protocol):
     span_id: str | None
 
 
+def new_row_uid() -> str:
+    # Not uuid4: its os.urandom call costs more than the rest of a row.
+    return f"{random.getrandbits(128):032x}"
+
+
+def attempts_of(execution: Any) -> tuple[AttemptRow, ...]:
+    """The attempt rows the engine's execution record carries (none for older callers)."""
+    return tuple(getattr(execution, "attempt_log", None) or ())
+
+
 def execution_row_of(execution: ExecutionLike) -> ExecutionRow:
     """The journal row of the engine's execution record."""
     hook = getattr(execution, "hook", None)
     event = getattr(execution, "event", None)
     return ExecutionRow(
+        row_uid=new_row_uid(),
         hook=_name_of(hook),
         event=_name_of(event),
         outcome=execution.outcome,
@@ -142,8 +190,45 @@ def execution_values(row: ExecutionRow, row_uid: str | None = None) -> tuple[Any
         row.session_id, row.agent_id, row.hook, row.event, row.outcome, row.attempts,
         row.duration_ms, row.started_at, row.http_status, row.exit_code, row.error_type,
         row.message, row.trace_id, row.span_id, row.idempotency_key, request,
-        int(row.recovered), row.replayed_from, row_uid,
+        int(row.recovered), row.replayed_from, row.row_uid or row_uid,
     )  # fmt: skip
+
+
+def attempt_values(attempt: AttemptRow, execution_uid: str) -> tuple[Any, ...]:
+    def as_json(value: Any) -> str | None:
+        return json.dumps(value, ensure_ascii=False) if value is not None else None
+
+    return (
+        execution_uid, attempt.attempt, attempt.started_at, attempt.duration_ms,
+        attempt.outcome, attempt.error_type, attempt.message, as_json(attempt.request),
+        attempt.response_status, as_json(attempt.response_headers), attempt.response_body,
+        attempt.exit_code, attempt.stdout, attempt.stderr,
+    )  # fmt: skip
+
+
+def attempt_row(row: Any) -> AttemptRow:
+    """From a database row of `attempts`, read by column name."""
+
+    def from_json(text: str | None) -> Any:
+        return json.loads(text) if text is not None else None
+
+    return AttemptRow(
+        id=row["id"],
+        execution_uid=row["execution_uid"],
+        attempt=row["attempt"],
+        started_at=row["started_at"],
+        duration_ms=row["duration_ms"],
+        outcome=row["outcome"],
+        error_type=row["error_type"],
+        message=row["message"],
+        request=from_json(row["request"]),
+        response_status=row["response_status"],
+        response_headers=from_json(row["response_headers"]),
+        response_body=row["response_body"],
+        exit_code=row["exit_code"],
+        stdout=row["stdout"],
+        stderr=row["stderr"],
+    )
 
 
 def execution_row(row: Any) -> ExecutionRow:
@@ -169,6 +254,7 @@ def execution_row(row: Any) -> ExecutionRow:
         request=request,
         recovered=bool(row["recovered"]),
         replayed_from=row["replayed_from"],
+        row_uid=row["row_uid"],
     )
 
 
@@ -208,6 +294,19 @@ def _name_of(spec: Any) -> str:
 INSERT_EXECUTION = (
     f"INSERT INTO executions ({', '.join(EXECUTION_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in EXECUTION_COLUMNS)})"
+)
+INSERT_ATTEMPT = (
+    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in ATTEMPT_COLUMNS)})"
+)
+NTH_NEWEST_ID = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
+SELECT_ATTEMPTS = "SELECT * FROM attempts WHERE execution_uid = ? ORDER BY attempt"
+# Per session: how many executions, and how many of them failed (FAILED_OUTCOMES).
+SESSION_COUNTS = (
+    "SELECT session_id, count(*) AS deliveries,"
+    " sum(CASE WHEN outcome IN ({failed}) THEN 1 ELSE 0 END) AS failed,"
+    " max(started_at) AS last_at FROM executions WHERE session_id IN ({sessions})"
+    " GROUP BY session_id"
 )
 
 OPEN_SESSION = (
@@ -257,19 +356,30 @@ def open_session_values(
 
 def execution_filters(
     *,
-    agent_id: str | None = None,
-    session_id: str | None = None,
+    agent_id: str | Sequence[str] | None = None,
+    session_id: str | Sequence[str] | None = None,
     hook: str | None = None,
     outcomes: tuple[str, ...] | None = None,
     since: float | None = None,
+    event: str | None = None,
+    after_id: int | None = None,
 ) -> tuple[str, list[Any]]:
-    """A WHERE clause (or '') and its parameters for the fleet views' filters."""
+    """A WHERE clause (or '') and its parameters for the fleet views' filters; an agent or
+    session filter may name several ids (any of them matches)."""
     clauses: list[str] = []
     params: list[Any] = []
-    for column, value in (("agent_id", agent_id), ("session_id", session_id), ("hook", hook)):
-        if value is not None:
+    for column, value in (
+        ("agent_id", agent_id), ("session_id", session_id), ("hook", hook), ("event", event),
+    ):  # fmt: skip
+        if isinstance(value, str):
             clauses.append(f"{column} = ?")
             params.append(value)
+        elif value is not None:
+            clauses.append(f"{column} IN ({', '.join('?' for _ in value)})" if value else "1 = 0")
+            params.extend(value)
+    if after_id is not None:
+        clauses.append("id > ?")
+        params.append(after_id)
     if outcomes:
         clauses.append(f"outcome IN ({', '.join('?' for _ in outcomes)})")
         params.extend(outcomes)
@@ -277,3 +387,21 @@ def execution_filters(
         clauses.append("started_at >= ?")
         params.append(since)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def read_session_counts(select: Any, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """`SESSION_COUNTS` for these sessions through a backend's `_select`."""
+    if not session_ids:
+        return {}
+    sql = SESSION_COUNTS.format(
+        failed=", ".join("?" for _ in FAILED_OUTCOMES),
+        sessions=", ".join("?" for _ in session_ids),
+    )
+    counts: dict[str, dict[str, Any]] = {}
+    for row in select(sql, (*FAILED_OUTCOMES, *session_ids)):
+        counts[row["session_id"]] = {
+            "deliveries": int(row["deliveries"]),
+            "failed": int(row["failed"] or 0),
+            "last_at": row["last_at"],
+        }
+    return counts

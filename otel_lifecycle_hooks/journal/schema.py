@@ -82,6 +82,37 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS executions_by_agent ON executions (agent_id, id)",
         ),
     ),
+    (
+        # A delivery history like webhook providers keep: one row per attempt of an execution
+        # (joined on the execution's row_uid, which both databases know before the row is
+        # written), with the request as sent and what the endpoint answered, redacted and
+        # bounded by the engine; for scripts the exit code and the tail of their output.
+        3,
+        (
+            """CREATE TABLE IF NOT EXISTS attempts (
+                id               {id},
+                execution_uid    TEXT NOT NULL,
+                attempt          INTEGER NOT NULL,
+                started_at       {real} NOT NULL,
+                duration_ms      {real} NOT NULL DEFAULT 0,
+                outcome          TEXT NOT NULL,
+                error_type       TEXT,
+                message          TEXT NOT NULL DEFAULT '',
+                request          TEXT,
+                response_status  INTEGER,
+                response_headers TEXT,
+                response_body    TEXT,
+                exit_code        INTEGER,
+                stdout           TEXT,
+                stderr           TEXT
+            )""",
+            (
+                "CREATE UNIQUE INDEX IF NOT EXISTS attempts_by_execution"
+                " ON attempts (execution_uid, attempt)"
+            ),
+            "CREATE INDEX IF NOT EXISTS executions_by_event ON executions (event, id)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -35,7 +35,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,10 +43,14 @@ from . import rows as _rows
 from .rows import (
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
+    INSERT_ATTEMPT,
     INSERT_EXECUTION,
+    AttemptRow,
     ExecutionLike,
     ExecutionRow,
     SessionRow,
+    attempt_values,
+    attempts_of,
     commits_at_once,
     execution_filters,
     execution_row_of,
@@ -80,7 +84,8 @@ class Journal:
         self._busy_reported = False
         # The open batch of execution rows: how many, and when the first was written.
         self._uncommitted = 0
-        self._queued: list[ExecutionRow] = []  # rows of the batch not inserted yet
+        # Rows of the batch not inserted yet, each with its attempts.
+        self._queued: list[tuple[ExecutionRow, Sequence[AttemptRow]]] = []
         self._batch_started = 0.0
         self._last_commit = float("-inf")
         self._batch_open = threading.Condition(self._lock)
@@ -97,25 +102,75 @@ class Journal:
 
     # -- executions --
 
-    def record_execution(self, row: ExecutionRow) -> int | None:
-        """Append `row`; its new id, or None if the journal is not recording."""
+    def record_execution(
+        self, row: ExecutionRow, attempts: Sequence[AttemptRow] = ()
+    ) -> int | None:
+        """Append `row` and its `attempts`; its new id, or None if the journal is not
+        recording."""
+        if attempts and not row.row_uid:
+            row = row._replace(row_uid=_rows.new_row_uid())
         values = execution_values(row)
         at_once = commits_at_once(row)
         return self._run(
             "record an execution",
-            lambda db: self._insert_batched(db, values, at_once),
+            lambda db: self._insert_batched(db, values, at_once, attempts),
             None,
             batched=True,
         )
 
     def record(self, execution: ExecutionLike) -> int | None:
-        """Append the engine's execution record (a sink for the executor): its new id, or
-        None if the journal is not recording or the row joined a batch (a successful row that
-        follows closely on others, inserted and committed by the journal's own thread)."""
+        """Append the engine's execution record (a sink for the executor) with its attempts:
+        its new id, or None if the journal is not recording or the row joined a batch (a
+        successful row that follows closely on others, inserted and committed by the
+        journal's own thread)."""
         row = execution_row_of(execution)
+        attempts = attempts_of(execution)
         if commits_at_once(row):
-            return self.record_execution(row)
-        return self._run("record an execution", lambda db: self._queue(db, row), None, batched=True)
+            return self.record_execution(row, attempts)
+        return self._run(
+            "record an execution", lambda db: self._queue(db, row, attempts), None, batched=True
+        )
+
+    def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
+        """The attempts of the execution whose row_uid this is, in order."""
+        if not execution_uid:
+            return []
+        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
+        return [_rows.attempt_row(row) for row in rows]
+
+    def newest_id_beyond(self, rows: int) -> int | None:
+        """The id of the newest execution that is not among the newest `rows` (None when
+        there are no more than `rows`)."""
+        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
+        return found[0][0] if found else None
+
+    def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
+        return _rows.read_session_counts(self._select, session_ids)
+
+    def apply_retention(
+        self, retention: Any, now: float | None = None, chunk: int | None = None
+    ) -> int:
+        """Delete what `retention` (a `retention.Retention`) no longer keeps, a chunk per
+        transaction (hooks' writes take the lock between chunks); how many executions went."""
+        from .retention import CHUNK_ROWS, apply
+
+        def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
+            def run(db: sqlite3.Connection) -> int:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    count = 0
+                    for sql, params in batch:
+                        count = db.execute(sql, params).rowcount
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                return count
+
+            return self._run("apply retention", run, 0)
+
+        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         """The execution with this id, if any."""
@@ -154,18 +209,21 @@ class Journal:
     def executions(
         self,
         *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
+        agent_id: str | Sequence[str] | None = None,
+        session_id: str | Sequence[str] | None = None,
         hook: str | None = None,
         outcomes: tuple[str, ...] | None = None,
         since: float | None = None,
         limit: int | None = None,
         oldest_first: bool = False,
+        event: str | None = None,
+        after_id: int | None = None,
     ) -> list[ExecutionRow]:
         """Executions matching every filter given, newest first (or oldest first)."""
         where, params = execution_filters(
-            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since
-        )
+            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since,
+            event=event, after_id=after_id,
+        )  # fmt: skip
         sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
         if limit is not None:
             sql += " LIMIT ?"
@@ -346,18 +404,29 @@ class Journal:
                 return default
 
     def _insert_batched(
-        self, db: sqlite3.Connection, values: tuple[Any, ...], at_once: bool
+        self,
+        db: sqlite3.Connection,
+        values: tuple[Any, ...],
+        at_once: bool,
+        attempts: Sequence[AttemptRow] = (),
     ) -> int | None:
         now = time.monotonic()
         self._insert_queued(db)  # rows recorded before this one keep the lower ids
+        uid = values[-1]
         if not db.in_transaction:
             if at_once or now - self._last_commit >= COMMIT_AFTER_SECONDS:  # nothing to join
+                if attempts:  # the execution and its attempts together, or neither
+                    db.execute("BEGIN")
                 row_id = db.execute(INSERT_EXECUTION, values).lastrowid
+                if attempts:
+                    _insert_attempts(db, ((uid, attempts),))
+                    db.execute("COMMIT")
                 self._last_commit = now
                 return row_id
             db.execute("BEGIN")
             self._batch_started = now
         row_id = db.execute(INSERT_EXECUTION, values).lastrowid
+        _insert_attempts(db, ((uid, attempts),))
         self._uncommitted += 1
         if (
             at_once
@@ -369,16 +438,17 @@ class Journal:
             self._wake_committer()
         return row_id
 
-    def _queue(self, db: sqlite3.Connection, row: ExecutionRow) -> int | None:
+    def _queue(
+        self, db: sqlite3.Connection, row: ExecutionRow, attempts: Sequence[AttemptRow]
+    ) -> int | None:
         now = time.monotonic()
         batch_open = bool(self._queued) or db.in_transaction
         if not batch_open and now - self._last_commit >= COMMIT_AFTER_SECONDS:
-            row_id = db.execute(INSERT_EXECUTION, execution_values(row)).lastrowid
-            self._last_commit = now  # after a quiet spell: nothing to join, committed at once
-            return row_id
+            # After a quiet spell: nothing to join, committed at once.
+            return self._insert_batched(db, execution_values(row), True, attempts)
         if not batch_open:
             self._batch_started = now
-        self._queued.append(row)
+        self._queued.append((row, attempts))
         waiting = len(self._queued) + self._uncommitted
         if waiting == 1 or waiting >= COMMIT_AFTER_ROWS:
             self._wake_committer()
@@ -391,7 +461,9 @@ class Journal:
         queued, self._queued = self._queued, []
         if not db.in_transaction:
             db.execute("BEGIN")
-        db.executemany(INSERT_EXECUTION, map(execution_values, queued))
+        values = [execution_values(row) for row, _ in queued]
+        db.executemany(INSERT_EXECUTION, values)
+        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued)))
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:
@@ -461,6 +533,14 @@ class Journal:
         if not self._busy_reported:
             self._busy_reported = True
             log.warning("execution journal %s is busy; could not %s: %s", self.path, what, exc)
+
+
+def _insert_attempts(
+    db: sqlite3.Connection, pairs: Iterable[tuple[str, Sequence[AttemptRow]]]
+) -> None:
+    rows = [attempt_values(attempt, uid) for uid, attempts in pairs for attempt in attempts]
+    if rows:
+        db.executemany(INSERT_ATTEMPT, rows)
 
 
 def _migrate(db: sqlite3.Connection) -> None:

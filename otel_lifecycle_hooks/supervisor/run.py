@@ -47,6 +47,8 @@ DEFAULT_GRACE_PERIOD = 10.0
 MAX_PENDING_MESSAGES = 1024
 # How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
 REAP_INTERVAL = 1.0
+# How long the agent's exit waits for its last events still unread in the event socket.
+LAST_MESSAGES_BOUND = 1.0  # seconds
 # Variables that carry agent metadata into the supervisor (Scion sets them in the container).
 METADATA_ENV = {
     "AGENT_NAME": "SCION_AGENT_NAME",
@@ -141,6 +143,7 @@ class Supervisor:
         self._channel: SessionChannel | None = None
         self._journal: Any = None
         self._heartbeat: Any = None  # recovery.Heartbeat, once the session is journaled
+        self._retention: Any = None  # journal.retention.RetentionKeeper, from the start
         self._child_started = time.monotonic()
         self._child_signal: int | None = None  # the signal the agent died of, if any
         self._ended = False  # session-end fired
@@ -202,6 +205,7 @@ class Supervisor:
             self._recover_earlier_runs()
             self._journal_call("open_session", **self._session_row())
             self._start_heartbeat()
+            self._keep_retention()
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
@@ -275,6 +279,7 @@ class Supervisor:
                 self._reap_orphans()
                 next_reap = time.monotonic() + REAP_INTERVAL
             if kind == "exit":
+                self._take_last_messages()
                 return self._finish(exit_code=value, error=self._crash_message(value))
             if kind == "signal":
                 if value == signal.SIGHUP:
@@ -359,6 +364,7 @@ class Supervisor:
             if not self._processes.alive():
                 break
             time.sleep(0.01)
+        self._reap_orphans()  # one that became a zombie after the last reap above
 
     def _reap_orphans(self) -> None:
         if self._processes is not None:
@@ -375,6 +381,35 @@ class Supervisor:
                 pass
 
     # -- the end --
+
+    def _take_last_messages(self) -> None:
+        """The agent's last events (a `status` just before it exits) may still be unread in
+        the socket when its exit is seen: read them and handle them before the session ends,
+        within a short bound (a descendant still sending cannot hold the exit)."""
+        if self._server is None:
+            return
+        deadline = time.monotonic() + LAST_MESSAGES_BOUND
+        while True:
+            settled = self._server.settle(timeout=max(0.0, deadline - time.monotonic()))
+            handled = False
+            while True:
+                try:
+                    kind, value = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if kind == "message":
+                    self._message_slots.release()
+                    handled = True
+                    if self._stop_requested is None:
+                        try:
+                            self._handle_message(value)
+                        except Exception:  # nothing the agent sends may end the session
+                            log.exception("handling an agent message failed")
+                            self.ingress.refuse("handler_failed")
+                # Anything else (a signal, a tick) changes nothing: the agent has exited and
+                # the session ends next.
+            if (settled and not handled) or time.monotonic() >= deadline:
+                return
 
     def _finish(self, exit_code: int, error: str | None) -> int:
         # From the agent's exit, the grace period bounds the rest: what it left running, and
@@ -463,6 +498,8 @@ class Supervisor:
             self.session.end()
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        if self._retention is not None:
+            self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
         if self._telemetry is not None:
@@ -674,6 +711,13 @@ class Supervisor:
             self._heartbeat = Heartbeat(
                 self._journal, self.session.session_id, heartbeat_interval(self.options.environ)
             )
+
+    def _keep_retention(self) -> None:
+        """Old journal rows go at start and hourly, on a thread of their own (retention.py)."""
+        if self._journal is not None and hasattr(self._journal, "apply_retention"):
+            from ..journal.retention import RetentionKeeper, retention_from
+
+            self._retention = RetentionKeeper(self._journal, retention_from(self.options.environ))
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""

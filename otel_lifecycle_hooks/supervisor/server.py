@@ -36,6 +36,7 @@ MAX_CONNECTIONS = 64
 MESSAGE_DEADLINE = 5.0  # seconds
 LISTEN_BACKLOG = 128
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
+_READ_SIZE = 65536
 
 
 class _Connection:
@@ -89,6 +90,9 @@ class EventServer:
         self._paused = False  # the listener is out of the selector while at MAX_CONNECTIONS
         self._order = itertools.count()
         self._stopped = threading.Event()
+        # Callers of settle() waiting for a round that finds nothing left to read.
+        self._settling: list[threading.Event] = []
+        self._settling_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -101,13 +105,25 @@ class EventServer:
     def _loop(self) -> None:
         try:
             while not self._stopped.is_set():
-                ready = self._selector.select(timeout=_POLL_INTERVAL)
+                # Taken before the select: what was sent before settle() was called is in
+                # the kernel's buffers by now, so a round that finds nothing proves it read.
+                with self._settling_lock:
+                    settling, self._settling = self._settling, []
+                ready = self._selector.select(timeout=0 if settling else _POLL_INTERVAL)
                 connections = []
+                woken = False
                 for key, _ in ready:
                     if key.data == "wake":
-                        return
+                        if self._stopped.is_set():
+                            return
+                        woken = True
+                        self._drain_wake()
+                        continue
                     if key.data is None:
-                        self._accept()
+                        # A client writes as soon as it is connected: a new connection is
+                        # read in this round (after the older ones, as it was accepted
+                        # after them), not after another wait in the selector.
+                        connections.extend(self._accept())
                     else:
                         connections.append(key.data)
                 started = self._clock()
@@ -120,6 +136,13 @@ class EventServer:
                     for connection in self._connections.values():
                         connection.deadline += busy
                 self._expire()
+                if settling:
+                    if len(ready) - woken == 0:
+                        for waiter in settling:
+                            waiter.set()
+                    else:
+                        with self._settling_lock:
+                            self._settling.extend(settling)
         except Exception:  # the loop must never die silently: every later event would be lost
             if not self._stopped.is_set():  # (after close, its sockets are gone: expected)
                 log.exception("event socket: the server loop failed")
@@ -127,37 +150,54 @@ class EventServer:
             for connection in list(self._connections.values()):
                 self._drop(connection)
 
-    def _accept(self) -> None:
+    def _accept(self) -> list[_Connection]:
+        """Accept what waits in the backlog, up to the bound; the new connections."""
+        accepted: list[_Connection] = []
         while len(self._connections) < MAX_CONNECTIONS:
             try:
                 sock, _ = self._sock.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return accepted
             except OSError:
-                return  # closed, or out of descriptors: the backlog keeps the rest waiting
+                return accepted  # closed, or out of descriptors: the backlog keeps the rest
             sock.setblocking(False)
             connection = _Connection(sock, next(self._order), self._clock() + MESSAGE_DEADLINE)
             self._connections[sock.fileno()] = connection
             self._selector.register(sock, selectors.EVENT_READ, connection)
+            accepted.append(connection)
         # At the bound: further clients wait in the listen backlog (and, when it is full,
         # retry within their budget) until a connection ends; each idle one ends at its
         # deadline, so a client holding many open delays the others by at most that.
         if not self._paused:
             self._selector.unregister(self._sock)
             self._paused = True
+        return accepted
 
     def _read(self, connection: _Connection) -> None:
+        # A client writes its lines and closes at once: when what it wrote fitted in one
+        # read, its end of file is very likely there too, and is taken now rather than
+        # after another round of the selector (one more read at most, never a loop).
+        for _ in range(2):
+            if connection.sock.fileno() < 0:  # dropped by the first read
+                return
+            size = self._read_once(connection)
+            if size == 0 or size >= _READ_SIZE:
+                return
+
+    def _read_once(self, connection: _Connection) -> int:
+        """One read and what it completes; the bytes read (0 when nothing was there, or the
+        connection ended and was dropped)."""
         try:
-            chunk = connection.sock.recv(65536)
+            chunk = connection.sock.recv(_READ_SIZE)
         except (BlockingIOError, InterruptedError):
-            return
+            return 0
         except OSError:
             chunk = b""
         if not chunk:  # end of file: a last line without its newline still counts
             if connection.buffer.strip():
                 self._decode(bytes(connection.buffer))
             self._drop(connection)
-            return
+            return 0
         was_empty = not connection.buffer
         connection.buffer += chunk
         if b"\n" in chunk:
@@ -174,9 +214,10 @@ class EventServer:
         if len(connection.buffer) >= MAX_LINE_BYTES:
             self._refuse("line_too_long")
             self._drop(connection)
-            return
+            return 0
         if was_empty:  # a new line began: it gets its own deadline
             connection.deadline = self._clock() + MESSAGE_DEADLINE
+        return len(chunk)
 
     def _expire(self) -> None:
         now = self._clock()
@@ -212,6 +253,29 @@ class EventServer:
         except Exception:
             log.exception("event socket: delivering a message failed")
             self._refuse("delivery_failed")
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until every line sent before this call has been handed to `deliver` (a round
+        of the loop found nothing more to read); False when `timeout` ran out first (a client
+        still sending). The supervisor calls it when the agent exits: the agent's last
+        event may still be in the socket, unread."""
+        if not self._thread.is_alive():
+            return False
+        waiter = threading.Event()
+        with self._settling_lock:
+            self._settling.append(waiter)
+        try:
+            self._wake_w.send(b"s")
+        except OSError:
+            return False
+        return waiter.wait(timeout)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError, OSError):
+            pass
 
     def close(self) -> None:
         self._stopped.set()

@@ -11,12 +11,12 @@ it without a protobuf schema::
      "resource": {"service.name": ...}, "scope": {"name": ..., "version": ...}}
 
 The file is rotated at a size bound, so that a long or busy session cannot fill the disk
-(under load the package writes about 0.6 MB/s): before a write would take `<name>.jsonl`
-past `OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES` (default 20 MiB), it becomes
-`<name>.jsonl.1`, the earlier `.1` becomes `.2`, and so on; only
-`OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP` rotated files are kept (default 3, so at most 80 MiB
-a session), the oldest spans going first. `read_trace_file` reads the rotated files too,
-oldest first, so `trace` shows everything that is kept.
+(a webhook delivery writes two spans, about 2 KB): before a write would take `<name>.jsonl`
+past `LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES` (default 20 MiB), it becomes `<name>.jsonl.1`,
+the earlier `.1` becomes `.2`, and so on; only `LIFECYCLE_HOOKS_TRACE_FILE_KEEP` rotated
+files are kept (default 3, so at most 80 MiB a session), the oldest spans going first.
+`read_trace_file` reads the rotated files too, oldest first, so `trace` shows everything that
+is kept. The older names of these variables, with an `OTEL_` prefix, are still read.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -37,8 +38,9 @@ logger = logging.getLogger(__name__)
 
 TRACE_DIR_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_DIR"
 TRACE_FILE_SUFFIX = ".jsonl"
-MAX_BYTES_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES"
-KEEP_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP"
+MAX_BYTES_ENV = "LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES"
+KEEP_ENV = "LIFECYCLE_HOOKS_TRACE_FILE_KEEP"
+LEGACY_PREFIX = "OTEL_"  # OTEL_LIFECYCLE_HOOKS_TRACE_FILE_*: read when the new name is unset
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_KEEP = 3
 # Below this a file could not hold one typical span: a smaller setting is a mistake.
@@ -105,6 +107,9 @@ def rotation_limits(environ: Mapping[str, str] | None = None) -> tuple[int, int]
 
 def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     text = env.get(name, "").strip()
+    if not text and env.get(LEGACY_PREFIX + name, "").strip():
+        name = LEGACY_PREFIX + name
+        text = env[name].strip()
     if not text:
         return default
     try:
@@ -174,17 +179,31 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
             }
             for event in span.events
         ],
-        "resource": _plain(span.resource.attributes),
+        "resource": _resource_record(span.resource),
         "scope": {"name": scope.name, "version": scope.version} if scope else None,
     }
 
 
 def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    # Attribute sequences arrive as tuples; JSON wants lists.
+    # The SDK keeps attribute sequences as tuples; JSON wants lists. A check against the
+    # Sequence ABC cost more than the rest of the line for a hook span's twenty attributes.
     return {
-        key: list(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
+        key: list(value) if isinstance(value, (tuple, list)) else value
         for key, value in (attributes or {}).items()
     }
+
+
+# The last resource seen and its record: every span of a provider shares one immutable
+# Resource, and `run` has one provider, so its record is made once, not once per span.
+_last_resource: tuple[Resource, dict[str, Any]] | None = None
+
+
+def _resource_record(resource: Resource) -> dict[str, Any]:
+    global _last_resource
+    last = _last_resource
+    if last is None or last[0] is not resource:
+        last = _last_resource = (resource, _plain(resource.attributes))
+    return last[1]
 
 
 class TraceFileExporter(SpanExporter):
@@ -217,8 +236,8 @@ class TraceFileExporter(SpanExporter):
                 for span in spans
             ]
             with self._lock:
-                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                if self._size is None:
+                if self._size is None:  # the first export
+                    self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                     self._size = self.path.stat().st_size if self.path.exists() else 0
                 # A batch may hold more than the bound: it is split between files at a line.
                 pending: list[bytes] = []
@@ -240,7 +259,12 @@ class TraceFileExporter(SpanExporter):
     def _append(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:  # the directory was removed since the first export
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o600)
         with os.fdopen(fd, "ab") as handle:
             handle.write(b"".join(lines))
 

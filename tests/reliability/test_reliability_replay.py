@@ -412,7 +412,8 @@ def test_history_lists_newest_first_filters_and_links_replays(
 
     code, out, _ = cli(capsys, "history", "--journal", str(journal), "--failed")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split()[:5] == ["ID", "STARTED", "HOOK", "EVENT", "OUTCOME"]
+    columns = ["ID", "STARTED", "AGENT", "SESSION", "HOOK", "EVENT", "OUTCOME"]
+    assert code == 0 and lines[0].split()[:7] == columns
     assert len(lines) == 2 and "report" in lines[1] and "http.503" in lines[1]
 
     code, out, _ = cli(

@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 
-from tests.supervisor.supervised import Workspace
+from tests.supervisor.supervised import Workspace, recorded_events, recorder_hook
 from tests.support.target_server import Reply, TargetServer
 
 SLOW = 2.0  # seconds the receiver takes to answer a runtime-event delivery
@@ -95,3 +95,27 @@ def test_a_slow_receiver_cannot_hold_run_past_its_grace_period(
     assert target_server.requests[-1].path == "/runtime"
     events = [json.loads(r.body)["EVENT"] for r in target_server.requests if r.path == "/runtime"]
     assert len(events) == queued
+
+
+LAST_WORDS_AGENT = """
+import json, os, socket
+line = {"v": 1, "kind": "status", "status": "task_completed", "message": "last words"}
+client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+client.connect(os.environ["LIFECYCLE_HOOKS_SOCKET"])
+# Lines the supervisor refuses first: reading them keeps it busy as the agent exits.
+client.sendall(b"{}\\n" * 5000 + json.dumps(line).encode() + b"\\n")
+os._exit(0)  # at once: the line may still be unread in the socket when run sees the exit
+"""
+
+
+def test_an_event_sent_just_before_the_agent_exits_is_still_delivered(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    template = workspace.template(
+        recorder_hook(target_server.url("/hook"), events=("task-completed", "session-end"))
+    )
+    for attempt in range(3):
+        target_server.requests.clear()
+        run = workspace.start(template, [sys.executable, "-c", LAST_WORDS_AGENT])
+        assert run.wait(timeout=60) == 0, run.stderr
+        assert recorded_events(target_server) == ["task-completed", "session-end"], attempt

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
@@ -63,6 +64,32 @@ def test_each_span_is_one_json_line_with_ids_events_status_and_resource(tmp_path
     )
     assert "service.name" in session["resource"]
     assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_each_line_carries_the_resource_of_its_own_provider(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    exporter = TraceFileExporter(path)
+    for service in ("first", "second", "first"):
+        provider = TracerProvider(resource=Resource({"service.name": service}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider.get_tracer("test").start_span("work").end()
+    services = [
+        json.loads(line)["resource"]["service.name"] for line in path.read_text().splitlines()
+    ]
+    assert services == ["first", "second", "first"]
+
+
+def test_the_directory_is_made_again_when_it_was_removed_between_exports(tmp_path: Path) -> None:
+    path = tmp_path / "traces" / "t.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(TraceFileExporter(path)))
+    tracer = provider.get_tracer("test")
+    tracer.start_span("before").end()
+    path.unlink()
+    path.parent.rmdir()
+    tracer.start_span("after").end()
+    assert [span["name"] for span in read_trace_file(path)] == ["after"]
+    assert oct(path.parent.stat().st_mode & 0o777) == oct(0o700)
 
 
 def test_a_write_failure_is_reported_not_raised(tmp_path: Path) -> None:

@@ -91,21 +91,31 @@ def test_the_bound_and_the_count_come_from_the_environment_with_stated_defaults(
 ) -> None:
     assert rotation_limits({}) == (DEFAULT_MAX_BYTES, DEFAULT_KEEP) == (20 * 1024 * 1024, 3)
     env = {
-        "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES": "1048576",
-        "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP": "7",
+        "LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES": "1048576",
+        "LIFECYCLE_HOOKS_TRACE_FILE_KEEP": "7",
     }
     assert rotation_limits(env) == (1048576, 7)
     with caplog.at_level(logging.WARNING):
-        bad = {"OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES": "20MB"}
+        bad = {"LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES": "20MB"}
         assert rotation_limits(bad) == (DEFAULT_MAX_BYTES, DEFAULT_KEEP)
-    assert "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES='20MB': write a whole number" in caplog.text
+    assert "LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES='20MB': write a whole number" in caplog.text
+
+
+def test_the_older_otel_prefixed_names_are_still_read_when_the_new_ones_are_unset() -> None:
+    older = {
+        "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES": "1048576",
+        "OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP": "7",
+    }
+    assert rotation_limits(older) == (1048576, 7)
+    both = {**older, "LIFECYCLE_HOOKS_TRACE_FILE_KEEP": "2"}
+    assert rotation_limits(both) == (1048576, 2)
 
 
 def test_the_exporter_reads_its_limits_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OTEL_LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES", str(64 * 1024))
-    monkeypatch.setenv("OTEL_LIFECYCLE_HOOKS_TRACE_FILE_KEEP", "1")
+    monkeypatch.setenv("LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES", str(64 * 1024))
+    monkeypatch.setenv("LIFECYCLE_HOOKS_TRACE_FILE_KEEP", "1")
     path = tmp_path / "t.jsonl"
     write_spans(TraceFileExporter(path), 300)
     assert rotated_path(path, 1).exists() and not rotated_path(path, 2).exists()

@@ -1,0 +1,114 @@
+"""`ui [--port N] [--host ADDRESS] [--journal URL] [--template T]...`: a local web page of the
+journal's sessions, their deliveries and each delivery's attempts, with a Redeliver button.
+
+The first line printed is the page's URL, its access token included: open it in a browser on
+this machine. The page is served on a loopback address only and answers only requests that
+carry the token (docs/ui.md). It follows the journal as sessions run. Redeliver runs what
+`replay ID` runs, reading credentials from this command's environment and the hook's template
+(the session's, or --template). Stop it with Ctrl-C.
+
+Exit 0 when stopped, 1 when there is no journal or the port cannot be bound, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .history import add_journal_option, journal_path
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the `ui` command."""
+    parser = subparsers.add_parser(
+        "ui",
+        help="a local web page of sessions, deliveries and attempts, with redeliver",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=0,
+        metavar="N",
+        help="port to serve on (default: any free one)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="loopback address to serve on: 127.0.0.1 (default), another 127.x.y.z, or ::1",
+    )
+    parser.add_argument(
+        "--template", "-t", action="append", default=[], metavar="FILE",
+        help="template files Redeliver reads the hooks from (parent first), instead of the session's",
+    )  # fmt: skip
+    add_journal_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the page until interrupted."""
+    import secrets
+
+    from ..journal import open_journal
+    from ..ui import PageServer, serve
+    from ..ui.server import NotLoopback
+
+    path = journal_path(args)
+    if isinstance(path, Path) and not path.is_file():  # reading must not create a journal
+        print(
+            f"otel-lifecycle-hooks ui: there is no journal at {path} (run a session first, "
+            "or pass --journal)",
+            file=sys.stderr,
+        )
+        return 1
+    journal = open_journal(path)
+    try:
+        try:
+            server = PageServer(
+                journal,
+                secrets.token_urlsafe(32),
+                args.host,
+                args.port,
+                templates=list(args.template),
+                environ=dict(os.environ),
+            )
+        except NotLoopback as exc:
+            print(f"otel-lifecycle-hooks ui: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(
+                f"otel-lifecycle-hooks ui: cannot serve on {args.host} port {args.port}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return 1
+        # The URL first and flushed: whoever started us (a script, a test) reads this line.
+        print(server.url, flush=True)
+        print(f"serving the journal {path}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            serve(server)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        journal.close()
+    return 0
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the page as Ctrl-C does
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
+    return value

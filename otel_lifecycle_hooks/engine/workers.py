@@ -1,0 +1,248 @@
+"""The worker threads that run hook executions: a few, shared by every hook of an engine.
+
+Each hook keeps its own queue (`dispatch.HookQueue`), and a queue runs one execution at a
+time, so a hook's executions stay serial and in order whoever runs them. The pool only
+decides which queue a free worker serves next: the queues with work wait their turn in
+arrival order, and a queue that still has work after one execution goes to the back, so a
+hook with a long backlog takes one worker, never all of them.
+
+Workers are started as work arrives, up to `size`, and then kept: a template with one hook
+has one worker, and with no more hooks than workers no hook ever waits for another.
+
+A blocking hook's queue (its caller waits; a pre-stop hook spends the grace period) goes
+before every other, and never waits for a worker: when none is free, a thread is started
+for it, which ends when no blocking work is left. So the threads are at most `size` plus the
+blocking calls waiting at that moment.
+
+The trade-off: an execution holds its worker until it ends, so more non-blocking hooks
+hanging until their timeout than there are workers make the others wait for those timeouts.
+`LIFECYCLE_HOOKS_WORKERS` raises the bound.
+
+Timers (a debounce window closing, a rate-limit token coming) are kept here too: an idle
+worker waits until the earliest, then hands that queue to a worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Protocol
+
+from .clock import SYSTEM_CLOCK, Clock
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+WORKERS_ENV = "LIFECYCLE_HOOKS_WORKERS"
+# Eight: a template with up to eight hooks on an event (most have a handful) runs as if each
+# hook had a thread of its own. With a thousand loopback hooks, four, eight or sixteen workers
+# cost the same CPU per delivery; more only keep more threads, and more connections open to
+# each origin at once. Many slow endpoints, or hooks that may hang, are a reason to raise it.
+DEFAULT_WORKERS = 8
+MAX_WORKERS = 256
+
+
+class Served(Protocol):
+    """What a worker serves: one hook's queue."""
+
+    def serve(self) -> None:
+        """Run the queue's next execution if one may start now (else arrange to be woken)."""
+        ...
+
+
+def workers_from(environ: Mapping[str, str]) -> int:
+    """The pool size `LIFECYCLE_HOOKS_WORKERS` asks for; a value that is not a whole number
+    from 1 to MAX_WORKERS falls back to the default, with a warning that says so."""
+    text = environ.get(WORKERS_ENV, "").strip()
+    if not text:
+        return DEFAULT_WORKERS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_WORKERS:
+        log.warning(
+            "%s=%r: write a whole number from 1 to %d; using %d",
+            WORKERS_ENV,
+            text,
+            MAX_WORKERS,
+            DEFAULT_WORKERS,
+        )
+        return DEFAULT_WORKERS
+    return value
+
+
+class WorkerPool:
+    """At most `size` worker threads (plus one per blocking call no worker was free for),
+    serving hook queues in the order they asked, blocking hooks' queues first."""
+
+    def __init__(self, size: int = DEFAULT_WORKERS, clock: Clock = SYSTEM_CLOCK) -> None:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one worker, not {size}")
+        self.size = size
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._ready: deque[Served] = deque()
+        self._urgent: deque[Served] = deque()
+        self._ready_set: set[Served] = set()
+        self._urgent_set: set[Served] = set()
+        self._timers: list[tuple[float, int, Served]] = []
+        self._timer_for: dict[Served, float] = {}
+        self._order = itertools.count()
+        self._workers: list[threading.Thread] = []
+        self._idle = 0  # workers waiting for work
+        self._fresh = 0  # workers started that have not looked for work yet
+        self._spare = 0  # blocking-work threads between two queues
+        self._stopped = False
+
+    # -- asked by the queues (their own lock may be held: the pool never takes one) --
+
+    def wake(self, queue: Served, urgent: bool = False, from_worker: bool = False) -> None:
+        """`queue` has work that may run now: serve it when a worker is free (`urgent`:
+        before any other, and at once). `from_worker`: asked by a worker that looks for work
+        right after, so no other is needed for it."""
+        with self._cond:
+            if self._stopped:
+                return
+            if urgent:
+                if queue in self._urgent_set:
+                    return
+                self._urgent_set.add(queue)
+                self._urgent.append(queue)
+            else:
+                if queue in self._ready_set or queue in self._urgent_set:
+                    return  # already waiting for a worker
+                self._ready_set.add(queue)
+                self._ready.append(queue)
+            if not from_worker:
+                self._staff()
+
+    def at(self, when: float, queue: Served) -> None:
+        """Wake `queue` at `when` (the clock's monotonic seconds), unless it is woken earlier."""
+        with self._cond:
+            if self._stopped:
+                return
+            current = self._timer_for.get(queue)
+            if current is not None and current <= when:
+                return
+            self._timer_for[queue] = when
+            heapq.heappush(self._timers, (when, next(self._order), queue))
+            if self._idle:
+                self._cond.notify()  # an idle worker sleeps until the earliest timer
+            elif not self._fresh and len(self._workers) < self.size:
+                self._start_worker()  # someone must keep the time
+
+    def stop(self) -> None:
+        """No more work: idle workers end; busy ones end after their execution."""
+        with self._cond:
+            self._stopped = True
+            self._ready.clear()
+            self._ready_set.clear()
+            self._urgent.clear()
+            self._urgent_set.clear()
+            self._timers.clear()
+            self._timer_for.clear()
+            self._cond.notify_all()
+
+    @property
+    def threads(self) -> int:
+        """Worker threads started (blocking-work threads not counted)."""
+        with self._cond:
+            return len(self._workers)
+
+    # -- the workers --
+
+    def _staff(self) -> None:
+        """(lock held) Make sure the waiting queues will be served."""
+        waiting = len(self._ready) + len(self._urgent)
+        if self._idle:
+            self._cond.notify(min(waiting, self._idle))
+        available = self._idle + self._fresh
+        if waiting > available and len(self._workers) < self.size:
+            self._start_worker()
+        elif len(self._urgent) > available + self._spare:
+            # Every worker is busy: a blocking hook does not wait for them.
+            self._spare += 1
+            threading.Thread(
+                target=self._serve_blocking, name="hook-worker-blocking", daemon=True
+            ).start()
+
+    def _start_worker(self) -> None:
+        thread = threading.Thread(
+            target=self._work, name=f"hook-worker-{len(self._workers) + 1}", daemon=True
+        )
+        self._workers.append(thread)
+        self._fresh += 1
+        thread.start()
+
+    def _work(self) -> None:
+        with self._cond:
+            self._fresh -= 1
+        while True:
+            queue = self._next()
+            if queue is None:
+                return
+            self._serve(queue)
+
+    def _next(self) -> Served | None:
+        """The next queue to serve, blocking ones first; None once the pool stopped."""
+        with self._cond:
+            while True:
+                # Timers first: a steady stream of ready queues must not hold a debounced
+                # event past its window.
+                timeout = self._fire_timers()
+                if self._urgent:
+                    queue = self._urgent.popleft()
+                    self._urgent_set.discard(queue)
+                    return queue
+                if self._ready:
+                    queue = self._ready.popleft()
+                    self._ready_set.discard(queue)
+                    return queue
+                if self._stopped:
+                    return None
+                self._idle += 1
+                try:
+                    self._cond.wait(timeout)
+                finally:
+                    self._idle -= 1
+
+    def _fire_timers(self) -> float | None:
+        """(lock held) Queue every queue whose time came; seconds until the next, if any."""
+        now = self._clock.monotonic()
+        while self._timers:
+            when, _, queue = self._timers[0]
+            if self._timer_for.get(queue) != when:
+                heapq.heappop(self._timers)  # superseded by an earlier one
+                continue
+            if when > now:
+                return when - now
+            heapq.heappop(self._timers)
+            del self._timer_for[queue]
+            if queue not in self._ready_set and queue not in self._urgent_set:
+                self._ready_set.add(queue)
+                self._ready.append(queue)
+        return None
+
+    def _serve_blocking(self) -> None:
+        while True:
+            with self._cond:
+                if not self._urgent or self._stopped:
+                    self._spare -= 1
+                    return
+                queue = self._urgent.popleft()
+                self._urgent_set.discard(queue)
+                self._spare -= 1
+            self._serve(queue)
+            with self._cond:
+                self._spare += 1
+
+    @staticmethod
+    def _serve(queue: Served) -> None:
+        try:
+            queue.serve()
+        except Exception:  # a worker outlives any one hook's failure
+            log.exception("a hook worker failed serving a queue")

@@ -1,0 +1,316 @@
+"""The page's HTTP server: stdlib `ThreadingHTTPServer` on a loopback address.
+
+Routes (every one behind `access.check`):
+
+    GET  /                              the page (a `?token=` load sets the cookie, then
+                                        redirects to `/` so the token leaves the address bar)
+    GET  /app.js, /app.css              its script and style
+    GET  /api/sessions                  the latest sessions
+    GET  /api/sessions/ID/deliveries    a session's deliveries, newest first
+    GET  /api/deliveries/ID             one delivery with its attempts
+    POST /api/deliveries/ID/redeliver   `replay` of that delivery; the new delivery's row
+
+The page polls the view it shows, so a delivery journaled while it is open appears on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from ..journal import views as journal_views
+from ..loopback import is_loopback_host
+from . import access, views
+
+log = logging.getLogger("otel_lifecycle_hooks.ui")
+
+_STATIC_TYPES = {
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+_TOKEN_PLACEHOLDER = "__PAGE_TOKEN__"
+_SESSION_DELIVERIES = re.compile(r"^/api/sessions/([^/]+)/deliveries$")
+_DELIVERY = re.compile(r"^/api/deliveries/([0-9]{1,18})$")
+_REDELIVER = re.compile(r"^/api/deliveries/([0-9]{1,18})/redeliver$")
+
+
+class NotLoopback(ValueError):
+    """The page is served on loopback addresses only."""
+
+
+class PageServer(ThreadingHTTPServer):
+    """Serves the journal's page on `host:port` (port 0: any free port) to whoever holds
+    `token`. `templates` and `environ` are what redeliveries read, as for `replay`."""
+
+    daemon_threads = True  # a browser's open connection never holds up shutdown
+
+    def __init__(
+        self,
+        journal: Any,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        templates: Sequence[str] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        if not is_loopback_host(host) or host.strip().lower().startswith("localhost"):
+            # A name would be resolved; only a loopback address literal is bound.
+            raise NotLoopback(
+                f"--host {host!r}: the page binds a loopback address only (127.0.0.1 or ::1)"
+            )
+        bare = host.strip("[]")
+        if ":" in bare:
+            import socket
+
+            self.address_family = socket.AF_INET6
+        self.journal = journal
+        self.token = token
+        self.templates = tuple(templates)
+        self.environ = dict(os.environ if environ is None else environ)
+        # One redelivery at a time: a double click must not send a delivery twice.
+        self.redeliver_lock = threading.Lock()
+        self._files = {
+            name: resources.files(__package__).joinpath("static", name).read_bytes()
+            for name in ("index.html", "app.js", "app.css")
+        }
+        super().__init__((bare, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self.server_address[0])
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}/?{access.TOKEN_QUERY}={self.token}"
+
+    def page(self) -> bytes:
+        # The page reads the token from a meta tag to send it in the POST header (the cookie is
+        # HttpOnly). The token is URL-safe base64: nothing in it needs escaping in HTML.
+        return self._files["index.html"].replace(_TOKEN_PLACEHOLDER.encode(), self.token.encode())
+
+    def static(self, name: str) -> bytes:
+        return self._files[name]
+
+
+def serve(server: PageServer) -> None:
+    """Answer requests until interrupted."""
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: PageServer
+    server_version = "otel-lifecycle-hooks-ui"
+    sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # -- entry points --
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_HEAD(self) -> None:
+        self._answer("GET", head=True)
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def do_PUT(self) -> None:
+        self._answer("PUT")
+
+    def do_DELETE(self) -> None:
+        self._answer("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._answer("PATCH")
+
+    def do_OPTIONS(self) -> None:
+        # No CORS preflight is ever granted: a cross-origin page cannot send the token header.
+        self._answer("OPTIONS")
+
+    # -- dispatch --
+
+    def _answer(self, method: str, head: bool = False) -> None:
+        self._head_only = head
+        parts = urlsplit(self.path)
+        path = parts.path
+        query = parse_qs(parts.query)
+        server = self.server
+        query_tokens = query.get(access.TOKEN_QUERY)
+        query_token = query_tokens[0] if query_tokens else None
+        cookie = access.cookie_token(self.headers.get("Cookie"), server.port)
+        refusal = access.check(
+            method=method,
+            host_header=self.headers.get("Host"),
+            header_token=self.headers.get(access.TOKEN_HEADER),
+            cookie_token=cookie,
+            query_token=query_token,
+            origin=self.headers.get("Origin"),
+            port=server.port,
+            token=server.token,
+            page_load=path == "/",
+        )
+        if refusal is not None:
+            self._send_json(refusal.status, {"error": refusal.reason})
+            return
+        try:
+            if method == "POST":
+                self._post(path)
+            else:
+                self._get(path, proved_by_query=not access.token_matches(cookie, server.token))
+        except Exception:  # one request's failure never stops the page
+            log.exception("ui: %s %s failed", method, path)
+            self._send_json(500, {"error": "the server failed to answer; see its log"})
+
+    def _get(self, path: str, *, proved_by_query: bool) -> None:
+        server = self.server
+        if path == "/":
+            if proved_by_query:
+                # Proven by the query: set the cookie and drop the token from the address bar.
+                self._send(
+                    HTTPStatus.SEE_OTHER,
+                    b"",
+                    "text/plain",
+                    {
+                        "Location": "/",
+                        "Set-Cookie": access.cookie_header(server.token, server.port),
+                    },
+                )
+                return
+            self._send(200, server.page(), "text/html; charset=utf-8")
+            return
+        if path in _STATIC_TYPES:
+            name, content_type = _STATIC_TYPES[path]
+            self._send(200, server.static(name), content_type)
+            return
+        if path == "/api/sessions":
+            self._send_data(self._sessions())
+            return
+        match = _SESSION_DELIVERIES.match(path)
+        if match:
+            self._send_data(self._deliveries(unquote(match.group(1))))
+            return
+        match = _DELIVERY.match(path)
+        if match:
+            found = self._delivery(int(match.group(1)))
+            if found is None:
+                self._send_json(404, {"error": f"no delivery {match.group(1)} in the journal"})
+            else:
+                self._send_data(found)
+            return
+        self._send_json(404, {"error": "no such page"})
+
+    def _post(self, path: str) -> None:
+        match = _REDELIVER.match(path)
+        if not match:
+            self._send_json(404, {"error": "no such action"})
+            return
+        self._drain_body()
+        self._send_data(self._redeliver(int(match.group(1))))
+
+    # -- the data --
+
+    def _sessions(self) -> dict[str, Any]:
+        sessions = journal_views.list_sessions(self.server.journal, limit=views.SESSIONS_SHOWN)
+        return {"sessions": [views.session_entry(session) for session in sessions]}
+
+    def _deliveries(self, session_id: str) -> dict[str, Any]:
+        journal = self.server.journal
+        deliveries = journal_views.list_executions(
+            journal, session_id, limit=views.DELIVERIES_SHOWN
+        )
+        replays = views.replays_of(deliveries)
+        return {
+            "session": views.session_header(journal.session(session_id), deliveries),
+            "deliveries": [
+                views.delivery_entry(d, replays.get(d["id"], ()), with_request=False)
+                for d in deliveries
+            ],
+        }
+
+    def _delivery(self, execution_id: int) -> dict[str, Any] | None:
+        journal = self.server.journal
+        delivery = journal_views.get_execution(journal, execution_id)
+        if delivery is None:
+            return None
+        siblings = journal_views.list_executions(
+            journal, delivery["session_id"] or None, limit=views.DELIVERIES_SHOWN
+        )
+        replays = views.replays_of(siblings).get(execution_id, [])
+        recorded = delivery.pop("attempts")
+        delivery["attempts"] = delivery.pop("attempt_count", len(recorded))
+        attempts = [views.attempt_entry(attempt, len(recorded)) for attempt in recorded]
+        return {
+            "delivery": views.delivery_entry(delivery, replays),
+            "attempts": attempts or [views.summary_attempt(delivery)],
+        }
+
+    def _redeliver(self, execution_id: int) -> dict[str, Any]:
+        # The very code `replay ID` runs: select nothing of its own, send, journal the new row.
+        from ..engine.replay import Replayer
+
+        server = self.server
+        with server.redeliver_lock:
+            replayer = Replayer(
+                server.journal, templates=list(server.templates), environ=server.environ
+            )
+            try:
+                [row] = replayer.select([execution_id])
+                outcome = replayer.replay(row)
+            finally:
+                replayer.close()
+        return {"outcome": views.json_ready(outcome.as_dict())}
+
+    # -- sending --
+
+    def _drain_body(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if 0 < length <= 65536:
+            self.rfile.read(length)
+
+    def _send_data(self, data: Mapping[str, Any]) -> None:
+        if not self.server.journal.healthy:
+            self._send_json(503, {"error": "the journal cannot be read; see the server's log"})
+            return
+        self._send_json(200, data)
+
+    def _send_json(self, status: int, data: Mapping[str, Any]) -> None:
+        body = json.dumps(data).encode("utf-8")
+        self._send(status, body, "application/json; charset=utf-8")
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in access.SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not self._head_only:
+            self.wfile.write(body)

@@ -1,0 +1,178 @@
+"""The page in a real headless Chromium (Debian's, driven by Playwright), against a real
+supervisor run whose hooks reach a loopback server: sessions -> deliveries -> attempts with
+request and response -> Redeliver, and a delivery journaled while the page is open appears
+without a reload. Journaled markup (in a request body and in a response body an endpoint sent)
+is shown as text, never run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, expect, sync_playwright
+
+from tests.support.target_server import Reply, TargetServer
+from tests.ui.processes import ensure_chromium, environment, run_session, start_ui, stop
+
+# Markup an agent or an endpoint could put into what is journaled: shown, never parsed.
+HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
+
+TEMPLATE = """\
+lifecycle_hooks:
+  - name: notify
+    on: [post-start]
+    action:
+      type: http
+      method: POST
+      url: "{notify}"
+      headers:
+        Content-Type: application/json
+      body: '{{"note": "{hostile}"}}'
+    on_error: retry
+    timeout: 5s
+  - name: audit
+    on: [session-end]
+    action:
+      type: http
+      method: POST
+      url: "{audit}"
+      body: '{{"session": "${{SESSION_ID}}"}}'
+    timeout: 5s
+"""
+
+# Generous bounds for a loaded machine: each is how long the page may take, never a measurement.
+expect.set_options(timeout=30_000)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium = ensure_chromium()
+    with sync_playwright() as playwright:
+        # Debian's binary: Playwright's own browser download is never used.
+        launched = playwright.chromium.launch(executable_path=str(chromium), headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
+    tmp_path: Path, browser: Browser
+) -> None:
+    with TargetServer() as target:
+        target.on(
+            "/notify",
+            Reply(503, {"Content-Type": "text/html"}, HOSTILE.encode()),
+            Reply.json(201, '{"accepted": true}'),
+        )
+        target.on("/audit", Reply(500, {"Content-Type": "text/plain"}, HOSTILE.encode()))
+        target.always("/audit", Reply(200, {"Content-Type": "text/plain"}, b"thanks"))
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(
+            TEMPLATE.format(
+                notify=target.url("/notify"), audit=target.url("/audit"), hostile=HOSTILE
+            )
+        )
+        journal = tmp_path / "journal.sqlite3"
+        env = environment(tmp_path, journal)
+        go = tmp_path / "go"
+        # The agent runs until the test lets it end, so that the page watches a live session.
+        supervisor = run_session(
+            template, env, f'while [ ! -e "{go}" ]; do sleep 0.1; done', wait=False
+        )
+        ui = None
+        try:
+            target.wait_for(1, timeout=60)  # post-start began: the journal and session exist
+            ui = start_ui(env, "--journal", str(journal))
+            page = browser.new_page()
+            problems: list[Any] = []
+            page.on("pageerror", lambda error: problems.append(error))
+            page.on("dialog", lambda dialog: (problems.append(dialog.message), dialog.dismiss()))
+
+            page.goto(ui.url)
+            expect(page).to_have_url(re.compile(rf"^http://127\.0\.0\.1:{ui.port}/(#.*)?$"))
+            sessions = page.locator("#sessions tbody tr")
+            expect(sessions).to_have_count(1)
+            expect(sessions.first).to_contain_text("page-agent")
+            expect(sessions.first).to_contain_text("running")
+            sessions.first.locator("a.session-link").click()
+
+            deliveries = page.locator("#deliveries tbody tr")
+            notify = deliveries.filter(has_text="notify")
+            expect(notify).to_contain_text("success")  # once its retry got the 201
+            expect(notify.locator("td").nth(5)).to_have_text("2")  # attempts
+            expect(deliveries).to_have_count(1)
+
+            # The agent ends: its session-end delivery is journaled while the page is open,
+            # and appears without a reload.
+            go.touch()
+            audit = deliveries.filter(has_text="audit")
+            expect(audit).to_contain_text("failed")
+            expect(audit).to_contain_text("HTTP 500")
+            stop(supervisor, signal_first=None, timeout=60)
+            assert supervisor.returncode == 0
+
+            # A delivery's attempts: each request as sent (redacted) and each response.
+            notify.locator("a.delivery-link").click()
+            attempts = page.locator("#attempts .attempt")
+            expect(attempts).to_have_count(2)
+            first, second = attempts.nth(0), attempts.nth(1)
+            expect(first.locator("h3")).to_contain_text("Attempt 1 of 2")
+            for attempt in (first, second):
+                expect(attempt.locator(".request-line")).to_have_text(
+                    f"POST {target.url('/notify')}"
+                )
+                expect(attempt.locator(".request pre.body")).to_contain_text(HOSTILE)
+                expect(attempt.locator(".request .headers")).to_contain_text("application/json")
+            expect(first.locator(".response-status")).to_have_text("HTTP 503")
+            expect(first.locator(".response .headers")).to_contain_text("text/html")
+            expect(first.locator(".response pre.body")).to_have_text(HOSTILE)
+            expect(second.locator(".response-status")).to_have_text("HTTP 201")
+            expect(second.locator(".response pre.body")).to_contain_text('"accepted": true')
+            # The journaled markup is text: no element was made of it, no script of it ran.
+            assert page.locator("main img, main script").count() == 0
+            assert page.evaluate("window.__pwned") is None
+
+            # Redeliver the failed audit: replay's code sends it again, and the new row lands.
+            page.go_back()
+            audit.locator("a.delivery-link").click()
+            audit_id = int(page.url.rsplit("/", 1)[1])
+            expect(page.locator("h2")).to_contain_text(f"Delivery #{audit_id}: audit")
+            page.locator("#redeliver").click()
+            result = page.locator("#redeliver-result")
+            expect(result).to_contain_text("Redelivered: success (HTTP 200)")
+            new_link = page.locator("#redelivered-link")
+            new_id = int(new_link.inner_text().rsplit("#", 1)[1])
+            assert new_id > audit_id
+
+            sent = [r for r in target.wait_for(4) if r.path == "/audit"]
+            assert len(sent) == 2
+            assert sent[1].headers["x-scion-hook-id"] == sent[0].headers["x-scion-hook-id"]
+            assert sent[1].body == sent[0].body
+
+            expect(page.locator(".replay-link")).to_have_text(f"#{new_id}")
+            page.go_back()
+            replayed = page.locator(f'#deliveries tbody tr[data-delivery="{new_id}"]')
+            expect(replayed).to_contain_text("success")
+            expect(replayed.locator("td").last).to_have_text(f"#{audit_id}")
+            new_link_in_row = replayed.locator("a.delivery-link")
+            new_link_in_row.click()
+            expect(page.locator("h2")).to_contain_text(f"Delivery #{new_id}: audit")
+            # The redelivery's own attempt: what was sent again and what the endpoint answered.
+            redelivered = page.locator("#attempts .attempt")
+            expect(redelivered).to_have_count(1)
+            expect(redelivered.locator("h3")).to_contain_text("Attempt 1 of 1")
+            expect(redelivered.locator(".request-line")).to_have_text(
+                f"POST {target.url('/audit')}"
+            )
+            expect(redelivered.locator(".response-status")).to_have_text("HTTP 200")
+            expect(redelivered.locator(".response pre.body")).to_have_text("thanks")
+            assert problems == []
+        finally:
+            if ui is not None:
+                assert ui.stop() == 0
+            stop(supervisor)
