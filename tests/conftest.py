@@ -23,6 +23,7 @@ def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("OTEL_LIFECYCLE_HOOKS_JOURNAL", raising=False)
-    monkeypatch.delenv("OTEL_LIFECYCLE_HOOKS_LOG", raising=False)
+    for name in ("JOURNAL", "LOG"):
+        monkeypatch.delenv(f"LIFECYCLE_HOOKS_{name}", raising=False)
+        monkeypatch.delenv(f"OTEL_LIFECYCLE_HOOKS_{name}", raising=False)
     return home

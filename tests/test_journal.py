@@ -339,6 +339,11 @@ def test_default_path_honours_the_override_then_home(tmp_path: Path):
     assert default_journal_path({"OTEL_LIFECYCLE_HOOKS_JOURNAL": "/x/j.db", "HOME": "/h"}) == Path(
         "/x/j.db"
     )
+    assert default_journal_path({"LIFECYCLE_HOOKS_JOURNAL": "/n/j.db", "HOME": "/h"}) == Path(
+        "/n/j.db"
+    )
+    both = {"LIFECYCLE_HOOKS_JOURNAL": "/new.db", "OTEL_LIFECYCLE_HOOKS_JOURNAL": "/old.db"}
+    assert default_journal_path(both) == Path("/new.db")  # the new name first
     assert default_journal_path({"HOME": "/home/agent"}) == Path(
         "/home/agent/.local/state/otel-lifecycle-hooks/journal.sqlite3"
     )

@@ -100,9 +100,9 @@ def demo(state: Path, journal: Path) -> int:
     env = dict(os.environ)
     env.update(
         DEMO_RECEIVER=f"http://127.0.0.1:{server.server_port}",
-        OTEL_LIFECYCLE_HOOKS_JOURNAL=str(journal),
-        OTEL_LIFECYCLE_HOOKS_LOG=str(state / "agent.log"),
-        OTEL_LIFECYCLE_HOOKS_TRACE_DIR=str(state / "traces"),
+        LIFECYCLE_HOOKS_JOURNAL=str(journal),
+        LIFECYCLE_HOOKS_LOG=str(state / "agent.log"),
+        LIFECYCLE_HOOKS_TRACE_DIR=str(state / "traces"),
         OTEL_SERVICE_NAME="demo-agent",
     )
     for key in [k for k in env if k.startswith("OTEL_EXPORTER_") or k in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")]:

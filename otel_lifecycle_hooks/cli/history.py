@@ -83,7 +83,7 @@ def add_journal_option(parser: argparse.ArgumentParser) -> None:
         "--journal",
         metavar="URL",
         help="execution journal: a path, sqlite:///PATH or postgresql://... (default: "
-        "$OTEL_LIFECYCLE_HOOKS_JOURNAL, else ~/.local/state/otel-lifecycle-hooks/journal.sqlite3)",
+        "$LIFECYCLE_HOOKS_JOURNAL, else ~/.local/state/otel-lifecycle-hooks/journal.sqlite3)",
     )
 
 

@@ -49,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--journal",
         metavar="PATH",
-        help=f"execution journal (default: ${JOURNAL_ENV}, else "
+        help=f"execution journal (default: ${JOURNAL_ENV.removeprefix('OTEL_')}, else "
         "~/.local/state/otel-lifecycle-hooks/journal.sqlite3)",
     )
 
@@ -72,7 +72,12 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 1
-    journal_path = args.journal or os.environ.get(JOURNAL_ENV) or default_journal_path()
+    journal_path = (
+        args.journal
+        or os.environ.get(JOURNAL_ENV.removeprefix("OTEL_"))
+        or os.environ.get(JOURNAL_ENV)
+        or default_journal_path()
+    )
     recent = _recent_executions(journal_path, [hook.name for hook in template.hooks])
     if args.json:
         print(json.dumps(_as_json(template, recent), indent=2, default=str))

@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> None:
         default="60s",
         metavar="DURATION",
         help="a heartbeat older than this is a dead supervisor's (default 60s; the supervisors' "
-        "heartbeat is every 10s, $OTEL_LIFECYCLE_HOOKS_HEARTBEAT)",
+        "heartbeat is every 10s, $LIFECYCLE_HOOKS_HEARTBEAT)",
     )
     parser.add_argument(
         "--watch", action="store_true", help="keep reconciling, every --interval, until stopped"

@@ -58,7 +58,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--journal",
-        help="execution journal file (default: $OTEL_LIFECYCLE_HOOKS_JOURNAL or ~/.local/state/...)",
+        help="execution journal file (default: $LIFECYCLE_HOOKS_JOURNAL or ~/.local/state/...)",
     )
     parser.add_argument(
         "--hook-log", help="hook log file (default: $LIFECYCLE_HOOKS_LOG or $HOME/agent.log)"

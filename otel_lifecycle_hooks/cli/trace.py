@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> None:
         "file",
         nargs="?",
         type=Path,
-        help="a .jsonl trace file (default: the newest in $OTEL_LIFECYCLE_HOOKS_TRACE_DIR"
+        help="a .jsonl trace file (default: the newest in $LIFECYCLE_HOOKS_TRACE_DIR"
         " or ~/.local/state/otel-lifecycle-hooks/traces)",
     )
     parser.add_argument(

@@ -1,7 +1,7 @@
 """The execution journal: every hook execution and every supervised session.
 
 One URL chooses where it lives, the same for every command (`--journal URL`, else
-`$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or `sqlite:///path` for the embedded SQLite file (the
+`$LIFECYCLE_HOOKS_JOURNAL`, or the older `$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or `sqlite:///path` for the embedded SQLite file (the
 default, `~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a
 database that a fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same
 schema (`schema.py`), migrated on open, and answer the same calls. `views.py` is what readers
@@ -43,10 +43,16 @@ def is_postgres_url(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(_POSTGRES_SCHEMES)
 
 
+def journal_setting(environ: Mapping[str, str]) -> str:
+    """`$LIFECYCLE_HOOKS_JOURNAL`, else the older `$OTEL_LIFECYCLE_HOOKS_JOURNAL`, else ""."""
+    return environ.get(JOURNAL_ENV.removeprefix("OTEL_")) or environ.get(JOURNAL_ENV) or ""
+
+
 def journal_location(explicit: str | Path | None, environ: Mapping[str, str]) -> str | Path:
-    """`explicit` (--journal), else `$OTEL_LIFECYCLE_HOOKS_JOURNAL`, else the default file: a
-    PostgreSQL URL as it is, anything else as the path of a SQLite file."""
-    given = explicit or environ.get(JOURNAL_ENV)
+    """`explicit` (--journal), else `$LIFECYCLE_HOOKS_JOURNAL` (or the older
+    `$OTEL_LIFECYCLE_HOOKS_JOURNAL`), else the default file: a PostgreSQL URL as it is, anything
+    else as the path of a SQLite file."""
+    given = explicit or journal_setting(environ)
     if not given:
         return default_journal_path(environ)
     if isinstance(given, Path) or is_postgres_url(given):
@@ -60,9 +66,9 @@ def journal_location(explicit: str | Path | None, environ: Mapping[str, str]) ->
 
 
 def default_journal_path(environ: Mapping[str, str]) -> Path:
-    """The SQLite file: `$OTEL_LIFECYCLE_HOOKS_JOURNAL` when it names one, else
+    """The SQLite file: `$LIFECYCLE_HOOKS_JOURNAL` (or the older name) when it names one, else
     `$HOME/.local/state/otel-lifecycle-hooks/journal.sqlite3`."""
-    explicit = environ.get(JOURNAL_ENV)
+    explicit = journal_setting(environ)
     if explicit and not is_postgres_url(explicit):
         location = journal_location(explicit, {})
         assert isinstance(location, Path)

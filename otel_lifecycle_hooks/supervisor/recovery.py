@@ -190,8 +190,9 @@ def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
 
 
 def heartbeat_interval(environ: Mapping[str, str]) -> float:
-    """`$OTEL_LIFECYCLE_HOOKS_HEARTBEAT` (a duration), else 10 s."""
-    text = environ.get(HEARTBEAT_ENV)
+    """`$LIFECYCLE_HOOKS_HEARTBEAT` (or the older `$OTEL_LIFECYCLE_HOOKS_HEARTBEAT`), a
+    duration, else 10 s."""
+    text = environ.get(HEARTBEAT_ENV.removeprefix("OTEL_")) or environ.get(HEARTBEAT_ENV)
     if not text:
         return DEFAULT_HEARTBEAT
     from ..template.durations import DurationError, parse_duration

@@ -48,11 +48,12 @@ MIN_MAX_BYTES = 64 * 1024
 
 
 def default_trace_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """`$OTEL_LIFECYCLE_HOOKS_TRACE_DIR`, else `$XDG_STATE_HOME` (default `~/.local/state`)
-    `/otel-lifecycle-hooks/traces`."""
+    """`$LIFECYCLE_HOOKS_TRACE_DIR` (or the older `$OTEL_LIFECYCLE_HOOKS_TRACE_DIR`), else
+    `$XDG_STATE_HOME` (default `~/.local/state`) `/otel-lifecycle-hooks/traces`."""
     env = os.environ if environ is None else environ
-    if env.get(TRACE_DIR_ENV):
-        return Path(env[TRACE_DIR_ENV]).expanduser()
+    named = env.get(TRACE_DIR_ENV.removeprefix("OTEL_")) or env.get(TRACE_DIR_ENV)
+    if named:
+        return Path(named).expanduser()
     state_home = env.get("XDG_STATE_HOME") or str(
         Path(env.get("HOME") or Path.home()) / ".local" / "state"
     )

@@ -28,6 +28,9 @@ MUST_RUN = {
 NOT_RUNNABLE: dict[str, str] = {
     "fleet.md": "its one block is a Kubernetes manifest (no cluster here); tests/fleet/ runs the "
     "shared PostgreSQL journal, reconcile and recovery it describes",
+    "ui.md": "its one command starts a server that runs until it is stopped; tests/ui/ starts "
+    "it, reads the URL it prints first and drives the page in a real Chromium, and "
+    "tests/test_demo.py runs the command the demo prints",
 }
 # `<!-- docs-test: collector -->`: the page's programs export to a real collector, which
 # OTEL_EXPORTER_OTLP_ENDPOINT names; `receives` markers say which spans it must get.

@@ -23,6 +23,9 @@ from otel_lifecycle_hooks.telemetry.tracefile import (
 
 def test_trace_dir_variable_then_xdg_state_home_then_home() -> None:
     assert default_trace_dir({"OTEL_LIFECYCLE_HOOKS_TRACE_DIR": "/d", "HOME": "/h"}) == Path("/d")
+    assert default_trace_dir({"LIFECYCLE_HOOKS_TRACE_DIR": "/n", "HOME": "/h"}) == Path("/n")
+    both = {"LIFECYCLE_HOOKS_TRACE_DIR": "/n", "OTEL_LIFECYCLE_HOOKS_TRACE_DIR": "/d"}
+    assert default_trace_dir(both) == Path("/n")
     assert default_trace_dir({"XDG_STATE_HOME": "/s", "HOME": "/h"}) == Path(
         "/s/otel-lifecycle-hooks/traces"
     )
