@@ -282,7 +282,9 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("OTEL_", "SCION_")) and k not in ("XDG_STATE_HOME",)
     }
-    env.update(HOME=str(home), OTEL_LIFECYCLE_HOOKS_JOURNAL=str(home / "journal.db"))
+    # Both names: the package reads LIFECYCLE_HOOKS_JOURNAL first, the older one after it.
+    journal = str(home / "journal.db")
+    env.update(HOME=str(home), LIFECYCLE_HOOKS_JOURNAL=journal, OTEL_LIFECYCLE_HOOKS_JOURNAL=journal)
     env.update(extra)
     return env
 
