@@ -37,7 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "hook" and "-h" not in args and "--help" not in args:
         from .hook import main as hook_main
+        from .hook import run_command
 
+        if argv is None:  # this process's own command line: it may end at once
+            run_command(args[1:])
+            return 0
         return hook_main(args[1:])
     if args and args[0] == "run":
         from .run import quick_parse, run
