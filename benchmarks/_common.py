@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import http.client
 import json
 import os
+import re
+import resource
 import select
 import shlex
 import socket
@@ -20,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +32,8 @@ from typing import Any, Self
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
-PACKAGE_DIR = REPO_DIR / "otel_lifecycle_hooks"
+PACKAGE = "otel_lifecycle_hooks"
+PACKAGE_DIR = REPO_DIR / PACKAGE
 SEED_TEMPLATE = BENCH_DIR / "templates" / "agent-registry.yaml"
 SEED_REGISTRY_URL = "https://agentregistry.googleapis.com"
 
@@ -124,15 +128,28 @@ def bench_arguments(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="tiny counts: checks it runs")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    return parser.parse_args()
+    args = parser.parse_args()
+    problem = installed_package_problem()
+    if problem and not args.quick:
+        # Before any work: a figure of the source tree is not one of an install.
+        print(f"NOT MEASURED: {problem}", file=sys.stderr)
+        sys.exit(2)
+    return args
 
 
 def report(script: str, figures: Sequence[Figure], args: argparse.Namespace) -> int:
     """Print the figures and the command that reproduces them; exit 1 if a target was missed
-    (never in --quick mode, whose counts are too small to judge)."""
+    (never in --quick mode, whose counts are too small to judge), and 2, with no figures
+    written, when the package measured was not an installed copy (see `installed_package`)."""
     print(f"{script}{' (quick)' if args.quick else ''}")
+    problem = installed_package_problem()
+    if problem and not args.quick:
+        print(f"  NOT MEASURED: {problem}", flush=True)
+        return 2
     for figure in figures:
         print(figure.describe())
+    if problem:
+        print(f"  (quick: {problem})")
     print(f"  reproduce: {reproduce_command(script)}")
     if args.json:
         Path(args.json).write_text(json.dumps([f.to_json() for f in figures], indent=2))
@@ -141,7 +158,45 @@ def report(script: str, figures: Sequence[Figure], args: argparse.Namespace) -> 
 
 
 def reproduce_command(script: str) -> str:
-    return f".venv/bin/python benchmarks/{script}"
+    """This very interpreter (relative to the checkout when inside it) running the script."""
+    python = Path(sys.executable)
+    try:
+        shown = str(python.relative_to(REPO_DIR))
+    except ValueError:
+        shown = str(python)
+    return f"{shown} benchmarks/{script}"
+
+
+def package_location(python: str | None = None) -> str:
+    """Where `python` (default: this interpreter), started as the measured processes are
+    (this environment, this working directory), imports the package from."""
+    completed = subprocess.run(
+        [python or sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
+        capture_output=True, text=True, check=False,
+    )
+    if completed.returncode != 0:
+        return f"(not importable: {completed.stderr.strip().splitlines()[-1:]})"
+    return completed.stdout.strip()
+
+
+def installed_package_problem() -> str | None:
+    """None when the package this script and its processes use is the copy installed in this
+    interpreter's environment (`sys.prefix`), as a user's `pip install` puts it; else why
+    not. The source tree (an editable install, or the checkout on `sys.path`) is not what
+    users run: no bytecode compiled at install time, and an editable finder's imports in
+    every interpreter, the baseline's included."""
+    prefix = os.path.realpath(sys.prefix) + os.sep
+    found = [package_location()]
+    module = sys.modules.get(PACKAGE)
+    if module is not None and getattr(module, "__file__", None):
+        found.append(str(module.__file__))
+    for location in found:
+        if not os.path.realpath(location).startswith(prefix):
+            return (
+                f"{PACKAGE} is imported from {location}, not from an install under "
+                f"{sys.prefix}: run it with the wheel venv's python (`make bench`)"
+            )
+    return None
 
 
 # -- timing -----------------------------------------------------------------------------------
@@ -212,9 +267,11 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 def compile_package() -> None:
-    """Write the package's bytecode, as pip does at install time: the benchmarks measure an
-    installed package, not one compiled afresh on every start."""
-    compileall.compile_dir(str(PACKAGE_DIR), quiet=1)
+    """Write the source tree's bytecode, as pip does at install time, when the package is
+    run from there (a --quick run from the development venv); an installed wheel was
+    compiled by pip."""
+    if os.path.realpath(package_location()).startswith(str(PACKAGE_DIR) + os.sep):
+        compileall.compile_dir(str(PACKAGE_DIR), quiet=1)
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
@@ -225,7 +282,9 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("OTEL_", "SCION_")) and k not in ("XDG_STATE_HOME",)
     }
-    env.update(HOME=str(home), OTEL_LIFECYCLE_HOOKS_JOURNAL=str(home / "journal.db"))
+    # Both names: the package reads LIFECYCLE_HOOKS_JOURNAL first, the older one after it.
+    journal = str(home / "journal.db")
+    env.update(HOME=str(home), LIFECYCLE_HOOKS_JOURNAL=journal, OTEL_LIFECYCLE_HOOKS_JOURNAL=journal)
     env.update(extra)
     return env
 
@@ -543,3 +602,166 @@ def one_hook_session(
         meter_provider=meter_provider,
     )
     return AgentSession(engine, agent_name="bench-agent", tracer_provider=tracer_provider)
+
+
+# -- a supervisor with its routes, and Claude Code's settings for them ------------------------
+
+CHANNEL_FILE = "channel.json"
+
+
+def launch_supervisor(
+    template: Path, home: Path, *, http: bool = False, **env: str
+) -> subprocess.Popen[bytes]:
+    """`otel-lifecycle-hooks run --template T -- sh -c ...` (this install's console script),
+    not waited for: its child writes where the routes are (`wait_for_channel`), then sleeps.
+    `http` opens the loopback HTTP route (Claude Code's)."""
+    found = home / CHANNEL_FILE
+    child = (
+        'printf \'{"socket": "%s", "http_url": "%s", "token": "%s", "settings": "%s"}\' '
+        '"$LIFECYCLE_HOOKS_SOCKET" "$LIFECYCLE_HOOKS_HTTP_URL" "$LIFECYCLE_HOOKS_HTTP_TOKEN" '
+        '"$LIFECYCLE_HOOKS_CLAUDE_SETTINGS" '
+        f"> {shlex.quote(str(found))}.tmp && mv {shlex.quote(str(found))}.tmp "
+        f"{shlex.quote(str(found))}; exec sleep 600"
+    )
+    argv = [console_script(), "run", "--template", str(template), "--", "sh", "-c", child]
+    return subprocess.Popen(
+        argv,
+        env=clean_env(home, LIFECYCLE_HOOKS_HTTP="1" if http else "0", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=open(home / "supervisor.err", "wb"),
+        cwd=home,
+    )
+
+
+def wait_for_channel(
+    process: subprocess.Popen[bytes], home: Path, timeout: float = 60.0
+) -> dict[str, str]:
+    """The routes a `launch_supervisor` child wrote: socket, http_url, token, settings (the
+    last three empty without the HTTP route). Stops the supervisor and exits if it did not
+    start."""
+    found = home / CHANNEL_FILE
+    deadline = time.monotonic() + timeout
+    while not found.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_process(process)
+            err = (home / "supervisor.err").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"the supervisor did not start: {err}")
+        time.sleep(0.02)
+    channel: dict[str, str] = json.loads(found.read_text())
+    return channel
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM (a supervisor then runs pre-stop and session-end), SIGKILL after `timeout`."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_process(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one whole process, milliseconds; it must
+    exit 0."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    completed = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, env=env, check=False)
+    wall = (time.perf_counter() - started) * 1000.0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} exited {completed.returncode}: "
+                           f"{completed.stderr[-500:]!r}")
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, used * 1000.0
+
+
+def claude_command_hook(settings: dict[str, Any]) -> list[str]:
+    """The command hook of the settings (SessionStart's): the console script of this
+    install, with its arguments."""
+    [group] = settings["hooks"]["SessionStart"]
+    [handler] = group["hooks"]
+    argv = shlex.split(handler["command"])
+    if os.path.dirname(argv[0]) != os.path.dirname(sys.executable):
+        raise SystemExit(f"the settings' hook command is not this install's: {argv[0]}")
+    return argv
+
+
+def claude_http_hook(
+    settings: dict[str, Any], env: Mapping[str, str]
+) -> Callable[[bytes], float]:
+    """A sender of PreToolUse's http hook as Claude Code sends it: its URL, its headers with
+    the variables it allows interpolated from the environment; the POST's wall time, ms."""
+    [group] = settings["hooks"]["PreToolUse"]
+    [handler] = group["hooks"]
+    if handler["type"] != "http":
+        raise SystemExit(f"PreToolUse is a {handler['type']} hook, not http")
+    allowed = set(handler.get("allowedEnvVars", []))
+
+    def interpolate(text: str) -> str:
+        return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?",
+                      lambda m: env.get(m[1], "") if m[1] in allowed else "", text)
+
+    headers = {k: interpolate(v) for k, v in handler.get("headers", {}).items()}
+    headers["Content-Type"] = "application/json"
+    url = handler["url"].removeprefix("http://")
+    address, _, path = url.partition("/")
+    host, port = address.split(":")
+
+    def post(body: bytes) -> float:
+        started = time.perf_counter()
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request("POST", "/" + path, body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+        elapsed = (time.perf_counter() - started) * 1000.0
+        if response.status != 200:
+            raise RuntimeError(f"POST {handler['url']} answered {response.status}")
+        return elapsed
+
+    return post
+
+
+def start_supervisor(template: Path, home: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """`run` with its HTTP route open; the child writes where the routes are, then sleeps."""
+    found = home / "channel.json"
+    child = (
+        'printf \'{"socket": "%s", "http_url": "%s", "token": "%s", "settings": "%s"}\' '
+        '"$LIFECYCLE_HOOKS_SOCKET" "$LIFECYCLE_HOOKS_HTTP_URL" "$LIFECYCLE_HOOKS_HTTP_TOKEN" '
+        '"$LIFECYCLE_HOOKS_CLAUDE_SETTINGS" '
+        f"> {shlex.quote(str(found))}.tmp && mv {shlex.quote(str(found))}.tmp "
+        f"{shlex.quote(str(found))}; exec sleep 600"
+    )
+    argv = [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template),
+            "--", "sh", "-c", child]
+    process = subprocess.Popen(argv, env=clean_env(home, LIFECYCLE_HOOKS_HTTP="1"),
+                               stdout=subprocess.DEVNULL,
+                               stderr=open(home / "supervisor.err", "wb"),  # noqa: SIM115
+                               cwd=home)
+    deadline = time.monotonic() + 30
+    while not found.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop(process)
+            err = (home / "supervisor.err").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"the supervisor did not start: {err}")
+        time.sleep(0.02)
+    channel: dict[str, str] = json.loads(found.read_text())
+    if not channel["http_url"]:
+        stop(process)
+        raise SystemExit("the supervisor opened no HTTP route")
+    return process, channel
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

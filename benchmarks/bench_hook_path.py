@@ -3,7 +3,11 @@ running supervisor, versus an empty interpreter.
 
 Claude Code runs the command twice per tool call (PreToolUse, PostToolUse), so its wall time is
 added to every tool call of the agent. Target: median at most 2x `python -c pass` of the same
-interpreter (the venv's: the same site-packages and .pth files as the hook pays for).
+install (the venv's python: the same site-packages and .pth files as the hook pays for).
+
+The floor is shown beside it: `python -c "import json"`, the one module the hook cannot do
+without (the payload is JSON), which brings `re`, `enum`, `functools` and `collections` with
+it; and the modules the hook imports beyond an empty interpreter, from `-X importtime`.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ TOOL_CALL_PAYLOADS = [
 
 def main() -> int:
     args = bench_arguments(__doc__.splitlines()[0])
-    runs = 2 if args.quick else 30
+    runs = 2 if args.quick else 60
     compile_package()
     with tempfile.TemporaryDirectory(prefix="bench-hook-") as tmp, registry_server() as registry:
         home = Path(tmp)
@@ -79,6 +83,8 @@ def main() -> int:
                     [sys.executable, "-c", "pass"], env=env
                 ),
                 "python3 -c pass": lambda: time_process([base_python(), "-c", "pass"], env=env),
+                "import json": lambda: time_process([sys.executable, "-c", "import json"],
+                                                    env=env),
                 "console script": lambda: hook([console_script(), "hook", "--dialect", "claude"]),
                 "python -m": lambda: hook(
                     [sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", "claude"]
@@ -107,7 +113,9 @@ def main() -> int:
                 unit="ms",
                 baseline=baseline.median,
                 baseline_name="venv python -c pass, median",
-                target=TARGET_RATIO,
+                # What harnesses run is the console script (`hook_command()` writes it);
+                # `python -m` adds runpy's imports, shown for reference.
+                target=TARGET_RATIO if name == "console script" else None,
                 paired_ratio=paired_ratio(measured, baseline),
                 detail=(
                     f"ratio: median of {len(measured.values)} interleaved pairs; "
@@ -115,6 +123,19 @@ def main() -> int:
                 ),
             )
         )
+    floor = samples["import json"]
+    figures.append(
+        Figure(
+            benchmark="hook path",
+            name='floor: python -c "import json" (what reading the payload needs), median',
+            value=floor.median,
+            unit="ms",
+            baseline=baseline.median,
+            baseline_name="venv python -c pass, median",
+            paired_ratio=paired_ratio(floor, baseline),
+            detail=floor.summary(),
+        )
+    )
     base = samples["python3 -c pass"]
     figures.append(
         Figure(
@@ -153,7 +174,7 @@ def import_profile(env: dict[str, str]) -> str:
 
     empty = imports(["-c", "pass"], b"")
     payload = json.dumps(TOOL_CALL_PAYLOADS[0]).encode()
-    hook = imports(["-m", "otel_lifecycle_hooks", "hook", "--dialect", "claude"], payload)
+    hook = imports([console_script(), "hook", "--dialect", "claude"], payload)
     extra = sorted(((us, name) for name, us in hook.items() if name not in empty), reverse=True)
     total = sum(us for us, _ in extra) / 1000.0
     shown = ", ".join(f"{name} {us / 1000:.1f}" for us, name in extra[:8])

@@ -215,3 +215,39 @@ def test_history_follow_prints_new_rows_as_they_are_journaled_until_ctrl_c(
         assert [line.split()[0] for line in (first, second, new)] == ["1", "3", "5"]
         assert "pre-stop" in new and "audit" not in new
     assert lines.empty()  # the filtered-out row never came
+
+
+def test_history_follow_lines_its_rows_up_under_its_header(journal_path: Path) -> None:
+    # The header is printed before any row is read, so its widths must already fit the usual
+    # cells ("http 500", "http.500", "ConnectError"); a column starting elsewhere misreads.
+    argv = ["history", "--follow", "--journal", str(journal_path)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_lifecycle_hooks", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=read_lines, args=(process.stdout, lines), daemon=True).start()
+    try:
+        header = next_line(lines, "the header")
+        rows = [next_line(lines, f"row {n}") for n in (1, 2, 3)]
+        journal = Journal(journal_path)
+        journal.record_execution(
+            ExecutionRow("notify", "pre-stop", "failed", time.time(), error_type="ConnectError")
+        )
+        journal.close()
+        rows.append(next_line(lines, "the row journaled while it followed"))
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    result, error, replay_of = (header.index(c) for c in ("RESULT", "ERROR", "REPLAY_OF"))
+    for row in rows:
+        assert row[result - 2 : result] == "  " and row[result] != " ", (header, row)
+        assert row[error - 2 : error] == "  " and row[error] != " ", (header, row)
+        assert row[replay_of - 2 : replay_of] == "  " and row[replay_of] != " ", (header, row)
+    assert "http.500" in rows[2] and "ConnectError" in rows[3]

@@ -36,8 +36,12 @@ class Receiver(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length).decode() if length else ""
         received.append((self.command, self.path, body))
-        payload = json.dumps({"name": "services/demo-agent"}).encode()
-        self.send_response(503 if self.path == "/status-page" else 200)
+        failing = self.path == "/status-page"
+        answer = (
+            {"error": "status page unavailable"} if failing else {"name": "services/demo-agent"}
+        )
+        payload = json.dumps(answer).encode()
+        self.send_response(503 if failing else 200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -89,7 +93,8 @@ def main() -> int:
         old.unlink()
     with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-demo-") as folder:
         code = demo(Path(folder), journal)
-    print("== the delivery history in a browser (sessions, deliveries, each attempt, Redeliver):")
+    print("== the delivery history in a browser (sessions, deliveries, each attempt, Redeliver;")
+    print("   the demo's receiver has stopped, so a Redeliver from it answers Connection refused):")
     print(f"   {ui_command(journal)}")
     return code
 

@@ -380,7 +380,10 @@ def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
     colour = wants_colour(sys.stdout)
     widths: list[int] = [len(column) for column in _COLUMNS]
     # The table's columns are fixed here, wide enough for most rows: later rows line up.
-    for index, width in ((1, 20), (2, SHORT_ID), (3, SHORT_ID), (4, 16), (5, 14), (8, 8)):
+    # RESULT fits "http 200", ERROR "ConnectError".
+    for index, width in (
+        (1, 20), (2, SHORT_ID), (3, SHORT_ID), (4, 16), (5, 14), (8, 8), (9, 8), (10, 12)
+    ):  # fmt: skip
         widths[index] = max(widths[index], width)
 
     def emit(rows: list[ExecutionRow]) -> None:

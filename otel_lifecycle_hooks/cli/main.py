@@ -7,6 +7,7 @@ dispatched before argparse is even imported: a harness calls it on every event.
 
 from __future__ import annotations
 
+import os
 import sys
 
 # The console script imports this module on every harness event: `typing` is for checkers.
@@ -36,7 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "hook" and "-h" not in args and "--help" not in args:
         from .hook import main as hook_main
+        from .hook import run_command
 
+        if argv is None:  # this process's own command line: it may end at once
+            run_command(args[1:])
+            return 0
         return hook_main(args[1:])
     if args and args[0] == "run":
         from .run import quick_parse, run
@@ -75,7 +80,16 @@ def _run_parsed(args: list[str]) -> int:
         module.add_parser(subparsers)
         modules[name] = module
     parsed = parser.parse_args(args)
-    return int(modules[parsed.subcommand].run(parsed) or 0)
+    try:
+        code = int(modules[parsed.subcommand].run(parsed) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `list T | head -1`: the reader went away, which is no error of the command. Point
+        # stdout at /dev/null so that the interpreter's last flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

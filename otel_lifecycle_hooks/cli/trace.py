@@ -84,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         if path is None:
             print(f"no trace files in {directory}", file=sys.stderr)
             return EXIT_NOTHING
+        if args.trace_id:
+            # Each agent name writes its own file: the id may be in any of them.
+            path = _file_holding(args.trace_id, directory) or path
     try:
         spans = read_trace_file(path)
     except OSError as exc:
@@ -126,6 +129,28 @@ def newest_traces(spans: list[dict[str, Any]], count: int) -> list[dict[str, Any
         started[trace_id] = min(started.get(trace_id, start), start)
     keep = set(sorted(started, key=lambda trace_id: started[trace_id])[-count:])
     return [span for span in spans if str(span.get("trace_id", "")) in keep]
+
+
+def _file_holding(trace_id: str, directory: Path) -> Path | None:
+    """The newest trace file of `directory` with a span of a trace starting with `trace_id`."""
+    from ..telemetry.tracefile import TRACE_FILE_SUFFIX, read_trace_file
+
+    wanted = trace_id.strip().rstrip("…").lower()
+    if not wanted:
+        return None
+    try:
+        files = [p for p in directory.glob("*" + TRACE_FILE_SUFFIX) if p.is_file()]
+        files.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for candidate in files:
+        try:
+            spans = read_trace_file(candidate)
+        except OSError:
+            continue
+        if any(str(span.get("trace_id", "")).startswith(wanted) for span in spans):
+            return candidate
+    return None
 
 
 def _no_such_trace(given: str, path: Path, spans: list[dict[str, Any]]) -> str:

@@ -307,3 +307,23 @@ def test_json_gives_every_session_unless_last_narrows_it(tmp_path: Path) -> None
     assert {span["name"] for span in every} >= {"invoke_agent first", "invoke_agent second"}
     newest = json.loads(_run_cli(str(path), "--json", "--last", "1").stdout)["spans"]
     assert "invoke_agent first" not in {span["name"] for span in newest}
+
+
+def test_a_short_id_is_found_in_any_trace_file_of_the_default_directory(tmp_path: Path) -> None:
+    """Each agent name has its own file; `trace --trace-id` finds a session of an agent that
+    did not run last, instead of looking in the newest file only."""
+    directory = tmp_path / "traces"
+    _record_sessions(directory / "reviewer.jsonl", ["reviewer"])
+    _record_sessions(directory / "worker.jsonl", ["worker"])  # written last: the newest file
+    every = _run_cli(str(directory / "reviewer.jsonl"), "--all").stdout
+    short_id = re.search(r"trace ([0-9a-f]{8})", every).group(1)  # type: ignore[union-attr]
+    found = _run_cli(
+        "--trace-id", short_id, env_extra={"LIFECYCLE_HOOKS_TRACE_DIR": str(directory)}
+    )
+    assert found.returncode == 0, found.stderr
+    assert "invoke_agent reviewer" in found.stdout and "worker" not in found.stdout
+    missing = _run_cli(
+        "--trace-id", "deadbeef", env_extra={"LIFECYCLE_HOOKS_TRACE_DIR": str(directory)}
+    )
+    assert missing.returncode == 1 and "no trace 'deadbeef'" in missing.stderr
+    assert "worker.jsonl" in missing.stderr  # the hint names the newest file's sessions

@@ -1,0 +1,79 @@
+"""`run` imports no HTTP client library before its first HTTP hook: when the agent is started,
+httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
+`sys.modules`; the post-start webhook, after it, brings httpx in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.target_server import TargetServer
+
+HTTP_CLIENTS = ("httpx", "httpcore", "h11", "requests", "urllib3",
+                "opentelemetry.instrumentation.httpx")  # fmt: skip
+
+# `run` as the console script starts it, with a note of the HTTP client modules imported at
+# the moment the agent is spawned (the first Popen of the agent's own command) and at exit.
+RUN_NOTING_IMPORTS = """
+import atexit, json, subprocess, sys
+clients = json.loads(sys.argv[1])
+out = sys.argv[2]
+seen = {}
+
+def loaded():
+    return sorted(m for m in sys.modules if m.startswith(tuple(clients)))
+
+spawn = subprocess.Popen.__init__
+
+def noting(self, args, *rest, **kwargs):
+    if "at-spawn" not in seen and "agent-marker" in " ".join(map(str, args)):
+        seen["at-spawn"] = loaded()
+    spawn(self, args, *rest, **kwargs)
+
+subprocess.Popen.__init__ = noting
+
+def write():
+    seen["at-exit"] = loaded()
+    with open(out, "w") as f:
+        json.dump(seen, f)
+
+atexit.register(write)
+sys.argv = ["otel-lifecycle-hooks", *sys.argv[3:]]
+from otel_lifecycle_hooks.cli.main import main
+sys.exit(main())
+"""
+
+
+def test_no_http_client_is_imported_before_the_first_http_hook(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    template = tmp_path / "agent.yaml"
+    template.write_text(
+        "lifecycle_hooks:\n"
+        "  - name: announce\n"
+        "    on: [post-start]\n"
+        "    action:\n"
+        "      type: http\n"
+        "      method: POST\n"
+        f'      url: "{target_server.url("/started")}"\n'
+        "      body: '{\"agent\": \"${AGENT_NAME}\"}'\n"
+        "    blocking: false\n"
+    )
+    noted = tmp_path / "imports.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))}
+    env.update(HOME=str(tmp_path), OTEL_LIFECYCLE_HOOKS_JOURNAL=str(tmp_path / "journal.db"))
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_NOTING_IMPORTS, json.dumps(HTTP_CLIENTS), str(noted),
+         "run", "--template", str(template), "--", "sh", "-c", "echo agent-marker"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(noted.read_text())
+    assert seen["at-spawn"] == []
+    # The check can see them: the webhook, once it ran, had imported httpx.
+    [request] = target_server.wait_for(1)
+    assert request.path == "/started"
+    assert "httpx" in seen["at-exit"]
