@@ -480,7 +480,7 @@ def describe(
             f"{prefix}{escape_control(line)}" for line in body.splitlines() or [""]
         ]
 
-    outcome = paint(row.outcome, OUTCOME_COLOURS.get(row.outcome, DIM), colour)
+    outcome = paint(e(row.outcome), OUTCOME_COLOURS.get(row.outcome, DIM), colour)
     agent = session.agent_name if session is not None and session.agent_name else ""
     lines = [
         f"execution {row.id}: {e(row.hook)} on {e(row.event)}"
@@ -500,13 +500,13 @@ def describe(
     if row.idempotency_key:
         lines.append(f"  hook id     {e(row.idempotency_key)}")
     if row.trace_id:
-        lines.append(f"  trace       {row.trace_id} span {row.span_id}")
+        lines.append(f"  trace       {e(row.trace_id)} span {e(row.span_id)}")
     if row.replayed_from is not None:
         lines.append(f"  replay of   {row.replayed_from}")
     if not attempts:
         lines += ["", "  (no attempt recorded" + _why_no_attempts(row) + ")"]
     for attempt in attempts:
-        status = paint(attempt.outcome, OUTCOME_COLOURS.get(attempt.outcome, DIM), colour)
+        status = paint(e(attempt.outcome), OUTCOME_COLOURS.get(attempt.outcome, DIM), colour)
         head = (
             f"attempt {attempt.attempt} of {row.attempts}  {_moment(attempt.started_at, millis=True)}"
             f"  {status}  {attempt.duration_ms:.0f} ms"

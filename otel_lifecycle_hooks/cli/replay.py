@@ -128,10 +128,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _line(outcome: Any) -> str:
+    """One outcome's line, escaped: its hook, event and message come from the journal and
+    the endpoint."""
+    from .console import escape_control
+
     target = f"#{outcome.source_id} {outcome.hook}/{outcome.event}"
     result = outcome.outcome
     if outcome.status_code is not None:
         result += f" (http {outcome.status_code})"
     recorded = f" -> #{outcome.new_id}" if outcome.new_id is not None else ""
     detail = f": {outcome.message}" if outcome.message else ""
-    return f"{target}: {result}{recorded}{detail}"
+    return escape_control(f"{target}: {result}{recorded}{detail}")

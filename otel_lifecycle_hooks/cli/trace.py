@@ -156,7 +156,8 @@ def _file_holding(trace_id: str, directory: Path) -> Path | None:
 def _no_such_trace(given: str, path: Path, spans: list[dict[str, Any]]) -> str:
     roots = [node.span for node in _roots(spans)][-5:][::-1]  # newest first
     known = ", ".join(
-        f"{str(span.get('trace_id', ''))[:SHORT_ID]} ({_fit(str(span.get('name', '?')), 40)})"
+        f"{escape_control(str(span.get('trace_id', ''))[:SHORT_ID])}"
+        f" ({_fit(str(span.get('name', '?')), 40)})"
         for span in roots
     )
     return f"no trace {escape_control(given)!r} in {path}; the newest there: {known}"

@@ -15,7 +15,11 @@ environment:
 - a url, header or body that the journal holds as `[REDACTED]` is rendered again from the
   template; the result, redacted, must equal what the journal holds, so a replay never sends
   anything but the original request with its secrets filled in (a template or event value
-  that changed since makes the replay refuse, naming the part).
+  that changed since makes the replay refuse, naming the part);
+- the journal may be a file the agent can write, so the stored request never chooses where
+  the credentials go: its url, method, header names and body must be ones the template
+  renders, only the event's own values (which are not journaled apart) standing where the
+  template puts them; anything else is refused.
 
 Without the template a replay cannot know which credentials the request needs: it is refused
 with a message saying so, and nothing is sent. Scripts are not replayed: the event they read
@@ -36,15 +40,18 @@ from typing import Any
 from ..journal import FAILED_OUTCOMES, ExecutionRow, Journal
 from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
 from ..render import (
+    FORM_CONTENT_TYPE,
     HOOK_ID_HEADER,
     RenderedRequest,
     RenderError,
+    is_json_body,
+    render_action,
     render_body,
     render_headers,
     render_url,
 )
 from ..template.model import HookSpec, Template
-from ..variables import Variables, secret_names_for
+from ..variables import Variables, parse_template, secret_names_for
 
 log = logging.getLogger("otel_lifecycle_hooks.replay")
 
@@ -301,6 +308,7 @@ class Replayer:
             return _replay_variables(row, hook, template, metadata, self.environ)
 
         request = _restore_secrets(stored, hook, variables)
+        _check_template_shape(request, hook, variables())
         extra = {HOOK_ID_HEADER: row.idempotency_key or ""}
         extra.update(self._auth_headers(hook, request, template, row.idempotency_key or ""))
         secrets = variables().secret_values() | set(self._credentials().secret_values())
@@ -448,6 +456,167 @@ def _restore_secrets(
         )  # fmt: skip
     body = body_text.encode("utf-8") if body_text is not None else None
     return RenderedRequest(method=str(stored["method"]), url=url, headers=headers, body=body)
+
+
+def _check_template_shape(request: RenderedRequest, hook: HookSpec, variables: Variables) -> None:
+    """Refuse a journaled request the hook's template could not have made. The journal file
+    may be written by the agent, so its stored request never chooses where the hook's
+    credential goes: the origin (scheme, userinfo, host, port) and the method must be the
+    template's, every header must be one the template names, and a header the template writes
+    as a constant must hold it."""
+    from urllib.parse import urlsplit
+
+    try:
+        fresh = render_action(hook.action, variables)
+    except RenderError as exc:
+        raise ReplayRefused(
+            f"hook {hook.name!r}: rendering its request again failed: {exc}. Nothing was sent."
+        ) from None
+    assert isinstance(fresh, RenderedRequest)
+    try:
+        journaled = urlsplit(request.url)
+    except ValueError:
+        journaled = urlsplit("")
+    current = urlsplit(fresh.url)
+    if (journaled.scheme.lower(), journaled.netloc.lower()) != (
+        current.scheme.lower(),
+        current.netloc.lower(),
+    ):
+        raise ReplayRefused(
+            f"hook {hook.name!r}: the journal's url does not point at its template's origin "
+            f"({current.scheme}://{current.hostname}); the journal was changed, or the "
+            "template's url was since. Nothing was sent."
+        )
+    if request.method.upper() != fresh.method:
+        raise ReplayRefused(
+            f"hook {hook.name!r}: the journal's method {request.method.upper()[:16]!r} is not its "
+            f"template's {fresh.method}. Nothing was sent."
+        )
+    action = hook.action
+    named = {name.lower(): name for name in fresh.headers}
+    for name, value in request.headers.items():
+        template_name = named.get(name.lower())
+        template = action.headers.get(template_name or "")
+        if template is None and template_name is not None:
+            template = fresh.headers[template_name]  # the Content-Type a JSON body gets
+        if template is None or not _could_render(
+            template,
+            value,
+            "header",
+            variables,
+            _one_header(name, variables),
+        ):
+            raise ReplayRefused(
+                f"hook {hook.name!r}: the journal's header {name[:64]!r} is not one its template "
+                "writes. Nothing was sent."
+            )
+    if not _could_render(action.url or "", request.url, "url", variables,
+                         lambda t: render_url(t, variables)):  # fmt: skip
+        raise ReplayRefused(
+            f"hook {hook.name!r}: the journal's url is not one its template makes. Nothing was sent."
+        )
+    content_type = next((v for k, v in fresh.headers.items() if k.lower() == "content-type"), None)
+    body = (request.body or b"").decode("utf-8", "replace")
+    kind = _body_kind(action.body or "", content_type)
+    if not _could_render(action.body or "", body, kind, variables,
+                         lambda t: render_body(t, variables, content_type=content_type)
+                         .decode("utf-8", "replace")):  # fmt: skip
+        raise ReplayRefused(
+            f"hook {hook.name!r}: the journal's body is not one its template makes (the template's "
+            "own text differs). Nothing was sent."
+        )
+
+
+# An event's value is not journaled: the journal's text stands where it did. The hole marks
+# its place in a rendering; letters only, so that every encoder leaves it as it is.
+_HOLE = "zqjournaledvalueqz"
+# What an event's value can be once encoded for where it stands.
+_HOLE_PATTERNS = {
+    "url": r"[A-Za-z0-9_.~%+-]*",
+    "header": r"[^\r\n]*",
+    "form": r"[A-Za-z0-9_.~%+*-]*",
+}
+
+
+_JSON_IN_STRING = r'(?:[^"\\\x00-\x1f]|\\.)*'
+_JSON_VALUE = rf'(?:"{_JSON_IN_STRING}"|-?[0-9][0-9.eE+-]*|true|false|null)'
+
+
+def _one_header(name: str, variables: Variables) -> Callable[[str], str]:
+    return lambda template: render_headers({name: template}, variables)[name]
+
+
+def _body_kind(template: str, content_type: str | None) -> str:
+    if is_json_body(template, content_type):
+        return "json"
+    if content_type is not None and content_type.lower().startswith(FORM_CONTENT_TYPE):
+        return "form"
+    return "text"
+
+
+def _could_render(
+    template: str,
+    journaled: str,
+    kind: str,
+    variables: Variables,
+    render: Callable[[str], str],
+) -> bool:
+    """True when `journaled` is what `template` renders to with the values known now (the
+    template's own text, metadata, environment and secrets) and any event values in the
+    places the template gives them."""
+    holed: list[str] = []
+    for piece in parse_template(template):
+        if isinstance(piece, str):
+            holed.append(piece.replace("${", "$${"))
+            continue
+        resolved = variables.resolve(piece.text, record=False)
+        if resolved is not None and resolved.trusted and resolved.value != "":
+            default = f":-{piece.default}" if piece.default is not None else ""
+            holed.append("${" + piece.text + default + "}")
+        else:
+            holed.append(_HOLE)
+    try:
+        literals = render("".join(holed)).split(_HOLE)
+    except RenderError:
+        return False
+    if kind == "text":
+        return _glob_matches(literals, journaled)
+    holes = _json_holes(literals) if kind == "json" else [_HOLE_PATTERNS[kind]] * len(literals)
+    pattern = "".join(hole + re.escape(literal) for hole, literal in zip(["", *holes], literals))
+    return re.fullmatch(pattern, journaled) is not None
+
+
+def _json_holes(literals: Sequence[str]) -> list[str]:
+    """Each hole's pattern in a JSON body: inside a string, escaped string text; outside, a
+    scalar or a whole string (as `render_body` writes a value there)."""
+    holes: list[str] = []
+    in_string = escaped = False
+    for literal in literals[:-1]:
+        for char in literal:
+            if escaped:
+                escaped = False
+            elif in_string and char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = not in_string
+        holes.append(_JSON_IN_STRING if in_string else _JSON_VALUE)
+    return holes
+
+
+def _glob_matches(literals: Sequence[str], text: str) -> bool:
+    """`text` is the literals in order with anything between them (linear: no backtracking)."""
+    if len(literals) == 1:
+        return text == literals[0]
+    first, *middle, last = literals
+    if not text.startswith(first) or not text.endswith(last) or len(text) < len(first) + len(last):
+        return False
+    cursor, end = len(first), len(text) - len(last)
+    for literal in middle:
+        found = text.find(literal, cursor, end)
+        if found < 0:
+            return False
+        cursor = found + len(literal)
+    return True
 
 
 def _header_renderer(name: str, template: str) -> Callable[[Variables], str]:

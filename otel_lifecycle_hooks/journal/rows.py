@@ -10,6 +10,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from . import cells
+
 # Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended).
 FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
 # The events whose hooks a killed session still owes, and the post-start that makes them owed:
@@ -207,81 +209,81 @@ def attempt_values(attempt: AttemptRow, execution_uid: str) -> tuple[Any, ...]:
 
 
 def attempt_row(row: Any) -> AttemptRow:
-    """From a database row of `attempts`, read by column name."""
-
-    def from_json(text: str | None) -> Any:
-        return json.loads(text) if text is not None else None
-
+    """From a database row of `attempts`, read by column name (each cell as its type: see
+    `cells`)."""
     return AttemptRow(
-        id=row["id"],
-        execution_uid=row["execution_uid"],
-        attempt=row["attempt"],
-        started_at=row["started_at"],
-        duration_ms=row["duration_ms"],
-        outcome=row["outcome"],
-        error_type=row["error_type"],
-        message=row["message"],
-        request=from_json(row["request"]),
-        response_status=row["response_status"],
-        response_headers=from_json(row["response_headers"]),
-        response_body=row["response_body"],
-        exit_code=row["exit_code"],
-        stdout=row["stdout"],
-        stderr=row["stderr"],
+        id=cells.integer(row["id"]),
+        execution_uid=cells.text(row["execution_uid"]) or "",
+        attempt=cells.integer(row["attempt"]) or 0,
+        started_at=cells.number(row["started_at"]) or 0.0,
+        duration_ms=cells.number(row["duration_ms"]) or 0.0,
+        outcome=cells.text(row["outcome"]) or "",
+        error_type=cells.text(row["error_type"]),
+        message=cells.text(row["message"]) or "",
+        request=cells.request(cells.parsed_json(row["request"]), pairs=True),
+        response_status=cells.integer(row["response_status"]),
+        response_headers=cells.header_pairs(cells.parsed_json(row["response_headers"])),
+        response_body=cells.text(row["response_body"]),
+        exit_code=cells.integer(row["exit_code"]),
+        stdout=cells.text(row["stdout"]),
+        stderr=cells.text(row["stderr"]),
     )
 
 
 def execution_row(row: Any) -> ExecutionRow:
-    """From a database row (sqlite3.Row or a dict), read by column name."""
-    request = json.loads(row["request"]) if row["request"] is not None else None
+    """From a database row (sqlite3.Row or a dict), read by column name (each cell as its
+    type: see `cells`)."""
     return ExecutionRow(
-        id=row["id"],
-        hook=row["hook"],
-        event=row["event"],
-        outcome=row["outcome"],
-        started_at=row["started_at"],
-        attempts=row["attempts"],
-        duration_ms=row["duration_ms"],
-        session_id=row["session_id"],
-        agent_id=row["agent_id"],
-        http_status=row["http_status"],
-        exit_code=row["exit_code"],
-        error_type=row["error_type"],
-        message=row["message"],
-        trace_id=row["trace_id"],
-        span_id=row["span_id"],
-        idempotency_key=row["idempotency_key"],
-        request=request,
-        recovered=bool(row["recovered"]),
-        replayed_from=row["replayed_from"],
-        row_uid=row["row_uid"],
+        id=cells.integer(row["id"]),
+        hook=cells.text(row["hook"]) or "",
+        event=cells.text(row["event"]) or "",
+        outcome=cells.text(row["outcome"]) or "",
+        started_at=cells.number(row["started_at"]) or 0.0,
+        attempts=cells.integer(row["attempts"]) or 0,
+        duration_ms=cells.number(row["duration_ms"]) or 0.0,
+        session_id=cells.text(row["session_id"]) or "",
+        agent_id=cells.text(row["agent_id"]) or "",
+        http_status=cells.integer(row["http_status"]),
+        exit_code=cells.integer(row["exit_code"]),
+        error_type=cells.text(row["error_type"]),
+        message=cells.text(row["message"]) or "",
+        trace_id=cells.text(row["trace_id"]),
+        span_id=cells.text(row["span_id"]),
+        idempotency_key=cells.text(row["idempotency_key"]),
+        request=cells.request(cells.parsed_json(row["request"]), pairs=False),
+        recovered=bool(cells.integer(row["recovered"])),
+        replayed_from=cells.integer(row["replayed_from"]),
+        row_uid=cells.text(row["row_uid"]),
     )
 
 
 def session_row(row: Any) -> SessionRow:
+    def moment(column: str) -> float | None:
+        return cells.number(row[column])
+
     return SessionRow(
-        session_id=row["session_id"],
-        agent_id=row["agent_id"],
-        agent_name=row["agent_name"],
-        template_files=tuple(json.loads(row["template_files"] or "[]")),
-        pid=row["pid"],
-        started_at=row["started_at"],
-        post_started_at=row["post_started_at"],
-        ended_at=row["ended_at"],
-        exit_code=row["exit_code"],
-        recovered_at=row["recovered_at"],
-        templates=tuple(json.loads(row["templates"] or "[]")),
-        metadata=json.loads(row["metadata"] or "{}"),
-        variables=json.loads(row["variables"] or "{}"),
-        host=row["host"] or "",
-        agent_pid=row["agent_pid"],
-        agent_started_at=row["agent_started_at"],
-        heartbeat_at=row["heartbeat_at"],
-        post_start_at=row["post_start_at"],
-        pre_stop_at=row["pre_stop_at"],
-        session_end_at=row["session_end_at"],
-        claimed_by=row["claimed_by"],
-        claim_expires_at=row["claim_expires_at"],
+        session_id=cells.text(row["session_id"]) or "",
+        agent_id=cells.text(row["agent_id"]) or "",
+        agent_name=cells.text(row["agent_name"]) or "",
+        template_files=cells.strings(cells.parsed_json(row["template_files"])),
+        pid=cells.integer(row["pid"]),
+        started_at=moment("started_at") or 0.0,
+        post_started_at=moment("post_started_at"),
+        ended_at=moment("ended_at"),
+        exit_code=cells.integer(row["exit_code"]),
+        recovered_at=moment("recovered_at"),
+        templates=cells.maps(cells.parsed_json(row["templates"])),
+        metadata=cells.string_map(cells.parsed_json(row["metadata"])),
+        variables=cells.string_map(cells.parsed_json(row["variables"])),
+        host=cells.text(row["host"]) or "",
+        agent_pid=cells.integer(row["agent_pid"]),
+        agent_started_at=moment("agent_started_at"),
+        heartbeat_at=moment("heartbeat_at"),
+        post_start_at=moment("post_start_at"),
+        pre_stop_at=moment("pre_stop_at"),
+        session_end_at=moment("session_end_at"),
+        claimed_by=cells.text(row["claimed_by"]),
+        claim_expires_at=moment("claim_expires_at"),
     )
 
 

@@ -142,13 +142,52 @@ def _spans(path: Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and "span_id" in record:
-            spans.append(record)
+        if isinstance(record, dict) and isinstance(record.get("span_id"), str):
+            spans.append(_well_typed(record))
     return spans
 
 
+def _well_typed(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with each field a reader uses of the type the writer gives it; another
+    type is left out. The file may have been written by the agent (it runs as the same user),
+    and `trace` must show it, not fail on it."""
+    fitted = dict(record)
+    for name in ("trace_id", "parent_span_id", "name", "kind"):
+        if not isinstance(fitted.get(name), (str, type(None))):
+            del fitted[name]
+    for name in ("start_time_unix_nano", "end_time_unix_nano"):
+        value = fitted.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            del fitted[name]
+    status = fitted.get("status")
+    if status is not None:
+        fitted["status"] = (
+            {k: v for k, v in status.items() if isinstance(v, str)}
+            if isinstance(status, dict)
+            else {}
+        )
+    if not isinstance(fitted.get("attributes", {}), dict):
+        fitted["attributes"] = {}
+    events = fitted.get("events")
+    if events is not None:
+        fitted["events"] = [
+            _well_typed_event(event) for event in events if isinstance(event, dict)
+        ] if isinstance(events, list) else []  # fmt: skip
+    return fitted
+
+
+def _well_typed_event(event: dict[str, Any]) -> dict[str, Any]:
+    moment = event.get("time_unix_nano")
+    return {
+        "name": event["name"] if isinstance(event.get("name"), str) else "",
+        "time_unix_nano": moment if isinstance(moment, int) and not isinstance(moment, bool) else 0,
+        "attributes": event["attributes"] if isinstance(event.get("attributes"), dict) else {},
+    }
+
+
 def _lines(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8") as handle:
+    # errors="replace": a torn or hostile byte is shown as U+FFFD, never a failure.
+    with path.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
             if line.strip():
                 yield line

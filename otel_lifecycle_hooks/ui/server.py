@@ -41,6 +41,9 @@ _TOKEN_PLACEHOLDER = "__PAGE_TOKEN__"
 _SESSION_DELIVERIES = re.compile(r"^/api/sessions/([^/]+)/deliveries$")
 _DELIVERY = re.compile(r"^/api/deliveries/([0-9]{1,18})$")
 _REDELIVER = re.compile(r"^/api/deliveries/([0-9]{1,18})/redeliver$")
+# Seconds a connection may sit idle or half-sent before the server closes it: a local client
+# holding connections open (slowloris) must not keep a thread and a descriptor each forever.
+IDLE_TIMEOUT = 10.0
 
 
 class NotLoopback(ValueError):
@@ -62,6 +65,7 @@ class PageServer(ThreadingHTTPServer):
         *,
         templates: Sequence[str] = (),
         environ: Mapping[str, str] | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         if not is_loopback_host(host) or host.strip().lower().startswith("localhost"):
             # A name would be resolved; only a loopback address literal is bound.
@@ -75,6 +79,7 @@ class PageServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.journal = journal
         self.token = token
+        self.idle_timeout = idle_timeout
         self.templates = tuple(templates)
         self.environ = dict(os.environ if environ is None else environ)
         # One redelivery at a time: a double click must not send a delivery twice.
@@ -120,8 +125,14 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return self.server_version
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)  # on reads and writes alike
+
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+        # The first page load's request line holds the token in its query.
+        line = (format % args).replace(self.server.token, "[REDACTED]")
+        log.debug("%s %s", self.address_string(), line)
 
     # -- entry points --
 
@@ -203,11 +214,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, server.static(name), content_type)
             return
         if path == "/api/sessions":
-            self._send_data(self._sessions())
+            self._send_data(self._sessions(), views.LIST_TEXT_LIMIT)
             return
         match = _SESSION_DELIVERIES.match(path)
         if match:
-            self._send_data(self._deliveries(unquote(match.group(1))))
+            self._send_data(self._deliveries(unquote(match.group(1))), views.LIST_TEXT_LIMIT)
             return
         match = _DELIVERY.match(path)
         if match:
@@ -287,11 +298,11 @@ class _Handler(BaseHTTPRequestHandler):
         if 0 < length <= 65536:
             self.rfile.read(length)
 
-    def _send_data(self, data: Mapping[str, Any]) -> None:
+    def _send_data(self, data: Mapping[str, Any], text_limit: int = views.TEXT_LIMIT) -> None:
         if not self.server.journal.healthy:
             self._send_json(503, {"error": "the journal cannot be read; see the server's log"})
             return
-        self._send_json(200, data)
+        self._send_json(200, views.bounded(data, text_limit))
 
     def _send_json(self, status: int, data: Mapping[str, Any]) -> None:
         body = json.dumps(data).encode("utf-8")

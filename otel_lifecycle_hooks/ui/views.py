@@ -17,6 +17,25 @@ from ..journal import FAILED_OUTCOMES, SessionRow
 SESSIONS_SHOWN = 100
 # Deliveries of one session shown, newest first.
 DELIVERIES_SHOWN = 1000
+# The most characters of one text the page is sent: in a list (a line each), and in one
+# delivery (bodies are journaled cut at 16 KiB; the journal file may hold anything).
+LIST_TEXT_LIMIT = 1024
+TEXT_LIMIT = 20 * 1024
+
+
+def bounded(value: Any, limit: int) -> Any:
+    """`value` (JSON-ready) with every string, keys too, cut at `limit` characters and
+    marked: a journal the agent wrote can hold a cell of any size, and the page must stay
+    quick to send and to show."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        return f"{value[:limit]}… [{len(value) - limit} more characters not shown]"
+    if isinstance(value, Mapping):
+        return {bounded(k, limit): bounded(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [bounded(item, limit) for item in value]
+    return value
 
 
 def session_state(session: Mapping[str, Any]) -> str:
