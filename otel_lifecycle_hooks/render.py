@@ -217,6 +217,19 @@ def is_json_body(template: str, content_type: str | None) -> bool:
     return template.lstrip().startswith(("{", "["))
 
 
+def json_string_state(text: str, in_string: bool, escaped: bool) -> tuple[bool, bool]:
+    """Whether a JSON text continued by `text` ends inside a string, and after a backslash
+    there, given the same two states before it."""
+    for char in text:
+        if escaped:
+            escaped = False
+        elif in_string and char == "\\":
+            escaped = True
+        elif char == '"':
+            in_string = not in_string
+    return in_string, escaped
+
+
 def render_body(template: str, variables: Variables, *, content_type: str | None = None) -> bytes:
     """The body as UTF-8 bytes, each value encoded for its JSON, form or text context."""
     if is_json_body(template, content_type):
@@ -237,13 +250,7 @@ def _render_json(template: str, variables: Variables) -> str:
         if isinstance(piece, str):
             parts.append(piece)
             # Track only the template's own text: inserted values are escaped and change nothing.
-            for char in piece:
-                if escaped:
-                    escaped = False
-                elif in_string and char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = not in_string
+            in_string, escaped = json_string_state(piece, in_string, escaped)
             continue
         value = _value(variables.resolve_reference(piece))
         if in_string:

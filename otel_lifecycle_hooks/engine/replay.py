@@ -589,16 +589,12 @@ def _could_render(
 def _json_holes(literals: Sequence[str]) -> list[str]:
     """Each hole's pattern in a JSON body: inside a string, escaped string text; outside, a
     scalar or a whole string (as `render_body` writes a value there)."""
+    from ..render import json_string_state
+
     holes: list[str] = []
     in_string = escaped = False
     for literal in literals[:-1]:
-        for char in literal:
-            if escaped:
-                escaped = False
-            elif in_string and char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = not in_string
+        in_string, escaped = json_string_state(literal, in_string, escaped)
         holes.append(_JSON_IN_STRING if in_string else _JSON_VALUE)
     return holes
 
