@@ -306,7 +306,16 @@ class HookExecutor:
                 result = self._script_attempt(
                     hook, event, session, rendered, span, timeout, variables
                 )
+            if self.interrupted.is_set() and result.kind != "ok":
+                # Cut short by the operator's second signal (a blocking hook on the main
+                # thread is abandoned by an exception): interrupted, not the hook's failure.
+                result = AttemptResult(
+                    "transient", result.duration, error_type="interrupted",
+                    message=f"run interrupted during attempt {attempt}",
+                )  # fmt: skip
             self._log_attempt(attempt_log, attempt, attempt_started, result, rendered, variables)
+            if result.error_type == "interrupted":
+                return attempt, result
             decision = policy.decide(attempt, result, waited)
             if not decision.retry:
                 return attempt, result

@@ -149,6 +149,7 @@ class Supervisor:
         self._ended = False  # session-end fired
         self._dispatching = False  # the main thread is firing hooks
         self._interrupted = False  # a second stop signal came
+        self._stop_signals = 0  # SIGINT/SIGTERM received, counted in the handler
         self._harness_session_id = ""
         self._processes: AgentProcesses | None = None  # set once the agent is started
         self._stop_deadline: float | None = None
@@ -626,8 +627,14 @@ class Supervisor:
             return previous
 
         def on_signal(signum: int, frame: Any) -> None:
+            if signum != signal.SIGHUP:
+                self._stop_signals += 1
             if signum != signal.SIGHUP and (
-                self._stop_requested is not None or self.phase in ("stopped", "error")
+                self._stop_requested is not None
+                or self.phase in ("stopped", "error")
+                # Asked twice while a blocking hook holds the main loop (post-start): the
+                # first is still waiting in the inbox, so only this count knows of it.
+                or self._stop_signals > 1
             ):
                 self._interrupt(signum)  # asked again while stopping: end now
             if (

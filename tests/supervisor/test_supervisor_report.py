@@ -231,7 +231,7 @@ def test_a_second_sigterm_while_session_end_hangs_ends_run_and_journals_the_hook
         journal.close()
     assert len(rows) == 1, rows
     assert rows[0].request is not None and rows[0].request["url"] == target_server.url("/hangs")
-    assert "RunInterrupted" in rows[0].message
+    assert rows[0].message == "run interrupted during attempt 1"
     assert "hook notify-end (session-end) failed" in run.stderr
 
 

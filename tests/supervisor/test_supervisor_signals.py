@@ -199,3 +199,33 @@ def test_an_agent_that_exits_while_pre_stop_runs_ends_the_session_without_waitin
         ("pre-stop", ""),
         ("session-end", "137"),
     ]
+
+
+def test_a_second_signal_during_a_blocking_post_start_hook_ends_the_run(
+    workspace: Workspace,
+) -> None:
+    # The hook would hold run for 60 s; the operator's second signal must not wait for it.
+    # (SIGINT then SIGTERM: two of the same signal sent at once may reach run as one.)
+    started = workspace.root / "post-start.jsonl"
+    template = workspace.template(
+        script_hook(
+            "register",
+            ["post-start"],
+            appender_then_sleep(str(started), 60.0),
+            blocking="true",
+            timeout="90s",
+        )
+    )
+    run = workspace.start(template, workspace.agent_command(), *GRACE)
+    wait_until(started.exists, what="the post-start hook to start")
+
+    run.signal(signal.SIGINT)
+    run.signal(signal.SIGTERM)
+    code = run.wait(timeout=SLACK)  # a hang bound: the hook alone would take 60 s
+
+    assert code != 0, run.stderr
+    assert "ignored: already stopping" not in run.stderr
+    rows = [row for row in Journal(workspace.journal).executions() if row.hook == "register"]
+    assert [(row.error_type, row.message) for row in rows] == [
+        ("interrupted", "run interrupted during attempt 1")
+    ]
