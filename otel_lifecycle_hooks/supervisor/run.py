@@ -182,6 +182,7 @@ class Supervisor:
             resource_attributes=resource,
             session_id=self.metadata["AGENT_SLUG"],
         )
+        self._telemetry.quiet_session_export_failures()
         self.engine = HookEngine(
             options.template,
             tracer_provider=self._telemetry.tracer_provider,

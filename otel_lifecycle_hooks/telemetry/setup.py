@@ -337,6 +337,7 @@ class Telemetry:
         self._exporters: list[Any] = [] if _exporters is None else _exporters
         self._closed = False
         self._lock = threading.Lock()
+        self._session_failures: _SessionExportFailures | None = None
 
     def __repr__(self) -> str:
         return (
@@ -381,6 +382,8 @@ class Telemetry:
         if not self.owned:
             self.force_flush(bound)
             return
+        if self._session_failures is not None:
+            self._session_failures.uninstall()  # the exit has its own line, below
         quiet = _ExportFailures()
         quiet.install()
         closing = threading.Thread(
@@ -410,14 +413,24 @@ class Telemetry:
             except Exception:
                 logger.debug("closing telemetry failed", exc_info=True)
 
-    def _export_failure_line(self, bound: float, quiet: _ExportFailures, gave_up: bool) -> str:
+    def export_target(self) -> str:
         env = self.otel_env
         where = (
             env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
             or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
         )
-        target = f"the collector at {where}" if where else "the telemetry exporter"
+        return f"the collector at {where}" if where else "the telemetry exporter"
+
+    def quiet_session_export_failures(self) -> None:
+        """While the session runs, the exporters' retry and failure messages (one per attempt,
+        raw) become one line at the first, and are counted after it; the exit says the rest."""
+        if self._session_failures is None and self._exporters:
+            self._session_failures = _SessionExportFailures(self.export_target())
+            self._session_failures.install()
+
+    def _export_failure_line(self, bound: float, quiet: _ExportFailures, gave_up: bool) -> str:
+        target = self.export_target()
         reason = f" ({quiet.reason})" if quiet.reason else ""
         if gave_up:
             return (
@@ -450,6 +463,34 @@ class _ExportFailures(logging.Filter):
             if found:
                 self.reason = found.group(1).strip().lower()
         return False
+
+
+class _SessionExportFailures(_ExportFailures):
+    """The first export failure of a session as one clear line; the later ones counted."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+
+    def uninstall(self) -> None:
+        for name in _EXPORTER_LOGGERS:
+            logging.getLogger(name).removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        first = self.count == 0
+        super().filter(record)
+        if not first:
+            return False
+        reason = f" ({self.reason})" if self.reason else ""
+        record.msg = (
+            f"telemetry export is failing: {self.target} did not take it{reason}; the exporters "
+            "keep retrying, and what is still not exported at exit is reported then"
+        )
+        record.args = ()
+        record.exc_info = record.exc_text = None
+        return True
 
 
 def configure_telemetry(

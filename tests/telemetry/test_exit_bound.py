@@ -49,3 +49,32 @@ def test_an_unreachable_collector_is_one_line_naming_it_and_the_bound(
     assert "within 0.5s" in lines[0] and "connection refused" in lines[0]
     assert "(LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT, in ms," in lines[0]  # the name to set
     assert "Transient error" not in done.stderr and "HTTPConnectionPool" not in done.stderr
+
+
+def test_export_failures_while_the_session_runs_are_one_line_not_the_exporters_retries(
+    tmp_path: Path,
+) -> None:
+    template = tmp_path / "agent.yaml"
+    template.write_text("lifecycle_hooks: []\n")
+    port = closed_port()
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))},
+        "HOME": str(tmp_path),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        # Spans and metrics exported every 100 ms: several failed exports during the session.
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRIC_EXPORT_INTERVAL": "100",
+        "LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT": "500",
+    }
+    agent = [sys.executable, "-c", "import time; time.sleep(3)"]
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "run", "-t", str(template), "--", *agent],
+        capture_output=True, text=True, env=environ, check=False, timeout=60,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "Transient error" not in done.stderr
+    assert "Traceback" not in done.stderr
+    during = [line for line in done.stderr.splitlines() if "telemetry export is failing" in line]
+    assert len(during) == 1, done.stderr
+    assert f"127.0.0.1:{port}" in during[0] and "connection refused" in during[0]
