@@ -29,6 +29,7 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "hook post-status-page (task-completed) failed" in result.stdout
+    assert "no trace files" not in result.stdout  # `trace` found the session's spans
     summary = [line for line in result.stdout.splitlines() if "deliveries:" in line]
     assert summary and "1 failed: post-status-page 503" in summary[0], result.stdout
     assert not list(tmp_path.glob("otel-lifecycle-hooks-demo-*"))

@@ -510,7 +510,10 @@ def configure_telemetry(
     """
     env_source = os.environ if environ is None else environ
     env = merge_otel_env(template_env, env_source)
-    path_env = {**env, **{k: v for k, v in env_source.items() if k in ("HOME", "XDG_STATE_HOME")}}
+    # Where the local trace file goes: the package's own variable (its older OTEL_ name is
+    # already in `env`) and the standard directories.
+    path_names = ("HOME", "XDG_STATE_HOME", "LIFECYCLE_HOOKS_TRACE_DIR")
+    path_env = {**env, **{k: v for k, v in env_source.items() if k in path_names}}
     resource = build_resource(env, resource_attributes, service_name_default)
     disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 

@@ -273,6 +273,13 @@ def test_the_trace_dir_variable_may_come_from_the_template_env(tmp_path: Path) -
     assert telemetry.trace_file == tmp_path / "traces" / "s.jsonl"
 
 
+def test_the_trace_dir_variable_of_the_environment_places_the_trace_file(tmp_path: Path) -> None:
+    environ = {"LIFECYCLE_HOOKS_TRACE_DIR": str(tmp_path / "traces"), "HOME": str(tmp_path)}
+    telemetry = configure_telemetry({}, environ, session_id="s")
+    telemetry.shutdown()
+    assert telemetry.trace_file == tmp_path / "traces" / "s.jsonl"
+
+
 def test_sdk_disabled_exports_nothing(tmp_path: Path) -> None:
     telemetry = configure_telemetry(
         {}, {"OTEL_SDK_DISABLED": "true", "HOME": str(tmp_path)}, trace_file=tmp_path / "t.jsonl"
