@@ -19,37 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_lifecycle_hooks.events import RUNTIME_EVENTS, TEMPLATE_EVENTS
 from tests.support.target_server import RecordedRequest, TargetServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_CLI = Path(sys.executable).with_name("otel-lifecycle-hooks")
 
-TEMPLATE_EVENTS = (
-    "pre-start",
-    "post-start",
-    "pre-stop",
-    "session-end",
-    "phase-change",
-    "activity-change",
-    "task-completed",
-    "limits-exceeded",
-    "error",
-)
-RUNTIME_EVENTS = (
-    "session-start",
-    "prompt-submit",
-    "agent-start",
-    "agent-end",
-    "model-start",
-    "model-end",
-    "tool-start",
-    "tool-end",
-    "notification",
-    "response-complete",
-    "subagent-end",
-    "pre-compact",
-    "post-compact",
-)
 VARIABLES = (
     "EVENT", "PHASE", "PREVIOUS_PHASE", "ACTIVITY", "PREVIOUS_ACTIVITY", "TOOL_NAME",
     "EXIT_CODE", "ERROR_MESSAGE", "TASK_SUMMARY", "ASSISTANT_TEXT", "AGENT_NAME", "SESSION_ID",

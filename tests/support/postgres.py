@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 BIN = Path("/usr/lib/postgresql/15/bin")
-INSTALLER = Path(__file__).with_name("install_postgres.sh")
+INSTALLER = Path(__file__).with_name("install_debian_package.sh")
 SYSTEM_USER = "postgres"
 
 
 def ensure_installed() -> None:
     """Run the installer (a no-op when the server's binaries are there)."""
-    subprocess.run(["sh", str(INSTALLER)], check=True, timeout=900)
+    server = str(BIN / "postgres")
+    subprocess.run(["sh", str(INSTALLER), "postgresql", server], check=True, timeout=900)
 
 
 def _free_port() -> int:

@@ -13,12 +13,12 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 CHROMIUM = Path("/usr/bin/chromium")
-INSTALLER = Path(__file__).resolve().parents[1] / "support" / "install_chromium.sh"
+INSTALLER = Path(__file__).resolve().parents[1] / "support" / "install_debian_package.sh"
 
 
 def ensure_chromium() -> Path:
     """Debian's chromium (installed once per machine by the installer); Playwright drives it."""
-    subprocess.run(["sh", str(INSTALLER)], check=True, timeout=900)
+    subprocess.run(["sh", str(INSTALLER), "chromium", str(CHROMIUM)], check=True, timeout=900)
     return CHROMIUM
 
 
