@@ -293,7 +293,10 @@ def _redact_span_url(span: Any, request: Any) -> None:
     """The instrumentation's request hook: `url.full` as the engine's redactor shows it."""
     redact = request.extensions.get(_REDACT_EXTENSION)
     if redact is not None and span.is_recording():
-        span.set_attribute("url.full", redact(str(request.url)))
+        url = str(request.url)
+        shown = redact(url)
+        if shown != url:  # else the instrumentation's own (credential-free) value stands
+            span.set_attribute("url.full", shown)
 
 
 @contextmanager
