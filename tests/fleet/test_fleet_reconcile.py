@@ -208,8 +208,8 @@ def test_replay_resends_one_agents_failed_delivery_from_the_shared_journal(
     }
     (first_try,) = hook_ids(receiver, "/farewell", alpha)
     replay = subprocess.run(
-        [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--all-failed",
-         "--agent", alpha_id, "--json"],
+        [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--failed",
+         "--agent", alpha_id, "--json", "--template", str(template)],
         env=workspace.env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert replay.returncode == 0, replay.stderr
