@@ -17,7 +17,10 @@ import hashlib
 import json
 import shlex
 import sqlite3
+import subprocess
+import sys
 import textwrap
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -363,3 +366,82 @@ def test_the_next_run_recovers_a_crashed_session_with_its_own_template_not_the_j
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in target.requests)
     assert TOKEN not in later.stderr
     assert TOKEN not in workspace.journal.read_bytes().decode("utf-8", "replace")
+
+
+# -- reconcile, from another machine ---------------------------------------------------------
+
+
+def forge_crashed_session(
+    journal_path: Path, session_id: str, text: str, path: Path, sha256: str | None = None
+) -> None:
+    """An unfinished session row, as an agent that can write the journal would add one: begun
+    post-start an hour ago, never ended, its supervisor gone, its template `text`."""
+    journal = Journal(journal_path)
+    try:
+        digest = sha256 or hashlib.sha256(text.encode()).hexdigest()
+        journal.open_session(
+            session_id, agent_id="agent-r", agent_name="test-agent", template_files=[str(path)],
+            started_at=time.time() - 3600,
+            templates=[{"path": str(path), "sha256": digest, "text": text}],
+        )  # fmt: skip
+        journal.mark_post_start(session_id, at=time.time() - 3600)
+    finally:
+        journal.close()
+
+
+def reconcile(
+    journal: Path, env: dict[str, str], *options: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "1s",
+         "--journal", str(journal), *options],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def recovered_at(journal_path: Path, session_id: str) -> float | None:
+    journal = Journal(journal_path)
+    try:
+        row = journal.session(session_id)
+    finally:
+        journal.close()
+    assert row is not None
+    return row.recovered_at
+
+
+def test_reconcile_renders_only_from_the_template_it_is_given(
+    tmp_path: Path, target: TargetServer, attacker: TargetServer
+) -> None:
+    operator = write_template(
+        tmp_path,
+        OPERATOR_HOOK.format(url=target.url("/notify")).replace("TASK_SUMMARY", "SESSION_ID"),
+    )
+    evil_text = ATTACKER_TEMPLATE.format(url=attacker.url("/steal"))
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(evil_text)
+    journal = tmp_path / "journal.sqlite3"
+    env = environment(tmp_path, journal, NOTIFY_TOKEN=TOKEN)
+    # The agent's template, journaled as what its session ran; and a row claiming to have run
+    # the operator's file (its sha256) while storing the agent's text.
+    forge_crashed_session(journal, "aaaa0000-0000-4000-8000-000000000001", evil_text, evil)
+    operator_digest = hashlib.sha256(operator.read_text().encode()).hexdigest()
+    forge_crashed_session(
+        journal, "bbbb0000-0000-4000-8000-000000000002", evil_text, operator, operator_digest
+    )
+
+    without = reconcile(journal, env)
+    assert without.returncode == 2 and "--template" in without.stderr
+    assert attacker.requests == [] and target.requests == []
+
+    named = reconcile(journal, env, "--template", str(operator))
+    assert named.returncode == 0, named.stderr
+    assert attacker.requests == []
+    # The agent's own template's session is left, reported, not lost.
+    assert "left alone: session aaaa0000" in named.stdout and str(evil) in named.stdout
+    assert recovered_at(journal, "aaaa0000-0000-4000-8000-000000000001") is None
+    # The one naming the operator's digest is recovered from the operator's file, not its text.
+    assert "recovered: session bbbb0000" in named.stdout
+    [sent] = target.requests
+    assert json.loads(sent.body)["summary"] == "bbbb0000-0000-4000-8000-000000000002"
+    assert sent.headers["authorization"] == f"Bearer {TOKEN}"
+    assert TOKEN not in named.stdout + named.stderr + without.stderr
