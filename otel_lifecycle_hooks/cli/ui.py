@@ -95,6 +95,13 @@ def run(args: argparse.Namespace) -> int:
         # The URL first and flushed: whoever started us (a script, a test) reads this line.
         print(server.url, flush=True)
         print(f"serving the journal {path}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        if not server.templates:
+            print(
+                "Redeliver is refused on this page: it renders only from a template you name "
+                "(--template FILE, or $LIFECYCLE_HOOKS_TEMPLATE), never from the journal's",
+                file=sys.stderr,
+                flush=True,
+            )
         signal.signal(signal.SIGTERM, _stop)
         try:
             serve(server)

@@ -29,7 +29,7 @@ import pytest
 
 from otel_lifecycle_hooks.journal import Journal
 from tests.reliability.test_reliability_replay import cli, deliver, rows, write_template
-from tests.supervisor.supervised import Workspace
+from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 from tests.ui.processes import UiProcess, environment, start_ui
 
@@ -297,6 +297,11 @@ def test_redeliver_on_a_page_started_without_a_template_is_refused_and_sends_not
     assert str(hijacked.evil) in message
     assert TOKEN not in json.dumps(outcome)
     assert hijacked.attacker.requests == [] and len(target.requests) == 1
+    # Said once at start, on stderr (read by a thread of its own: waited for, not raced).
+    wait_until(
+        lambda: any("Redeliver is refused on this page" in line for line in page.stderr_lines),
+        what="ui's line saying Redeliver is refused",
+    )
 
 
 def test_redeliver_on_a_page_started_with_the_operators_template_refuses_the_steered_row(
