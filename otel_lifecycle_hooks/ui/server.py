@@ -66,6 +66,7 @@ class PageServer(ThreadingHTTPServer):
         templates: Sequence[str] = (),
         environ: Mapping[str, str] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        journal_args: Sequence[str] = (),
     ) -> None:
         if not is_loopback_host(host) or host.strip().lower().startswith("localhost"):
             # A name would be resolved; only a loopback address literal is bound.
@@ -81,6 +82,7 @@ class PageServer(ThreadingHTTPServer):
         self.token = token
         self.idle_timeout = idle_timeout
         self.templates = tuple(templates)
+        self.journal_args = tuple(journal_args)  # `ui`'s own --journal, for the advice below
         self.environ = dict(os.environ if environ is None else environ)
         # One redelivery at a time: a double click must not send a delivery twice.
         self.redeliver_lock = threading.Lock()
@@ -277,13 +279,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _redeliver(self, execution_id: int) -> dict[str, Any]:
         # The very code `replay ID` runs: select nothing of its own, send, journal the new row.
-        from ..engine.replay import Replayer
+        # Only the templates `ui` was started with render it; without any, the refusal says
+        # how to restart the page with the one the journal names.
+        from ..engine.replay import Replayer, restart_ui_advice
 
         server = self.server
         with server.redeliver_lock:
             replayer = Replayer(
-                server.journal, templates=list(server.templates), environ=server.environ
-            )
+                server.journal, templates=list(server.templates), environ=server.environ,
+                advice=lambda _row, hint: restart_ui_advice(server.journal_args, hint),
+            )  # fmt: skip
             try:
                 [row] = replayer.select([execution_id])
                 outcome = replayer.replay(row)

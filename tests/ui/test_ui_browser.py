@@ -87,7 +87,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
         ui = None
         try:
             target.wait_for(1, timeout=60)  # post-start began: the journal and session exist
-            ui = start_ui(env, "--journal", str(journal))
+            ui = start_ui(env, "--journal", str(journal), "--template", str(template))
             page = browser.new_page()
             problems: list[Any] = []
             page.on("pageerror", lambda error: problems.append(error))
