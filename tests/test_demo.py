@@ -51,7 +51,7 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
         url = first[0].strip()
         token = url.split("token=", 1)[1]
         api = urllib.request.Request(
-            url.split("/?", 1)[0] + "/api/sessions", headers={"X-Lifecycle-Hooks-Token": token}
+            url.split("/#", 1)[0] + "/api/sessions", headers={"X-Lifecycle-Hooks-Token": token}
         )
         with urllib.request.urlopen(api, timeout=30) as response:
             [session] = json.load(response)["sessions"]

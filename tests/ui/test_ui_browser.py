@@ -176,3 +176,64 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             if ui is not None:
                 assert ui.stop() == 0
             stop(supervisor)
+
+
+def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
+    tmp_path: Path, browser: Browser
+) -> None:
+    # A server the agent runs on another port of the same address: cookies are not scoped by
+    # port, so whatever a cookie held would reach it. The page steers the browser there twice:
+    # markup in a response body the endpoint sent (shown as text, never fetched), and the
+    # operator visiting it in the same tab after logging in.
+    with TargetServer() as bystander, TargetServer() as target:
+        steer = f'<img src="{bystander.url("/steered.png")}">'
+        target.always("/hook", Reply(503, {"Content-Type": "text/html"}, steer.encode()))
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(
+            "lifecycle_hooks:\n"
+            "  - name: announce\n"
+            "    on: [post-start]\n"
+            f"    action: {{type: http, method: POST, url: '{target.url('/hook')}'}}\n"
+        )
+        journal = tmp_path / "journal.sqlite3"
+        env = environment(tmp_path, journal)
+        run_session(template, env, "true")
+        target.wait_for(1)
+        ui = start_ui(env, "--journal", str(journal))
+        try:
+            page = browser.new_page()
+            page.goto(ui.url)
+            # Logged in: the token left the address bar, the journal's data is shown.
+            expect(page.locator("#sessions tbody tr")).to_have_count(1)
+            assert "token" not in page.url
+            page.locator("a.session-link").click()
+            page.locator("a.delivery-link").click()
+            expect(page.locator(".response pre.body")).to_have_text(steer)
+
+            page.goto(bystander.url("/after-login"))
+            page.goto(bystander.url("/again"))
+            bystander.wait_for(2, timeout=30)
+            seen = list(bystander.requests)
+            # Whatever else the browser asks of it (a favicon), the steered image is not
+            # among it: the body was shown as text.
+            assert [r.path for r in seen if r.path != "/favicon.ico"] == [
+                "/after-login",
+                "/again",
+            ]
+            for received in seen:
+                assert ui.token not in received.path
+                assert ui.token.encode() not in received.body
+                for name, value in received.headers.items():
+                    assert ui.token not in value, name
+
+            # The tab still holds its token (origin-scoped storage): back on the page's own
+            # address, without the token, the journal is shown again.
+            page.goto(ui.origin() + "/")
+            expect(page.locator("#sessions tbody tr")).to_have_count(1)
+            # Another tab that never opened the printed URL holds nothing and gets nothing.
+            stranger = browser.new_page()
+            stranger.goto(ui.origin() + "/")
+            expect(stranger.locator("#main")).to_contain_text("otel-lifecycle-hooks ui")
+            assert stranger.locator("#sessions").count() == 0
+        finally:
+            assert ui.stop() == 0

@@ -3,12 +3,18 @@
 // Everything shown comes from the journal, which holds what the agent reported and what remote
 // endpoints answered: it is hostile. It reaches the page only as text (createTextNode,
 // textContent), never as markup; links are built here from ids, percent-encoded.
+//
+// The access token arrives in the printed URL's fragment (#token=...), which the browser never
+// sends to a server. It is moved at once into sessionStorage (scoped to this page's origin,
+// port included, unlike a cookie, which every server on 127.0.0.1 would be sent) and out of
+// the address bar and history, and travels only in a header of this page's own requests.
 "use strict";
 
 (function () {
   const TOKEN_HEADER = "X-Lifecycle-Hooks-Token";
   const POLL_MS = 1000;
-  const token = document.querySelector('meta[name="lifecycle-hooks-token"]').content;
+  const TOKEN_KEY = "otel-lifecycle-hooks-ui-token";
+  const token = takeToken();
   const main = document.getElementById("main");
   const crumbs = document.getElementById("crumbs");
   const live = document.getElementById("live");
@@ -18,6 +24,15 @@
   // What a Redeliver click answered, per delivery id, kept across redraws.
   const redelivered = new Map();
   const pending = new Set();
+
+  function takeToken() {
+    const given = /^#token=([A-Za-z0-9_-]+)$/.exec(location.hash);
+    if (given) {
+      sessionStorage.setItem(TOKEN_KEY, given[1]);
+      history.replaceState(null, "", location.pathname + "#/");
+    }
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
 
   // -- building the page: elements and text only --
 
@@ -227,12 +242,14 @@
   // -- talking to the server --
 
   async function getJSON(url) {
-    const response = await fetch(url, { headers: { [TOKEN_HEADER]: token }, cache: "no-store", credentials: "same-origin" });
+    const response = await fetch(url, { headers: { [TOKEN_HEADER]: token }, cache: "no-store", credentials: "omit" });
     const text = await response.text();
     if (!response.ok) {
       let reason = response.status + "";
       try { reason = JSON.parse(text).error || reason; } catch (e) { /* shown as the status */ }
-      throw new Error(reason);
+      const error = new Error(reason);
+      error.status = response.status;
+      throw error;
     }
     return text;
   }
@@ -244,7 +261,7 @@
     await refresh();
     try {
       const response = await fetch("/api/deliveries/" + encodeURIComponent(String(deliveryId)) + "/redeliver", {
-        method: "POST", cache: "no-store", credentials: "same-origin",
+        method: "POST", cache: "no-store", credentials: "omit",
         headers: { [TOKEN_HEADER]: token, "Content-Type": "application/json" }, body: "{}",
       });
       const answer = await response.json();
@@ -273,13 +290,28 @@
     return "/api/sessions";
   }
 
+  function askForTheUrl(why) {
+    setCrumbs([]);
+    main.replaceChildren(el("p", { class: "quiet", id: "needs-token" }, why,
+      " Open the URL that `otel-lifecycle-hooks ui` printed (it ends in #token=…) in this tab."));
+    document.title = "otel-lifecycle-hooks: deliveries";
+  }
+
   async function refresh() {
+    if (!token) {
+      askForTheUrl("This tab holds no access token for the journal.");
+      return;
+    }
     const route = currentRoute();
     const url = apiFor(route);
     let text;
     try {
       text = await getJSON(url);
     } catch (e) {
+      if (e.status === 401) {
+        askForTheUrl("The server refused this tab's access token (was `ui` restarted?).");
+        shownKey = null;
+      }
       live.textContent = "not updating: " + (e.message || e);
       live.className = "stale";
       return;
