@@ -247,7 +247,9 @@ class _Handler(BaseHTTPRequestHandler):
         recorded = delivery.pop("attempts")
         delivery["attempts"] = delivery.pop("attempt_count", len(recorded))
         attempts = [views.attempt_entry(attempt, len(recorded)) for attempt in recorded]
+        session_id = delivery["session_id"] or ""
         return {
+            "session": views.session_name(journal.session(session_id) if session_id else None),
             "delivery": views.delivery_entry(delivery, replays),
             "attempts": attempts or [views.summary_attempt(delivery)],
         }

@@ -80,6 +80,13 @@ def session_header(
     }
 
 
+def session_name(row: SessionRow | None) -> dict[str, Any] | None:
+    """What a delivery's view names its session by: the agent's name and the session id."""
+    if row is None:
+        return None
+    return {"session_id": row.session_id, "agent_name": row.agent_name}
+
+
 def replays_of(deliveries: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
     """The deliveries that re-sent each delivery, oldest first, by the id they re-sent."""
     found: dict[int, list[Mapping[str, Any]]] = {}

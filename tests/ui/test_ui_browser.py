@@ -87,7 +87,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
         ui = None
         try:
             target.wait_for(1, timeout=60)  # post-start began: the journal and session exist
-            ui = start_ui(env, "--journal", str(journal))
+            ui = start_ui(env, "--journal", str(journal), "--template", str(template))
             page = browser.new_page()
             problems: list[Any] = []
             page.on("pageerror", lambda error: problems.append(error))
@@ -99,7 +99,11 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             expect(sessions).to_have_count(1)
             expect(sessions.first).to_contain_text("page-agent")
             expect(sessions.first).to_contain_text("running")
+            session_id = sessions.first.get_attribute("data-session") or ""
             sessions.first.locator("a.session-link").click()
+            # The breadcrumb names the session by its agent and the start of its id.
+            crumb = page.locator("#crumbs a.session-crumb")
+            expect(crumb).to_have_text(f"page-agent {session_id[:8]}")
 
             deliveries = page.locator("#deliveries tbody tr")
             notify = deliveries.filter(has_text="notify")
@@ -118,6 +122,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
 
             # A delivery's attempts: each request as sent (redacted) and each response.
             notify.locator("a.delivery-link").click()
+            expect(crumb).to_have_text(f"page-agent {session_id[:8]}")
             attempts = page.locator("#attempts .attempt")
             expect(attempts).to_have_count(2)
             first, second = attempts.nth(0), attempts.nth(1)
@@ -199,7 +204,15 @@ def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
         env = environment(tmp_path, journal)
         run_session(template, env, "true")
         target.wait_for(1)
-        ui = start_ui(env, "--journal", str(journal))
+        # The hook is now a script: Redeliver refuses to send the journaled request.
+        changed = tmp_path / "changed.yaml"
+        changed.write_text(
+            "lifecycle_hooks:\n"
+            "  - name: announce\n"
+            "    on: [post-start]\n"
+            "    action: {type: script, command: ['true']}\n"
+        )
+        ui = start_ui(env, "--journal", str(journal), "--template", str(changed))
         try:
             page = browser.new_page()
             page.goto(ui.url)
@@ -209,6 +222,12 @@ def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
             page.locator("a.session-link").click()
             page.locator("a.delivery-link").click()
             expect(page.locator(".response pre.body")).to_have_text(steer)
+            page.locator("#redeliver").click()
+            refused = page.locator("#redeliver-result")
+            expect(refused).to_have_text(
+                re.compile(r"^Not redelivered: hook 'announce' is now a script")
+            )
+            assert len(target.requests) == 1  # nothing was sent
 
             page.goto(bystander.url("/after-login"))
             page.goto(bystander.url("/again"))

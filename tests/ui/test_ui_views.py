@@ -108,3 +108,9 @@ def test_anything_that_is_not_json_is_sent_as_text() -> None:
         "a": [1, "\ufffdb"],
         "2": str(object),
     }
+
+
+def test_a_deliverys_view_names_its_session_by_agent_and_id_and_nothing_more() -> None:
+    row = session_row(agent_name="billing-agent", variables={"V": "VARIABLE-VALUE"})
+    assert views.session_name(row) == {"session_id": "s1", "agent_name": "billing-agent"}
+    assert views.session_name(None) is None

@@ -111,6 +111,14 @@
       .map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
   }
 
+  // A session as the breadcrumb names it: its agent and the start of its id.
+  function sessionCrumb(sessionId, session) {
+    const short = String(sessionId).slice(0, 8);
+    const name = session && session.agent_name ? session.agent_name : "(unnamed agent)";
+    return el("a", { href: sessionHref(sessionId), class: "session-crumb", title: "session " + sessionId },
+      name, " ", el("span", { class: "mono quiet" }, short));
+  }
+
   function setCrumbs(parts) {
     crumbs.replaceChildren(...parts.flatMap((part, i) => [i ? " / " : "", part]));
   }
@@ -140,7 +148,7 @@
 
   function renderDeliveries(route, data) {
     const s = data.session;
-    setCrumbs([el("a", { href: "#/" }, "sessions"), el("a", { href: sessionHref(route.session) }, s ? (s.agent_name || route.session) : route.session)]);
+    setCrumbs([el("a", { href: "#/" }, "sessions"), sessionCrumb(route.session, s)]);
     const heading = el("h2", {}, "Deliveries of session ", el("span", { class: "mono" }, route.session));
     const about = s ? facts([["agent", s.agent_name], ["agent id", s.agent_id], ["host", s.host], ["state", s.state],
       ["started", when(s.started_at)], ["ended", when(s.ended_at)],
@@ -210,8 +218,11 @@
     if (answer) {
       const o = answer.outcome || {};
       const status = o.status_code !== null && o.status_code !== undefined ? " (HTTP " + o.status_code + ")" : "";
+      // Refused (or a dry run): nothing was sent, and the line says so first.
+      const sent = !answer.error && o.outcome !== "refused" && o.outcome !== "dry-run";
       shown = el("p", { id: "redeliver-result", class: "outcome-" + (o.outcome === "success" ? "success" : "failed") },
         answer.error ? "Redeliver failed: " + answer.error
+          : !sent ? ["Not redelivered: ", o.message || o.outcome]
           : ["Redelivered: " + o.outcome + status,
             o.id !== null && o.id !== undefined ? [" as ", el("a", { href: deliveryHref(route.session, o.id), id: "redelivered-link" }, "delivery #" + o.id)] : "",
             o.message ? ": " + o.message : ""]);
@@ -224,7 +235,7 @@
 
   function renderDelivery(route, data) {
     const d = data.delivery;
-    setCrumbs([el("a", { href: "#/" }, "sessions"), el("a", { href: sessionHref(route.session) }, "session"),
+    setCrumbs([el("a", { href: "#/" }, "sessions"), sessionCrumb(route.session, data.session),
       el("a", { href: deliveryHref(route.session, d.id) }, "#" + d.id)]);
     const replays = d.replays.length ? d.replays.map((r, i) => [i ? ", " : "",
       el("a", { href: deliveryHref(route.session, r.id), class: "replay-link" }, "#" + r.id), " " + r.outcome]) : "";
