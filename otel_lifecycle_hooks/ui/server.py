@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..journal import views as journal_views
+from ..journal.rows import RUNNING
 from ..loopback import is_loopback_host
 from . import access, views
 
@@ -227,10 +228,14 @@ class _Handler(BaseHTTPRequestHandler):
             journal, session_id, limit=views.DELIVERIES_SHOWN
         )
         replays = views.replays_of(deliveries)
+        session = journal.session(session_id)
+        over = views.session_over(session)
         return {
-            "session": views.session_header(journal.session(session_id), deliveries),
+            "session": views.session_header(session, deliveries),
             "deliveries": [
-                views.delivery_entry(d, replays.get(d["id"], ()), with_request=False)
+                views.delivery_entry(
+                    d, replays.get(d["id"], ()), with_request=False, session_over=over
+                )
                 for d in deliveries
             ],
         }
@@ -246,11 +251,16 @@ class _Handler(BaseHTTPRequestHandler):
         replays = views.replays_of(siblings).get(execution_id, [])
         recorded = delivery.pop("attempts")
         delivery["attempts"] = delivery.pop("attempt_count", len(recorded))
-        attempts = [views.attempt_entry(attempt, len(recorded)) for attempt in recorded]
+        # While it retries, how many attempts it will make is not known yet.
+        of_attempts = None if delivery["outcome"] == RUNNING else len(recorded)
+        attempts = [views.attempt_entry(attempt, of_attempts) for attempt in recorded]
         session_id = delivery["session_id"] or ""
+        session = journal.session(session_id) if session_id else None
         return {
-            "session": views.session_name(journal.session(session_id) if session_id else None),
-            "delivery": views.delivery_entry(delivery, replays),
+            "session": views.session_name(session),
+            "delivery": views.delivery_entry(
+                delivery, replays, session_over=views.session_over(session)
+            ),
             "attempts": attempts or [views.summary_attempt(delivery)],
         }
 

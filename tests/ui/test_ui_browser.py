@@ -8,6 +8,7 @@ is shown as text, never run.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,79 @@ def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
             assert stranger.locator("#sessions").count() == 0
         finally:
             assert ui.stop() == 0
+
+
+SLOW_TEMPLATE = """\
+lifecycle_hooks:
+  - name: slow-start
+    on: [post-start]
+    action: {{type: http, method: POST, url: "{url}", body: hello}}
+    on_error: retry
+    timeout: 120s
+"""
+
+
+def test_a_retrying_delivery_is_shown_running_with_its_attempts_until_it_ends(
+    tmp_path: Path, browser: Browser
+) -> None:
+    # The second attempt is answered only once the page has shown the delivery running, so
+    # what the page shows before the end is seen, never raced.
+    second_may_answer = threading.Event()
+    with TargetServer() as target:
+        target.on(
+            "/slow",
+            Reply(503, {"Content-Type": "text/plain"}, b"busy"),
+            Reply(200, {"Content-Type": "text/plain"}, b"finally", released_by=second_may_answer),
+        )
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(SLOW_TEMPLATE.format(url=target.url("/slow")))
+        journal = tmp_path / "journal.sqlite3"
+        env = environment(tmp_path, journal)
+        go = tmp_path / "go"
+        supervisor = run_session(
+            template, env, f'while [ ! -e "{go}" ]; do sleep 0.1; done', wait=False
+        )
+        ui = None
+        try:
+            target.wait_for(1, timeout=60)  # the first attempt: answered 503, a retry follows
+            ui = start_ui(env, "--journal", str(journal), "--template", str(template))
+            page = browser.new_page()
+            page.goto(ui.url)
+            page.locator("a.session-link").click()
+            slow = page.locator("#deliveries tbody tr").filter(has_text="slow-start")
+            expect(slow.locator(".outcome")).to_have_text("running · attempt 2")
+            expect(slow.locator("td").nth(5)).to_have_text("1")  # attempts made so far
+
+            slow.locator("a.delivery-link").click()
+            expect(page.locator("h2")).to_contain_text("running · attempt 2")
+            expect(page.locator("#in-flight")).to_contain_text("attempt 2 of 4")
+            attempts = page.locator("#attempts .attempt")
+            expect(attempts).to_have_count(1)
+            expect(attempts.first.locator("h3")).to_contain_text("Attempt 1")
+            expect(attempts.first.locator("h3")).not_to_contain_text(" of ")
+            expect(attempts.first.locator(".response-status")).to_have_text("HTTP 503")
+            expect(attempts.first.locator(".response pre.body")).to_have_text("busy")
+            expect(page.locator("#redeliver")).to_be_disabled()
+
+            # The second attempt reached the endpoint and waits for its answer: still running.
+            target.wait_for(2, timeout=60)
+            expect(page.locator("h2")).to_contain_text("running · attempt 2")
+            second_may_answer.set()
+
+            # It ends: the same delivery, rewritten in place, followed by the 1 s poll.
+            expect(page.locator("h2 .outcome")).to_have_text("success")
+            expect(page.locator("#in-flight")).to_have_count(0)
+            expect(attempts).to_have_count(2)
+            expect(attempts.nth(1).locator("h3")).to_contain_text("Attempt 2 of 2")
+            expect(attempts.nth(1).locator(".response pre.body")).to_have_text("finally")
+            page.go_back()
+            expect(page.locator("#deliveries tbody tr")).to_have_count(1)
+            expect(slow.locator(".outcome")).to_have_text("success")
+            expect(slow.locator("td").nth(5)).to_have_text("2")
+        finally:
+            second_may_answer.set()
+            go.touch()
+            stop(supervisor, signal_first=None, timeout=60)
+            if ui is not None:
+                assert ui.stop() == 0
+        assert supervisor.returncode == 0

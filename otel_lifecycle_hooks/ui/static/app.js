@@ -74,6 +74,13 @@
     return el("span", { class: "outcome outcome-" + String(outcome).replace(/[^a-z-]/g, "") }, outcome);
   }
 
+  // A delivery still retrying: the attempt it is making or waiting to make.
+  function deliveryBadge(delivery) {
+    if (!delivery.in_flight) return outcomeBadge(delivery.outcome);
+    return el("span", { class: "outcome outcome-running", title: delivery.message || "" },
+      "running · attempt " + (Number(delivery.attempts) + 1));
+  }
+
   function result(delivery) {
     if (delivery.http_status !== null && delivery.http_status !== undefined) return "HTTP " + delivery.http_status;
     if (delivery.exit_code !== null && delivery.exit_code !== undefined) return "exit " + delivery.exit_code;
@@ -163,7 +170,7 @@
       el("td", {}, when(d.started_at)),
       el("td", {}, d.hook),
       el("td", {}, d.event + (d.recovered ? " (recovered)" : "")),
-      el("td", {}, outcomeBadge(d.outcome)),
+      el("td", {}, deliveryBadge(d)),
       el("td", { class: "num" }, String(d.attempts)),
       el("td", { class: "num" }, duration(d.duration_ms)),
       el("td", {}, result(d)),
@@ -240,7 +247,11 @@
     const replays = d.replays.length ? d.replays.map((r, i) => [i ? ", " : "",
       el("a", { href: deliveryHref(route.session, r.id), class: "replay-link" }, "#" + r.id), " " + r.outcome]) : "";
     main.replaceChildren(
-      el("h2", {}, "Delivery #" + d.id + ": ", d.hook, " on ", d.event, " ", outcomeBadge(d.outcome)),
+      el("h2", {}, "Delivery #" + d.id + ": ", d.hook, " on ", d.event, " ", deliveryBadge(d)),
+      d.in_flight ? el("p", { id: "in-flight", class: "quiet" }, "Still retrying (" + (d.message || "") +
+        "); shown are the attempts made so far, and this page follows it until it ends.") : null,
+      d.outcome === "unfinished" ? el("p", { id: "in-flight", class: "quiet" },
+        "This delivery was still retrying when its run stopped without finishing it.") : null,
       facts([["started", when(d.started_at)], ["attempts", String(d.attempts)], ["duration", duration(d.duration_ms)],
         ["result", result(d)], ["error", d.error_type || ""], ["message", d.message], ["idempotency key", d.idempotency_key],
         ["trace id", d.trace_id], ["replay of", d.replayed_from !== null ? el("a", { href: deliveryHref(route.session, d.replayed_from) }, "#" + d.replayed_from) : ""],
