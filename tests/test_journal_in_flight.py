@@ -5,15 +5,22 @@ connection, as `ui` does) while the execution waits."""
 
 from __future__ import annotations
 
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
-from otel_lifecycle_hooks.journal import Journal, views
+from otel_lifecycle_hooks.journal import AttemptRow, ExecutionRow, Journal, views
 from otel_lifecycle_hooks.supervisor.recovery import owed_events
 from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import Reply, TargetServer
@@ -143,3 +150,36 @@ def test_recovery_owes_a_hook_whose_only_row_a_killed_run_left_running() -> None
     finished = SimpleNamespace(event="session-end", hook="farewell", outcome="failed")
     [owed] = owed_events(template, session, [finished])
     assert owed.hooks == ()
+
+
+def test_history_follow_prints_a_running_delivery_again_when_it_ends(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(path)
+    running = ExecutionRow(
+        "notify", "post-start", "running", time.time(), attempts=1, row_uid="in-flight-1"
+    )
+    journal.record_execution(running, [AttemptRow(1, time.time(), "failed", response_status=503)])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "history", "--follow", "--json",
+         "--journal", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = process.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout or ()], daemon=True).start()
+    try:
+        first = json.loads(lines.get(timeout=30))
+        finished = running._replace(outcome="success", attempts=2, http_status=200)
+        journal.update_execution(finished, [AttemptRow(2, time.time(), "success")])
+        again = json.loads(lines.get(timeout=30))
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        journal.close()
+    assert (first["id"], first["outcome"]) == (1, "running")
+    assert (again["id"], again["outcome"], again["attempts"]) == (1, "success", 2)
+    assert lines.empty()
