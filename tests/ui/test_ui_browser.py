@@ -255,6 +255,11 @@ def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
             stranger.goto(ui.origin() + "/")
             expect(stranger.locator("#main")).to_contain_text("otel-lifecycle-hooks ui")
             assert stranger.locator("#sessions").count() == 0
+            # Given the printed URL in that tab (only its fragment changes: no reload), it
+            # takes the token and shows the journal.
+            stranger.goto(ui.url)
+            expect(stranger.locator("#sessions tbody tr")).to_have_count(1)
+            assert "token" not in stranger.url
         finally:
             assert ui.stop() == 0
 

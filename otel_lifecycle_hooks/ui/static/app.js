@@ -14,7 +14,7 @@
   const TOKEN_HEADER = "X-Lifecycle-Hooks-Token";
   const POLL_MS = 1000;
   const TOKEN_KEY = "otel-lifecycle-hooks-ui-token";
-  const token = takeToken();
+  let token = takeToken();
   const main = document.getElementById("main");
   const crumbs = document.getElementById("crumbs");
   const live = document.getElementById("live");
@@ -361,7 +361,13 @@
     }
   }
 
-  window.addEventListener("hashchange", () => { shownKey = null; refresh(); });
+  window.addEventListener("hashchange", () => {
+    // The printed URL opened in a tab that shows the page already (`ui` restarted, say) only
+    // changes the fragment: no reload, so the new token is taken here.
+    if (location.hash.startsWith("#token=")) token = takeToken();
+    shownKey = null;
+    refresh();
+  });
   poll();
   setInterval(poll, POLL_MS);
 })();
