@@ -40,7 +40,7 @@ class ExecutionRow(NamedTuple):
 
     hook: str
     event: str
-    outcome: str  # success | failed | timeout | skipped | refused
+    outcome: str  # success | failed | timeout | skipped | refused | running (in flight)
     started_at: float  # unix seconds
     attempts: int = 1
     duration_ms: float = 0.0
