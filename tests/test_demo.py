@@ -66,7 +66,7 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
         assert first and first[0].startswith("http://127.0.0.1:"), first
         url = first[0].strip()
         token = url.split("token=", 1)[1]
-        origin = url.split("/?", 1)[0].split("/#", 1)[0]
+        origin = url.split("/#", 1)[0]
         headers = {"X-Lifecycle-Hooks-Token": token}
         api = urllib.request.Request(origin + "/api/sessions", headers=headers)
         with urllib.request.urlopen(api, timeout=30) as response:

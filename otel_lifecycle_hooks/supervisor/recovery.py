@@ -265,7 +265,8 @@ class OwedEvent(NamedTuple):
 def owed_events(template: Any, row: Any, journaled: Iterable[Any]) -> list[OwedEvent]:
     """What recovery sends for a claimed session: for each owed event whose moment is fixed,
     the template's hooks of that event that the journal shows no execution of."""
-    ran = {(execution.event, execution.hook) for execution in journaled}
+    # A row still `running` is one a killed run never finished: its hook is owed still.
+    ran = {(e.event, e.hook) for e in journaled if e.outcome != "running"}
     moments = {"pre-stop": row.pre_stop_at, "session-end": row.session_end_at}
     owed: list[OwedEvent] = []
     for event in RECOVERED_EVENTS:
