@@ -121,9 +121,9 @@ def build_recorders(
             recorders._owned.append(hook_log)
         recorders.hook_log = hook_log
     if journal is not False:
-        from ..journal import journal_location, open_journal
-
         if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
+            from ..journal import journal_location, open_journal
+
             journal = open_journal(journal_location(journal or None, environ))
             recorders._owned.append(journal)
         recorders.journal = journal

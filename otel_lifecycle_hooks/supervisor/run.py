@@ -31,6 +31,7 @@ from ..engine.session import AgentSession
 from ..template.model import Template
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
+from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
@@ -155,6 +156,7 @@ class Supervisor:
         self._stop_deadline: float | None = None
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
+        self._session_journaled = False  # recovery, the session row, heartbeat and retention
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
@@ -188,7 +190,7 @@ class Supervisor:
             tracer_provider=self._telemetry.tracer_provider,
             meter_provider=self._telemetry.meter_provider,
             environ=options.environ,
-            journal=options.journal,
+            journal=_deferred(options.journal, options.environ),
             hook_log=options.hook_log,
             script_user=options.user,
         )
@@ -204,10 +206,6 @@ class Supervisor:
             tracer_provider=self._telemetry.tracer_provider,
         )
         try:
-            self._recover_earlier_runs()
-            self._journal_call("open_session", **self._session_row())
-            self._start_heartbeat()
-            self._keep_retention()
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
@@ -247,6 +245,7 @@ class Supervisor:
         self._processes = AgentProcesses(self._child.pid, self._agent_tag)
         self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
+        self._journal_session()
         self._journal_agent(self._child.pid)
         self._set_phase("running")
         self._legacy("post-start")
@@ -504,6 +503,8 @@ class Supervisor:
             self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
+        if isinstance(self._journal, DeferredJournal):
+            self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
             self._telemetry.shutdown()
 
@@ -679,9 +680,22 @@ class Supervisor:
             **session_fields(self.options.template, self.options.environ, self.session.metadata),
         }
 
+    def _journal_session(self) -> None:
+        """Crash recovery of earlier runs, this session's row, its heartbeat and the journal's
+        retention: once, right after the agent started (none of them decides whether it may),
+        or before the first journal call of a session that ends before its agent starts."""
+        if self._session_journaled:
+            return
+        self._session_journaled = True
+        self._recover_earlier_runs()
+        self._journal_call("open_session", **self._session_row())
+        self._start_heartbeat()
+        self._keep_retention()
+
     def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._journal is None:
             return None
+        self._journal_session()  # a session's row comes before anything said of it
         try:
             return getattr(self._journal, method)(*args, **kwargs)
         except Exception:
@@ -739,6 +753,14 @@ class Supervisor:
             lambda hook, event, info: executor.run(hook, event, info, deadline),
             self.options.template,
         )
+
+
+def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:
+    """The journal for the engine: a path or None is opened at its first use (deferred.py),
+    not before the agent starts; an instance or False as it is."""
+    if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
+        return DeferredJournal(journal, environ)
+    return journal
 
 
 def _socket_owner(user: str | None) -> tuple[int, int] | None:
