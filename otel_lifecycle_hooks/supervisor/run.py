@@ -35,7 +35,6 @@ from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
-from .recovery import recover_orphaned_sessions
 from .server import EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -743,6 +742,8 @@ class Supervisor:
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
+        from .recovery import recover_orphaned_sessions
+
         assert self.engine is not None
         executor = self.engine.executor
         deadline = time.monotonic() + self.options.grace_period
