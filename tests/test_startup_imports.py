@@ -1,7 +1,9 @@
 """`run` imports no HTTP client library before its first HTTP hook: when the agent is started,
 httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
 `sys.modules`; the post-start webhook, after it, brings httpx in. Nor the journal (SQLite and
-the package's journal modules) nor crash recovery: they come right after the agent's start."""
+the package's journal modules) nor crash recovery: they come right after the agent's start.
+Nor the span exporters and their batch processors (the SDK's export module, the local trace
+file's exporter, OTLP's exporter): they are made when the first span ends."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ HTTP_CLIENTS = ("httpx", "httpcore", "h11", "requests", "urllib3",
 # Opened, and recovery done, once the agent has started (supervisor/deferred.py).
 JOURNAL = ("sqlite3", "_sqlite3", "otel_lifecycle_hooks.journal",
            "otel_lifecycle_hooks.supervisor.recovery")  # fmt: skip
+# Made when the first span ends (telemetry/setup.py's _ExportLater).
+SPAN_EXPORT = ("opentelemetry.sdk.trace.export", "otel_lifecycle_hooks.telemetry.tracefile",
+               "opentelemetry.exporter.otlp", "google.protobuf")  # fmt: skip
 
 # `run` as the console script starts it, with a note of the HTTP client modules imported at
 # the moment the agent is spawned (the first Popen of the agent's own command) and at exit.
@@ -53,7 +58,9 @@ sys.exit(main())
 """
 
 
-def noted_imports(tmp_path: Path, url: str, modules: tuple[str, ...]) -> dict[str, list[str]]:
+def noted_imports(
+    tmp_path: Path, url: str, modules: tuple[str, ...], **environ: str
+) -> dict[str, list[str]]:
     """Which of `modules` `run` had imported when it spawned its agent, and at its exit, with
     a template whose post-start webhook goes to `url`."""
     template = tmp_path / "agent.yaml"
@@ -71,6 +78,7 @@ def noted_imports(tmp_path: Path, url: str, modules: tuple[str, ...]) -> dict[st
     noted = tmp_path / "imports.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))}
     env.update(HOME=str(tmp_path), OTEL_LIFECYCLE_HOOKS_JOURNAL=str(tmp_path / "journal.db"))
+    env.update(environ)
     done = subprocess.run(
         [sys.executable, "-c", RUN_NOTING_IMPORTS, json.dumps(modules), str(noted),
          "run", "--template", str(template), "--", "sh", "-c", "echo agent-marker"],
@@ -103,3 +111,26 @@ def test_the_journal_and_recovery_are_imported_after_the_agent_is_started(
     with closing(sqlite3.connect(tmp_path / "journal.db")) as db:
         [(agent_pid, ended_at)] = db.execute("SELECT agent_pid, ended_at FROM sessions")
     assert agent_pid and ended_at
+
+
+def test_the_span_exporters_are_made_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), SPAN_EXPORT)
+    assert seen["at-spawn"] == []
+    assert "otel_lifecycle_hooks.telemetry.tracefile" in seen["at-exit"]
+    [trace_file] = (tmp_path / ".local/state/otel-lifecycle-hooks/traces").glob("*.jsonl")
+    assert '"invoke_agent ' in trace_file.read_text()  # the session span was exported
+
+
+def test_with_otlp_traces_the_exporter_is_made_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), SPAN_EXPORT,
+        OTEL_EXPORTER_OTLP_ENDPOINT=target_server.url(""), OTEL_METRICS_EXPORTER="none",
+    )  # fmt: skip
+    assert seen["at-spawn"] == []
+    assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in seen["at-exit"]
+    paths = [request.path for request in target_server.wait_for(2)]
+    assert sorted(paths) == ["/started", "/v1/traces"]
