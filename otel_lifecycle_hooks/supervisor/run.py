@@ -694,7 +694,11 @@ class Supervisor:
     def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._journal is None:
             return None
-        self._journal_session()  # a session's row comes before anything said of it
+        if not self._session_journaled:  # a session's row comes before anything said of it
+            try:
+                self._journal_session()
+            except Exception:  # a session ending before its agent started: its end goes on
+                log.exception("journaling the session failed")
         try:
             return getattr(self._journal, method)(*args, **kwargs)
         except Exception:

@@ -60,3 +60,27 @@ def test_an_event_sent_before_the_supervisor_is_up_is_delivered_and_journaled(
     assert session_id == session
     assert agent_pid and post_started_at and ended_at and exit_code == 0
     assert [e for (e,) in journaled] == ["post-start", "task-completed"]
+
+
+def test_a_session_that_ends_before_its_agent_starts_is_still_journaled(
+    workspace: Workspace,
+) -> None:
+    started = workspace.root / "agent-started"
+    template = workspace.template(
+        script_hook("refuse", ["pre-start"], ["sh", "-c", "exit 3"],
+                    blocking="true", on_error="fail")
+    )  # fmt: skip
+    run = workspace.start(template, workspace.agent_command(touch=str(started)))
+    assert run.wait(timeout=60) == 1, run.stderr
+
+    assert not started.exists()
+    with closing(sqlite3.connect(workspace.journal)) as db:
+        (row,) = db.execute(
+            "SELECT session_id, agent_pid, post_started_at, ended_at FROM sessions"
+        ).fetchall()
+        journaled = db.execute(
+            "SELECT event, outcome FROM executions WHERE session_id = ?", (row[0],)
+        ).fetchall()
+    _, agent_pid, post_started_at, ended_at = row
+    assert agent_pid is None and post_started_at is None and ended_at is not None
+    assert [event for event, _ in journaled] == ["pre-start"]
