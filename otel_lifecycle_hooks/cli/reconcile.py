@@ -9,8 +9,11 @@ would have used, rendered from the template named here (--template, parent first
 $LIFECYCLE_HOOKS_TEMPLATE), never from the one the session journaled: the agent may have
 written its row. Only sessions that ran that template (their journaled sha256) are recovered;
 the others are left alone and reported. The session's journaled variables fill what this
-process's environment does not set; secrets come from this process's environment, as they did
-from the agent's. Exactly once across any number of
+process's environment does not set, as content only: a variable that decides where a request
+goes (a URL's scheme, host or port, the Host header) or what a script runs comes from this
+environment (and SCION_* for agent metadata) or the template, never the journal; a session
+needing one this environment does not set is left alone, naming it. Secrets come from this
+process's environment, as they did from the agent's. Exactly once across any number of
 reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
 sent, and sends nothing. Exit 0; 1 when the journal or template cannot be read; 2 on a bad
 option or no template named.

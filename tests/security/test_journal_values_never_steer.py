@@ -314,3 +314,117 @@ def test_the_metadata_settings_named_are_the_ones_run_reads() -> None:
     from otel_lifecycle_hooks.supervisor.run import METADATA_ENV as RUN_METADATA_ENV
 
     assert dict(METADATA_ENV) == RUN_METADATA_ENV
+
+
+# -- which names decide, on templates as the operator writes them ----------------------------
+
+CHAINED = """
+env:
+  REGISTRY: "http://${REGISTRY_ADDR}"
+  NOTIFY_PATH: "/v1/${REGION}"
+lifecycle_hooks:
+  - name: notify
+    on: [session-end]
+    action:
+      type: http
+      url: "${REGISTRY}${NOTIFY_PATH}"
+      body: '{"region": "${REGION}"}'
+  - name: cleanup
+    on: [session-end]
+    action:
+      type: script
+      command: ["${CLEANUP_TOOL}", "--grove", "${GROVE_ID}"]
+"""
+
+
+def test_names_that_build_the_origin_through_env_and_a_scripts_command_are_the_operators(
+    tmp_path: Path,
+) -> None:
+    from otel_lifecycle_hooks.engine.destination import (
+        destination_names,
+        journaled_metadata,
+        journaled_variables,
+        unsupplied,
+    )
+    from otel_lifecycle_hooks.template.loader import load_templates
+
+    path = tmp_path / "chained.yaml"
+    path.write_text(CHAINED)
+    template = load_templates([path])
+    [notify, cleanup] = template.hooks
+
+    assert {"REGISTRY", "REGISTRY_ADDR", "CLEANUP_TOOL", "GROVE_ID"} <= destination_names(template)
+    assert "REGION" not in destination_names(template)  # only in the path and the body
+    assert [u.name for u in unsupplied(notify, template, {}, {})] == ["REGISTRY_ADDR"]
+    # The operator setting the entry itself, or the value it is built from, supplies it.
+    assert unsupplied(notify, template, {"REGISTRY": "http://127.0.0.1:9"}, {}) == []
+    assert unsupplied(notify, template, {"REGISTRY_ADDR": "127.0.0.1:9"}, {}) == []
+    assert [u.name for u in unsupplied(cleanup, template, {}, {"GROVE_ID": "g1"})] == [
+        "CLEANUP_TOOL"
+    ]
+
+    journaled = {
+        "REGISTRY_ADDR": "127.0.0.2:9", "REGISTRY": "http://127.0.0.2:9", "REGION": "eu-west1",
+        "CLEANUP_TOOL": "/tmp/evil", "PATH": "/tmp/evil-bin", "UNREAD": "x",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.2:9",
+    }  # fmt: skip
+    assert journaled_variables(journaled, template) == {"REGION": "eu-west1"}
+    assert journaled_metadata(
+        {"AGENT_NAME": "a", "GROVE_ID": "agents-grove"}, {"GROVE_ID": "operators-grove"}, template
+    ) == {"AGENT_NAME": "a", "GROVE_ID": "operators-grove"}
+    assert journaled_metadata({"GROVE_ID": "agents-grove"}, {}, template) == {}
+
+
+def test_redeliver_on_the_page_refuses_a_host_only_the_journal_gives(
+    tmp_path: Path, target: TargetServer, attacker: TargetServer
+) -> None:
+    """The page's Redeliver runs replay's code with the environment `ui` was started in."""
+    from tests.security.test_replay_trusts_operator_templates import redeliver
+    from tests.ui.processes import start_ui
+
+    template, journal, failed = failed_delivery(tmp_path, target, "GROVE_NAME")
+    steer(journal, attacker, {"GROVE_NAME": address(attacker)})
+    page = start_ui(
+        environment(tmp_path, journal, NOTIFY_TOKEN=TOKEN),
+        "--journal", str(journal), "--template", str(template),
+    )  # fmt: skip
+    try:
+        outcome = redeliver(page, failed)
+    finally:
+        page.stop()
+
+    assert outcome["outcome"] == "refused"
+    assert "${GROVE_NAME}" in str(outcome["message"]) and "SCION_GROVE" in str(outcome["message"])
+    assert TOKEN not in json.dumps(outcome)
+    assert attacker.requests == [] and len(target.requests) == 1
+
+
+def test_journaled_metadata_for_host_and_port_never_takes_a_replay_to_the_agent(
+    tmp_path: Path, target: TargetServer, attacker: TargetServer
+) -> None:
+    """Host and port each a variable the operator sets: journaled metadata under both names
+    (looked up before the environment) with the row's url pointed to match would make the
+    template's own rendering agree with the steered row."""
+    hook = HOOK.replace("${{{origin}}}", "${{REGISTRY_HOST}}:${{REGISTRY_PORT}}")
+    template = write_template(tmp_path, hook.format())
+    journal = tmp_path / "journal.sqlite3"
+    target.on("/notify", Reply(503))
+    port = address(target).split(":")[1]
+    deliver(
+        template, journal,
+        environ={"NOTIFY_TOKEN": TOKEN, "REGISTRY_HOST": "127.0.0.1", "REGISTRY_PORT": port},
+    )  # fmt: skip
+    target.wait_for(1)
+    [failed] = [row.id for row in rows(journal) if row.replayed_from is None]
+    host, attacker_port = address(attacker).split(":")
+    steer(journal, attacker, {"REGISTRY_HOST": host, "REGISTRY_PORT": attacker_port})
+    env = environment(
+        tmp_path, journal, NOTIFY_TOKEN=TOKEN, REGISTRY_HOST="127.0.0.1", REGISTRY_PORT=port
+    )
+
+    done = command("replay", journal, env, str(failed), "--template", str(template))
+
+    assert attacker.requests == []
+    assert len(target.requests) == 1
+    assert done.returncode == 1 and "template's origin (http://127.0.0.1)" in done.stdout
+    assert TOKEN not in done.stdout + done.stderr
