@@ -24,7 +24,10 @@ definition in the named template and the current environment:
   that changed since makes the replay refuse, naming the part);
 - the stored request never chooses where the credentials go either: its url, method, header
   names and body must be ones the template renders, only the event's own values (which are
-  not journaled apart) standing where the template puts them; anything else is refused.
+  not journaled apart) standing where the template puts them; anything else is refused;
+- nor does the session's journaled metadata: a variable that decides where the request goes
+  takes this command's value (`engine/destination.py`), and a row needing one that this
+  environment and the template do not set is refused, naming it.
 
 Scripts are not replayed: the event they read on stdin is not journaled, and running a command
 with a made-up event could do harm.
