@@ -5,7 +5,9 @@ Both providers carry what a host application has anyway, a BatchSpanProcessor (i
 drops the spans); the bare case, a provider with no other processor at all, is shown too. The
 floor of any processor is shown beside it: the same provider with a SpanProcessor that does
 nothing (its on_start and on_end are still called for every span). Blocks of spans alternate
-between the providers in one process. Target: at most 1.05x the cost per span.
+between the providers in one process. Target: at most 1.05x the cost per span. The same
+spans while an agent session span of the provider stays open are shown too (no target): the
+processor then looks each ending span's id up among the live sessions.
 
 The cost on an agent's own session is shown too (no target): a session span
 (`gen_ai.operation.name: invoke_agent`) with two lifecycle span events, and one lifecycle
@@ -68,11 +70,22 @@ class NoOpProcessor(SpanProcessor):
         pass
 
 
-def span_loop(provider: TracerProvider, spans: int) -> Callable[[], float]:
-    """Start and end `spans` ordinary spans (a parent and its child); microseconds per span."""
+def span_loop(
+    provider: TracerProvider, spans: int, session_live: bool = False
+) -> Callable[[], float]:
+    """Start and end `spans` ordinary spans (a parent and its child); microseconds per span.
+    With `session_live`, an agent session span of the same provider is open meanwhile (started
+    before the timing, ended after it), as in a host that runs an agent while it serves."""
     tracer = provider.get_tracer("host.app")
 
     def run() -> float:
+        session = (
+            provider.get_tracer("host.agent").start_span(
+                "invoke_agent reviewer", attributes=SESSION_ATTRIBUTES
+            )
+            if session_live
+            else None
+        )
         gc.collect()
         started = time.perf_counter()
         for _ in range(spans // 2):
@@ -82,6 +95,8 @@ def span_loop(provider: TracerProvider, spans: int) -> Callable[[], float]:
             ):
                 child.set_attribute("db.system", "postgresql")
         elapsed = time.perf_counter() - started
+        if session is not None:
+            session.end()
         # The exporter thread's work on these spans must not land in the next block.
         provider.force_flush()
         return elapsed * 1e6 / spans
@@ -149,9 +164,15 @@ def main() -> int:
                 provider.add_span_processor(NoOpProcessor())
             providers[name] = provider
         subjects = {name: span_loop(provider, block) for name, provider in providers.items()}
+        for name in ("batch", "batch + lifecycle"):
+            subjects[f"{name}, session live"] = span_loop(providers[name], block, True)
         interleave(2, subjects)  # warm up
         samples = interleave(rounds, subjects)
-        direct = processor_calls(processor, providers["bare"], 2_000 if args.quick else 200_000)
+        calls = 2_000 if args.quick else 200_000
+        direct = processor_calls(processor, providers["bare"], calls, session_live=False)
+        direct_live = processor_calls(
+            processor, providers["bare + lifecycle"], calls, session_live=True
+        )
         session_block = block // 10
         sessions = {
             f"session {name}": session_loop(providers[name], session_block)
@@ -187,6 +208,25 @@ def main() -> int:
                 ),
             )
         )
+    with_it, without = samples["batch + lifecycle, session live"], samples["batch, session live"]
+    figures.append(
+        Figure(
+            benchmark="processor overhead",
+            name="per-span cost with the processor while a session is live (batch provider), "
+            "median",
+            value=with_it.median,
+            unit="us",
+            baseline=without.median,
+            baseline_name="batch provider without it, the same session live",
+            paired_ratio=paired_ratio(with_it, without),
+            detail=(
+                f"a host's spans while an agent session span stays open; ratio: median of "
+                f"{rounds} interleaved pairs of blocks of {block} spans; timed alone, "
+                f"on_start + on_end {direct_live:.2f} us with the session live, {direct:.2f} us "
+                "without"
+            ),
+        )
+    )
     figures.append(
         Figure(
             benchmark="processor overhead",
@@ -234,16 +274,28 @@ def main() -> int:
 
 
 def processor_calls(
-    processor: LifecycleHookProcessor, provider: TracerProvider, calls: int
+    processor: LifecycleHookProcessor, provider: TracerProvider, calls: int, session_live: bool
 ) -> float:
-    """Microseconds the processor spends on one ordinary span: on_start then on_end."""
+    """Microseconds the processor spends on one ordinary span: on_start then on_end; with
+    `session_live`, while a session span of the provider (which carries the processor) is
+    open."""
+    session = (
+        provider.get_tracer("host.agent").start_span(
+            "invoke_agent reviewer", attributes=SESSION_ATTRIBUTES
+        )
+        if session_live
+        else None
+    )
     span = provider.get_tracer("host.app").start_span("GET /api/orders", attributes=ATTRIBUTES)
     span.end()
     started = time.perf_counter()
     for _ in range(calls):
         processor.on_start(span)
         processor.on_end(span)
-    return (time.perf_counter() - started) * 1e6 / calls
+    elapsed = time.perf_counter() - started
+    if session is not None:
+        session.end()
+    return elapsed * 1e6 / calls
 
 
 if __name__ == "__main__":
