@@ -166,13 +166,17 @@ def main() -> int:
         subjects = {name: span_loop(provider, block) for name, provider in providers.items()}
         for name in ("batch", "batch + lifecycle"):
             subjects[f"{name}, session live"] = span_loop(providers[name], block, True)
+        # The processor's own two calls, timed alone in blocks of their own, interleaved with
+        # the spans' blocks like every other subject (the figure is the median of the rounds).
+        calls = 10 * block
+        subjects["processor alone"] = processor_calls(processor, providers["bare"], calls, False)
+        subjects["processor alone, session live"] = processor_calls(
+            processor, providers["bare + lifecycle"], calls, True
+        )
         interleave(2, subjects)  # warm up
         samples = interleave(rounds, subjects)
-        calls = 2_000 if args.quick else 200_000
-        direct = processor_calls(processor, providers["bare"], calls, session_live=False)
-        direct_live = processor_calls(
-            processor, providers["bare + lifecycle"], calls, session_live=True
-        )
+        direct = samples["processor alone"].median
+        direct_live = samples["processor alone, session live"].median
         session_block = block // 10
         sessions = {
             f"session {name}": session_loop(providers[name], session_block)
@@ -221,7 +225,7 @@ def main() -> int:
             paired_ratio=paired_ratio(with_it, without),
             detail=(
                 f"a host's spans while an agent session span stays open; ratio: median of "
-                f"{rounds} interleaved pairs of blocks of {block} spans; timed alone, "
+                f"{rounds} interleaved pairs of blocks of {block} spans; timed alone (median), "
                 f"on_start + on_end {direct_live:.2f} us with the session live, {direct:.2f} us "
                 "without"
             ),
@@ -248,8 +252,9 @@ def main() -> int:
             unit="us",
             baseline=bare,
             baseline_name="bare provider span without it",
-            detail=f"the processor's own {direct:.2f} us added to a bare span; steadier than "
-            "the difference of two noisy loops",
+            detail=f"the processor's own {direct:.2f} us (median of {rounds} interleaved blocks "
+            f"of {calls} calls) added to a bare span; steadier than the difference of two noisy "
+            "loops",
         )
     )
     for kind, name, what in (
@@ -275,27 +280,32 @@ def main() -> int:
 
 def processor_calls(
     processor: LifecycleHookProcessor, provider: TracerProvider, calls: int, session_live: bool
-) -> float:
-    """Microseconds the processor spends on one ordinary span: on_start then on_end; with
-    `session_live`, while a session span of the provider (which carries the processor) is
-    open."""
-    session = (
-        provider.get_tracer("host.agent").start_span(
-            "invoke_agent reviewer", attributes=SESSION_ATTRIBUTES
-        )
-        if session_live
-        else None
-    )
+) -> Callable[[], float]:
+    """Microseconds the processor spends on one ordinary span, on_start then on_end, over
+    `calls` calls; with `session_live`, while a session span of the provider (which carries
+    the processor) is open."""
     span = provider.get_tracer("host.app").start_span("GET /api/orders", attributes=ATTRIBUTES)
     span.end()
-    started = time.perf_counter()
-    for _ in range(calls):
-        processor.on_start(span)
-        processor.on_end(span)
-    elapsed = time.perf_counter() - started
-    if session is not None:
-        session.end()
-    return elapsed * 1e6 / calls
+
+    def run() -> float:
+        session = (
+            provider.get_tracer("host.agent").start_span(
+                "invoke_agent reviewer", attributes=SESSION_ATTRIBUTES
+            )
+            if session_live
+            else None
+        )
+        gc.collect()
+        started = time.perf_counter()
+        for _ in range(calls):
+            processor.on_start(span)
+            processor.on_end(span)
+        elapsed = time.perf_counter() - started
+        if session is not None:
+            session.end()
+        return elapsed * 1e6 / calls
+
+    return run
 
 
 if __name__ == "__main__":
