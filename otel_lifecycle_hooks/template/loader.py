@@ -1,8 +1,9 @@
 """Template files -> `Template`: YAML with a position on every value, then the rules, then merging.
 
-The YAML is composed into PyYAML's node graph rather than constructed, so that every key and
-value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean `true`) reads
-as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
+The YAML is read from libyaml's parse events (or, when libyaml is missing or the document
+needs PyYAML's own words, from PyYAML's composed node graph) rather than constructed, so that
+every key and value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean
+`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
 hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
 """
 
@@ -52,6 +53,7 @@ _READ_KEYS = (
     "hook_rate_limit", *_METADATA_KEYS,
 )  # fmt: skip
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
 # Read before parsing: a template is a few kilobytes; 50 MB of YAML would take a minute and
 # gigabytes to compose.
 MAX_TEMPLATE_BYTES = 4 * 1024 * 1024
@@ -231,23 +233,158 @@ def _compose(text: str, file: str) -> tuple[Located | None, list[Problem]]:
 
 def _compose_with_libyaml(text: str, file: str) -> tuple[Located | None, list[Problem]] | None:
     """The document through libyaml's parser, about twenty times faster than PyYAML's own
-    (a few milliseconds of every `run`), or None when libyaml is missing, refuses the text or
-    the text holds a character PyYAML refuses: PyYAML then reads it again, so that what is
-    refused is refused with the same words. Both give the same nodes and positions; a plain
-    scalar's style is "" here and None there, which `_style` evens out."""
+    (a few milliseconds of every `run`), or None when libyaml is missing, refuses the text, the
+    text holds a character PyYAML refuses, or it needs what only the node reader says (a tag
+    outside the core schema, an alias the composer refuses, a second document): PyYAML then
+    reads it again, so that what is refused is refused with the same words.
+
+    Values are built from libyaml's parse events as they come (`_EventReader`), never from a
+    composed node graph: a node with its two marks weighs more than the value read from it, so
+    the graph of a 1,000-hook template was about 6 MB held at once, on top of the values, and
+    the process kept that memory after the load. Both readers give the same values and
+    positions (tests/template/test_template_memory.py compares them)."""
     if not yaml.__with_libyaml__ or yaml.reader.Reader.NON_PRINTABLE.search(text):
         return None
     loader = yaml.CSafeLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, []
-        reader = _NodeReader(loader, file)
-        return reader.read(node), reader.problems
-    except (yaml.YAMLError, RecursionError):
+        return _EventReader(loader, file).document(), []
+    except (yaml.YAMLError, RecursionError, _LeftToTheNodeReader):
         return None
     finally:
         loader.dispose()
+
+
+class _LeftToTheNodeReader(Exception):
+    """The document needs what `_NodeReader` reports in its own words (a tag outside the core
+    schema) or what PyYAML's composer refuses (an undefined or repeated anchor, a second
+    document)."""
+
+
+class _EventReader:
+    """Reads one document's parse events into Located values, as `_NodeReader` reads the node
+    graph PyYAML's composer would build from the same events: each alias is the value its
+    anchor named, tags are resolved as the composer resolves them, and scalars are constructed
+    by the loader's own constructors, one transient node at a time."""
+
+    def __init__(self, loader: yaml.CSafeLoader, file: str) -> None:
+        self._loader = loader
+        self._file = file
+        # anchor -> (the value it names, its resolved tag); a key's tag decides a merge.
+        self._anchors: dict[str, tuple[Located, str]] = {}
+
+    def document(self) -> Located | None:
+        loader = self._loader
+        loader.get_event()  # the stream's start
+        if loader.check_event(yaml.StreamEndEvent):
+            return None
+        loader.get_event()  # the document's start
+        root, _ = self._value()
+        loader.get_event()  # the document's end
+        if not loader.check_event(yaml.StreamEndEvent):
+            raise _LeftToTheNodeReader("a second document")
+        loader.get_event()
+        return root
+
+    def _value(self) -> tuple[Located, str]:
+        loader = self._loader
+        # Any: the stubs type every event as the base Event; the kinds are told apart below.
+        event: Any = loader.get_event()
+        if isinstance(event, yaml.AliasEvent):
+            named = self._anchors.get(str(event.anchor))
+            if named is None:
+                raise _LeftToTheNodeReader("an undefined alias")
+            return named
+        anchor = event.anchor
+        if anchor is not None and anchor in self._anchors:
+            raise _LeftToTheNodeReader("an anchor defined twice")
+        mark, end_mark = event.start_mark, event.end_mark
+        position = Position(self._file, mark.line + 1, mark.column + 1)
+        tag = event.tag
+        if isinstance(event, yaml.ScalarEvent):
+            if tag is None or tag == "!":
+                tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+            self._check_tag(tag)
+            style = event.style or None  # libyaml's plain style is ""
+            if tag == _STR_TAG:
+                value: Any = event.value  # what SafeConstructor makes of a string: its text
+            else:
+                node = yaml.ScalarNode(tag, event.value, mark, end_mark, event.style)
+                value = _construct_scalar(loader, node)
+            located = Located(value, position, event.value, style)
+            if anchor is not None:
+                self._anchors[anchor] = (located, tag)
+            return located, tag
+        kind = yaml.SequenceNode if isinstance(event, yaml.SequenceStartEvent) else yaml.MappingNode
+        if tag is None or tag == "!":
+            tag = loader.resolve(kind, None, event.implicit)
+        self._check_tag(tag)
+        located = Located([] if kind is yaml.SequenceNode else {}, position)
+        if anchor is not None:  # before the children: an alias among them may point back here
+            self._anchors[anchor] = (located, tag)
+        if kind is yaml.SequenceNode:
+            while not loader.check_event(yaml.SequenceEndEvent):
+                located.value.append(self._value()[0])
+        else:
+            self._fill_mapping(located)
+        loader.get_event()  # the collection's end
+        return located, tag
+
+    @staticmethod
+    def _check_tag(tag: str) -> None:
+        if tag not in _CORE_TAGS:
+            raise _LeftToTheNodeReader("a tag outside the core schema")
+
+    def _fill_mapping(self, located: Located) -> None:
+        """As `_NodeReader._fill_mapping`, on values instead of nodes."""
+        key_styles: dict[str, str | None] = {}
+        merged: list[Located] = []
+        while not self._loader.check_event(yaml.MappingEndEvent):
+            key, key_tag = self._value()
+            value, _ = self._value()
+            if key_tag == _MERGE_TAG and _is_merge_source(value):
+                merged.extend(value.value if value.is_list else [value])
+                continue
+            text = _key_text(key)
+            if text in located.value:
+                message = _duplicate_message(
+                    text, located.key_positions[text], key_styles[text], key.style
+                )
+                located.duplicate_keys.append((text, key.position, message))
+                continue
+            located.value[text] = value
+            located.key_positions[text] = key.position
+            key_styles[text] = key.style
+        for source in merged:
+            for name, value in list(source.value.items()):
+                if name not in located.value:
+                    located.value[name] = value
+                    located.key_positions[name] = source.key_positions[name]
+
+
+def _construct_scalar(loader: yaml.CSafeLoader, node: yaml.ScalarNode) -> Any:
+    """The scalar's value by the loader's constructors. `construct_document` (not
+    `construct_object`) empties the constructor's cache of nodes afterwards, so that no node
+    outlives its value."""
+    try:
+        return loader.construct_document(node)
+    except Exception:  # noqa: BLE001 - as `_NodeReader._scalar`: the text as written
+        return node.value
+
+
+def _is_merge_source(value: Located) -> bool:
+    """As `_NodeReader._is_merge_source`: a mapping, or a list of mappings."""
+    if value.is_mapping:
+        return True
+    return value.is_list and all(item.is_mapping for item in value.value)
+
+
+def _key_text(key: Located) -> str:
+    """As `_NodeReader._key_text`: a scalar key's text as written."""
+    if key.is_list:
+        return "[...]"
+    if key.is_mapping:
+        return "{...}"
+    return str(key.source)
 
 
 def _style(node: yaml.Node) -> str | None:
@@ -333,7 +470,7 @@ class _NodeReader:
             key_position = self._position(key_node)
             if key in located.value:
                 message = _duplicate_message(
-                    key, located.key_positions[key], key_styles[key], key_node
+                    key, located.key_positions[key], key_styles[key], _style(key_node)
                 )
                 located.duplicate_keys.append((key, key_position, message))
                 continue
@@ -368,9 +505,8 @@ class _NodeReader:
 
 
 def _duplicate_message(
-    key: str, first: Position, first_style: str | None, repeat: yaml.Node
+    key: str, first: Position, first_style: str | None, repeat_style: str | None
 ) -> str:
-    repeat_style = _style(repeat)
     if key == "on" and (first_style is None) != (repeat_style is None):
         return 'written twice, bare (on:) and quoted ("on":); keep one'
     return f"written twice (first at line {first.line}, column {first.column}); keep one"
