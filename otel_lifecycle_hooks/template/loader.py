@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -31,9 +32,11 @@ __all__ = [
     "TEMPLATE_FILE_NAME",
     "Problem",
     "TemplateError",
+    "TemplateReading",
     "load_template_text",
     "load_templates",
     "merge_templates",
+    "read_templates",
     "template_file",
 ]
 
@@ -69,39 +72,86 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     A path may name a template directory (its `scion-agent.yaml` is read). Raises
     `TemplateError` with every problem of every file; nothing is loaded if any file fails.
     """
+    reading = read_templates(paths)
+    if reading.problems or reading.template is None:
+        raise TemplateError(reading.problems)
+    return reading.template
+
+
+@dataclass(frozen=True)
+class TemplateReading:
+    """What one reading of template files found: every problem, in file order then position.
+
+    `template` is the merged template, usable only when `problems` is empty; with problems it
+    holds the hooks that read cleanly, so that warnings can still be looked for. It is None
+    when a file could not be read at all (`unread`: those files and where reading stopped),
+    in which case the checks of the merged template were not run either.
+    """
+
+    template: Template | None
+    problems: tuple[Problem, ...]
+    unread: tuple[Position, ...] = ()
+
+
+def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
+    """Read and check template files, parent first, collecting every problem in one pass: the
+    rules of each file, then those of the merged template (conditions, turned-off hooks,
+    trust) on the hooks that read cleanly. Only a file that cannot be read (invalid YAML,
+    not UTF-8, missing) stops a check: the rest of that file and the merged template."""
+    files = [template_file(path) for path in paths]
     templates: list[Template] = []
     problems: list[Problem] = []
-    for path in paths:
-        file = template_file(path)
+    unread: list[Position] = []
+    for file in files:
         template, file_problems = _read_file(file)
         problems.extend(file_problems)
-        if template is not None:
+        if template is None:
+            unread.append(min((p.position for p in file_problems), default=Position(file, 0, 0)))
+        else:
             templates.append(template)
-    if problems:
-        raise TemplateError(problems)
+    if unread:
+        return TemplateReading(None, _in_order(problems, files), tuple(unread))
     merged = merge_templates(templates)
+    problems.extend(_merged_problems(merged, problems))
+    return TemplateReading(merged, _in_order(problems, files))
+
+
+def _merged_problems(
+    merged: Template, found: Sequence[Problem], turn_offs: bool = True
+) -> list[Problem]:
+    """The rules of the merged template, less what the files' own rules already said;
+    `turn_offs=False` for one template read alone, whose parent may be merged later."""
     from .checks import condition_problems, unmatched_turn_offs
 
-    unmatched = unmatched_turn_offs(merged) + condition_problems(merged)
-    if unmatched:
-        raise TemplateError(unmatched)
+    # A hook that failed its own rules is not in `merged`: a child turning it off is not
+    # "unmatched", the author has the hook's own problem to fix.
+    failed_names = {problem.hook for problem in found if problem.hook is not None}
+    unmatched = unmatched_turn_offs(merged) if turn_offs else []
+    candidates = [p for p in unmatched if p.hook not in failed_names]
     # On the merged template: a child's env: can change what a parent's hook refers to.
-    trust = trust_problems(merged)
-    if trust:
-        raise TemplateError(trust)
-    return merged
+    candidates += condition_problems(merged) + trust_problems(merged)
+    said = {(problem.hook, problem.field, problem.message) for problem in found}
+    return [p for p in candidates if (p.hook, p.field, p.message) not in said]
+
+
+def _in_order(problems: Sequence[Problem], files: Sequence[str]) -> tuple[Problem, ...]:
+    """Files in the order given (parent first), each by line and column."""
+    rank = {file: index for index, file in enumerate(files)}
+
+    def key(problem: Problem) -> tuple[int, int, int]:
+        position = problem.position
+        return rank.get(position.file, len(files)), position.line, position.column
+
+    return tuple(sorted(problems, key=key))
 
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
     """Load one template from text; `filename` is what error positions name."""
     template, problems = _parse(text, filename)
+    if template is not None:
+        problems = problems + _merged_problems(template, problems, turn_offs=False)
     if problems or template is None:
-        raise TemplateError(problems)
-    from .checks import condition_problems
-
-    trust = condition_problems(template) + trust_problems(template)
-    if trust:
-        raise TemplateError(trust)
+        raise TemplateError(_in_order(problems, [filename]))
     return template
 
 
@@ -190,11 +240,12 @@ def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
     if len(text) > MAX_TEMPLATE_BYTES:
         return None, [_too_large(file)]
     root, problems = _compose(text, file)
-    if problems:
-        return None, problems
-    template, problems = _read_document(root, file)
-    problems.sort(key=lambda p: (p.position.line, p.position.column))
-    return (None if problems else template), problems
+    if root is None and problems:
+        return None, problems  # invalid YAML: nothing past it can be read
+    # A refused tag leaves the document readable: its rules are checked too.
+    template, document_problems = _read_document(root, file)
+    problems = sorted(problems + document_problems, key=lambda p: p.position[1:])
+    return template, problems
 
 
 # --- YAML -> Located ------------------------------------------------------------------
