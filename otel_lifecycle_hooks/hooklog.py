@@ -12,6 +12,7 @@ logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted ag
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -19,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +201,50 @@ class HookLog:
         if self._healthy:
             log.error("hook log %s: could not %s (%s); hooks keep running", self.path, what, detail)
         self._healthy = False
+
+
+class DiagnosticsHandler(logging.Handler):
+    """The package's warnings and errors while a command runs (`run`, the in-process `hook`):
+    each one a line of the hook log, and handed to `show(text, is_error)` for the terminal,
+    which decides what the operator sees there (`run -q`: errors only).
+
+    Without it, Python's last-resort handler would write them raw to stderr, into an
+    interactive agent's screen, whatever `-q` says, and the hook log would not have them.
+    """
+
+    def __init__(
+        self, hook_log: HookLog | None, show: Callable[[str, bool], None] | None = None
+    ) -> None:
+        super().__init__(logging.WARNING)
+        self._hook_log = hook_log
+        self._show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record still says something
+            text = str(record.msg)
+        is_error = record.levelno >= logging.ERROR
+        # The hook log's own failure is reported through logging while it holds its lock:
+        # writing that record to the hook log again would wait on that lock forever.
+        if self._hook_log is not None and record.name != log.name:
+            self._hook_log.write(f"{'error' if is_error else 'warning'}: {text}")
+        if self._show is not None:
+            self._show(text, is_error)
+
+
+@contextlib.contextmanager
+def diagnostics_to(
+    hook_log: HookLog | None, show: Callable[[str, bool], None] | None = None
+) -> Iterator[None]:
+    """Route the package's warnings and errors (logger `otel_lifecycle_hooks`) through a
+    `DiagnosticsHandler` for the duration of the block."""
+    package = logging.getLogger("otel_lifecycle_hooks")
+    handler = DiagnosticsHandler(hook_log, show)
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        if hook_log is not None:
+            hook_log.close()
