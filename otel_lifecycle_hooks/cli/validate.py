@@ -91,16 +91,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _warnings(reading: TemplateReading) -> list[Problem]:
-    """The warnings of the hooks that read cleanly. With problems, a capture of a hook that
-    failed its own rules is left out: that hook is not in the template, its capture not
-    unknown."""
+    """The warnings of every hook, those with problems included (what of them read cleanly).
+    A capture of a hook that failed its own rules is left out: its action may not have been
+    read, and the author has its problems to fix first."""
     from ..template.checks import template_warnings
+    from ..template.loader import with_partial_hooks
     from ..template.validate import capture_warnings
     from ..variables import captured_variable_names
 
-    template = reading.template
-    if template is None:
+    if reading.template is None:
         return []
+    template = with_partial_hooks(reading.template, reading.partial_hooks)
     captures = capture_warnings(template)
     failed = {problem.hook for problem in reading.problems if problem.hook is not None}
     stems = {captured_variable_names(name)[0].removesuffix("RESPONSE") for name in failed}

@@ -91,6 +91,9 @@ class TemplateReading:
     template: Template | None
     problems: tuple[Problem, ...]
     unread: tuple[Position, ...] = ()
+    # What read cleanly of the hooks with problems (`validate.read_hook`): never run, only
+    # looked at by the rules of the merged template and the warnings.
+    partial_hooks: tuple[HookSpec, ...] = ()
 
 
 def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
@@ -102,8 +105,9 @@ def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
     templates: list[Template] = []
     problems: list[Problem] = []
     unread: list[Position] = []
+    partial: list[HookSpec] = []
     for file in files:
-        template, file_problems = _read_file(file)
+        template, file_problems = _read_file(file, partial)
         problems.extend(file_problems)
         if template is None:
             unread.append(min((p.position for p in file_problems), default=Position(file, 0, 0)))
@@ -112,15 +116,19 @@ def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
     if unread:
         return TemplateReading(None, _in_order(problems, files), tuple(unread))
     merged = merge_templates(templates)
-    problems.extend(_merged_problems(merged, problems))
-    return TemplateReading(merged, _in_order(problems, files))
+    problems.extend(_merged_problems(merged, problems, partial=partial))
+    return TemplateReading(merged, _in_order(problems, files), partial_hooks=tuple(partial))
 
 
 def _merged_problems(
-    merged: Template, found: Sequence[Problem], turn_offs: bool = True
+    merged: Template,
+    found: Sequence[Problem],
+    turn_offs: bool = True,
+    partial: Sequence[HookSpec] = (),
 ) -> list[Problem]:
     """The rules of the merged template, less what the files' own rules already said;
-    `turn_offs=False` for one template read alone, whose parent may be merged later."""
+    `turn_offs=False` for one template read alone, whose parent may be merged later;
+    `partial`: hooks with problems of their own, whose conditions and trust are checked too."""
     from .checks import condition_problems, unmatched_turn_offs
 
     # A hook that failed its own rules is not in `merged`: a child turning it off is not
@@ -129,9 +137,18 @@ def _merged_problems(
     unmatched = unmatched_turn_offs(merged) if turn_offs else []
     candidates = [p for p in unmatched if p.hook not in failed_names]
     # On the merged template: a child's env: can change what a parent's hook refers to.
-    candidates += condition_problems(merged) + trust_problems(merged)
+    checked = with_partial_hooks(merged, partial)
+    candidates += condition_problems(checked) + trust_problems(checked)
     said = {(problem.hook, problem.field, problem.message) for problem in found}
     return [p for p in candidates if (p.hook, p.field, p.message) not in said]
+
+
+def with_partial_hooks(template: Template, partial: Sequence[HookSpec]) -> Template:
+    """`template` with the hooks that failed their own rules beside its own, for the checks
+    that look at every hook (never to run)."""
+    if not partial:
+        return template
+    return template._replace(hooks=(*template.hooks, *partial))
 
 
 def _in_order(problems: Sequence[Problem], files: Sequence[str]) -> tuple[Problem, ...]:
@@ -147,9 +164,10 @@ def _in_order(problems: Sequence[Problem], files: Sequence[str]) -> tuple[Proble
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
     """Load one template from text; `filename` is what error positions name."""
-    template, problems = _parse(text, filename)
+    partial: list[HookSpec] = []
+    template, problems = _parse(text, filename, partial)
     if template is not None:
-        problems = problems + _merged_problems(template, problems, turn_offs=False)
+        problems = problems + _merged_problems(template, problems, False, partial)
     if problems or template is None:
         raise TemplateError(_in_order(problems, [filename]))
     return template
@@ -209,7 +227,9 @@ def merge_templates(templates: Sequence[Template]) -> Template:
     )
 
 
-def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
+def _read_file(
+    file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template | None, list[Problem]]:
     try:
         with open(file, "rb") as handle:
             data = handle.read(MAX_TEMPLATE_BYTES + 1)  # never more: a huge file fails fast
@@ -225,7 +245,7 @@ def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         message = "is not UTF-8 text; save the template as UTF-8"
         return None, [Problem(Position(file, line, column), None, None, message)]
-    return _parse(text, file)
+    return _parse(text, file, partial)
 
 
 def _too_large(file: str) -> Problem:
@@ -236,14 +256,16 @@ def _too_large(file: str) -> Problem:
     return Problem(Position(file, 0, 0), None, None, message)
 
 
-def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
+def _parse(
+    text: str, file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template | None, list[Problem]]:
     if len(text) > MAX_TEMPLATE_BYTES:
         return None, [_too_large(file)]
     root, problems = _compose(text, file)
     if root is None and problems:
         return None, problems  # invalid YAML: nothing past it can be read
     # A refused tag leaves the document readable: its rules are checked too.
-    template, document_problems = _read_document(root, file)
+    template, document_problems = _read_document(root, file, partial)
     problems = sorted(problems + document_problems, key=lambda p: p.position[1:])
     return template, problems
 
@@ -430,7 +452,9 @@ def _duplicate_message(
 # --- the document -----------------------------------------------------------------------
 
 
-def _read_document(root: Located | None, file: str) -> tuple[Template, list[Problem]]:
+def _read_document(
+    root: Located | None, file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template, list[Problem]]:
     if root is None or root.value is None:
         return Template(files=(file,)), []
     if not root.is_mapping:
@@ -446,7 +470,7 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
         if key in _READ_KEYS
     ]
     problems.extend(_misspelt_section(root))
-    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file)
+    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file, partial)
     problems.extend(hook_problems)
     hooks, hook_problems = _read_other_systems(fields, file, hooks)
     problems.extend(hook_problems)

@@ -257,8 +257,11 @@ class _Reporter:
                 )
 
 
-def read_hooks(section: Located | None, file: str) -> tuple[list[HookSpec], list[Problem]]:
-    """Check the `lifecycle_hooks:` list of one file; the hooks, or the problems found."""
+def read_hooks(
+    section: Located | None, file: str, partial: list[HookSpec] | None = None
+) -> tuple[list[HookSpec], list[Problem]]:
+    """Check the `lifecycle_hooks:` list of one file; the hooks, or the problems found.
+    `partial` (when given) receives what read cleanly of each named hook that has problems."""
     if section is None or section.value is None:
         return [], []
     if not section.is_list:
@@ -273,7 +276,7 @@ def read_hooks(section: Located | None, file: str) -> tuple[list[HookSpec], list
     problems: list[Problem] = []
     names_seen: dict[str, tuple[int, Position]] = {}
     for index, entry in enumerate(section.value):
-        hook, entry_problems = read_hook(entry, index, file, names_seen)
+        hook, entry_problems = read_hook(entry, index, file, names_seen, partial)
         problems.extend(entry_problems)
         if hook is not None:
             hooks.append(hook)
@@ -285,11 +288,16 @@ def read_hook(
     index: int,
     file: str,
     names_seen: dict[str, tuple[int, Position]] | None = None,
+    partial: list[HookSpec] | None = None,
 ) -> tuple[HookSpec | None, list[Problem]]:
     """Check one entry of `lifecycle_hooks:`; the hook, or None and its problems.
 
     `names_seen` (name -> index and position of the entry that first used it) is shared by
-    the entries of one file, to refuse a name used twice.
+    the entries of one file, to refuse a name used twice. `partial`, when given, receives a
+    hook with problems that has a name, built of what read cleanly (an action with problems
+    becomes an empty script): never run, it lets the rules of the merged template (a
+    misspelt condition, trust) and the warnings look at it, so that the hook's own problems
+    do not hide theirs.
     """
     r = _Reporter(file, index)
     if not entry.is_mapping:
@@ -326,6 +334,16 @@ def read_hook(
             'got "fail", which needs blocking: true (only a blocking hook can abort a transition)',
         )
     if r.problems or name is None or action is None:
+        if partial is not None and name is not None:
+            partial.append(
+                HookSpec(
+                    name=name, on=events, action=action or HookAction(type="script"),
+                    on_error=on_error,  # type: ignore[arg-type]
+                    timeout=timeout, blocking=blocking, debounce=debounce, condition=condition,
+                    enabled=enabled, position=entry.position, rate_limit=rate_limit,
+                    field_positions=field_positions(entry), entry_index=index,
+                )
+            )  # fmt: skip
         return None, r.problems
     hook = HookSpec(
         name=name,

@@ -113,7 +113,11 @@ def test_validate_reports_a_problem_on_stderr_as_list_does(tmp_path: Path) -> No
     assert (validated.returncode, listed.returncode) == (1, 1)
     assert validated.stdout == listed.stdout == ""
     assert validated.stderr.splitlines()[0] == listed.stderr.splitlines()[0]
-    assert validated.stderr.splitlines()[1] == f"1 problem in {path}"
+    # validate also warns, in the same pass, of the program that is not on the PATH.
+    assert validated.stderr.splitlines()[1:] == [
+        f'warning: {path}:2:65: hook "a": field "action.command": the program x is not on the PATH',
+        f"1 problem in {path}",
+    ]
 
 
 @pytest.mark.parametrize("command", ["validate", "list", "schema"])

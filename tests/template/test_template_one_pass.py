@@ -166,9 +166,14 @@ def test_warnings_are_shown_among_the_problems(tmp_path: Path) -> None:
         f"the script {tmp_path}/missing.sh does not exist"
     )
     assert lines[1].startswith(f'{path}:7:14: hook "broken": field "timeout": ')
-    assert lines[2] == f"1 problem in {path}"
+    # The hook with a problem of its own is looked at for warnings too.
+    assert lines[2] == (
+        f'warning: {path}:8:37: hook "broken": field "action.command": '
+        f"the script {tmp_path}/missing.sh does not exist"
+    )
+    assert lines[3] == f"1 problem in {path}"
     report = json.loads(cli("validate", "--json", str(path)).stdout)
-    assert [w["hook"] for w in report["warnings"]] == ["cleanup"]
+    assert [w["hook"] for w in report["warnings"]] == ["cleanup", "broken"]
 
 
 def test_load_template_text_reports_a_tag_and_a_misspelt_condition_together() -> None:
