@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         for line in _diagnostics(reading.problems, warnings):
             print(line, file=sys.stderr)
         for where in reading.unread:
-            print(_not_checked(where), file=sys.stderr)
+            if where.line:  # a file read up to a point; one not read at all says so itself
+                print(_not_checked(where), file=sys.stderr)
         count = len(reading.problems)
         noun = "problem" if count == 1 else "problems"
         print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
