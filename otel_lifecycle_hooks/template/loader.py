@@ -21,6 +21,7 @@ from .model import HookSpec, Position, Template
 from .trust import env_expansion_problems, trust_problems
 from .validate import (
     Located,
+    PartialHooks,
     Problem,
     TemplateError,
     describe,
@@ -105,7 +106,7 @@ def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
     templates: list[Template] = []
     problems: list[Problem] = []
     unread: list[Position] = []
-    partial: list[HookSpec] = []
+    partial = PartialHooks()
     for file in files:
         template, file_problems = _read_file(file, partial)
         problems.extend(file_problems)
@@ -124,7 +125,7 @@ def _merged_problems(
     merged: Template,
     found: Sequence[Problem],
     turn_offs: bool = True,
-    partial: Sequence[HookSpec] = (),
+    partial: PartialHooks | None = None,
 ) -> list[Problem]:
     """The rules of the merged template, less what the files' own rules already said;
     `turn_offs=False` for one template read alone, whose parent may be merged later;
@@ -137,8 +138,9 @@ def _merged_problems(
     unmatched = unmatched_turn_offs(merged) if turn_offs else []
     candidates = [p for p in unmatched if p.hook not in failed_names]
     # On the merged template: a child's env: can change what a parent's hook refers to.
-    checked = with_partial_hooks(merged, partial)
-    candidates += condition_problems(checked) + trust_problems(checked)
+    partial = partial if partial is not None else PartialHooks()
+    candidates += condition_problems(with_partial_hooks(merged, partial))
+    candidates += trust_problems(with_partial_hooks(merged, partial.with_valid_actions()))
     said = {(problem.hook, problem.field, problem.message) for problem in found}
     return [p for p in candidates if (p.hook, p.field, p.message) not in said]
 
@@ -164,7 +166,7 @@ def _in_order(problems: Sequence[Problem], files: Sequence[str]) -> tuple[Proble
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
     """Load one template from text; `filename` is what error positions name."""
-    partial: list[HookSpec] = []
+    partial = PartialHooks()
     template, problems = _parse(text, filename, partial)
     if template is not None:
         problems = problems + _merged_problems(template, problems, False, partial)
