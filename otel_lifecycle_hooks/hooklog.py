@@ -4,6 +4,9 @@ output of scripts, for someone tailing the file.
     2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1 duration=12ms status=201
     2026-11-30T10:00:01.456Z [cleanup-credentials stdout] revoked 2 tokens
 
+While `run` (or the in-process `hook`) runs, the package's logged warnings and errors are lines
+of it too (`diagnostics_to`), as `warning: ...` and `error: ...`.
+
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
 to every line. Control characters are escaped, so no value can forge or split a line, nor
 send escape sequences to a terminal. Writing never raises: a failure is reported once through

@@ -84,9 +84,10 @@ class TemplateReading:
     """What one reading of template files found: every problem, in file order then position.
 
     `template` is the merged template, usable only when `problems` is empty; with problems it
-    holds the hooks that read cleanly, so that warnings can still be looked for. It is None
-    when a file could not be read at all (`unread`: those files and where reading stopped),
-    in which case the checks of the merged template were not run either.
+    holds the hooks that read cleanly, and `partial_hooks` what read cleanly of the others,
+    so that warnings can still be looked for. It is None when a file could not be read at all
+    (`unread`: those files and where reading stopped), in which case the checks of the merged
+    template were not run either.
     """
 
     template: Template | None
