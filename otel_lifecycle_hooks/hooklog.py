@@ -227,6 +227,9 @@ class DiagnosticsHandler(logging.Handler):
             text = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record still says something
             text = str(record.msg)
+        if record.exc_info and record.exc_info[0] is not None:
+            # Only the exception's type: its text, and a traceback's, may quote a secret.
+            text += f" ({record.exc_info[0].__name__})"
         is_error = record.levelno >= logging.ERROR
         # The hook log's own failure is reported through logging while it holds its lock:
         # writing that record to the hook log again would wait on that lock forever.
