@@ -1,5 +1,6 @@
 """`make demo` shows a failing hook on the terminal and in the summary, removes its temporary
-folder, and prints the `ui` command that opens its journal, which it keeps."""
+folder, and prints the `ui` command that opens its journal, which it keeps: run as printed, its
+page lists the session, and its Redeliver sends (the demo's template is named on the command)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,20 @@ import sys
 import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+from otel_lifecycle_hooks.journal import Journal
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "run_demo.py"
+TEMPLATE = DEMO.with_name("scion-agent.yaml")
+
+
+def journal_rows(journal: Path) -> list[Any]:
+    records = Journal(journal)
+    try:
+        return records.executions(oldest_first=True)
+    finally:
+        records.close()
 
 
 def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_path: Path) -> None:
@@ -37,7 +50,10 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
     # Its last line is the command that opens the kept journal's page: run it as printed.
     command = result.stdout.splitlines()[-1].strip()
     journal = tmp_path / ".local" / "state" / "otel-lifecycle-hooks" / "demo-journal.sqlite3"
-    assert command.endswith(f"ui --journal {shlex.quote(str(journal))}"), result.stdout
+    assert command.startswith("env DEMO_RECEIVER=http://127.0.0.1:"), result.stdout
+    assert command.endswith(
+        f"ui --journal {shlex.quote(str(journal))} --template {shlex.quote(str(TEMPLATE))}"
+    ), result.stdout
     assert journal.is_file()
     ui = subprocess.Popen(
         shlex.split(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -50,13 +66,24 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
         assert first and first[0].startswith("http://127.0.0.1:"), first
         url = first[0].strip()
         token = url.split("token=", 1)[1]
-        api = urllib.request.Request(
-            url.split("/?", 1)[0] + "/api/sessions", headers={"X-Lifecycle-Hooks-Token": token}
-        )
+        origin = url.split("/#", 1)[0]
+        headers = {"X-Lifecycle-Hooks-Token": token}
+        api = urllib.request.Request(origin + "/api/sessions", headers=headers)
         with urllib.request.urlopen(api, timeout=30) as response:
             [session] = json.load(response)["sessions"]
         assert session["agent_name"] == "demo-agent"
         assert session["failed"] == 1
+
+        # Redeliver of the failing hook renders from the named template and sends: the demo's
+        # receiver is gone, so the attempt fails to connect (it is not refused unsent).
+        failed = next(row for row in journal_rows(journal) if row.outcome == "failed")
+        redeliver = urllib.request.Request(
+            f"{origin}/api/deliveries/{failed.id}/redeliver", method="POST", headers=headers
+        )
+        with urllib.request.urlopen(redeliver, timeout=60) as response:
+            outcome = json.load(response)["outcome"]
+        assert (outcome["hook"], outcome["outcome"]) == ("post-status-page", "failed"), outcome
+        assert outcome["id"] is not None  # journaled as a replay of the failed delivery
     finally:
         os.kill(ui.pid, signal.SIGTERM)
         ui.wait(timeout=30)

@@ -47,8 +47,33 @@ def failed_delivery(
     )
 
 
+TEMPLATE = """\
+lifecycle_hooks:
+  - name: notify
+    on: [post-start, session-end]
+    action:
+      type: http
+      method: POST
+      url: "{url}/notify"
+      body: '{{"hook": "notify", "session": "${{SESSION_ID}}"}}'
+  - name: audit
+    on: [tool-start]
+    action:
+      type: http
+      method: POST
+      url: "{url}/audit"
+      body: '{{"hook": "audit", "session": "${{SESSION_ID}}"}}'
+"""
+
+
 @pytest.fixture
-def journal_path(tmp_path: Path, target_server: TargetServer) -> Path:
+def journal_path(
+    tmp_path: Path, target_server: TargetServer, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    # The operator's template, named as `run` read it: replay renders only from one named.
+    template = tmp_path / "scion-agent.yaml"
+    template.write_text(TEMPLATE.format(url=target_server.url("").rstrip("/")))
+    monkeypatch.setenv("LIFECYCLE_HOOKS_TEMPLATE", str(template))
     path = tmp_path / "journal.sqlite3"
     journal = Journal(path)
     journal.open_session("aaaa1111", agent_id="agent-1", agent_name="worker")
@@ -112,7 +137,7 @@ def test_a_success_is_never_a_replay_choice_and_no_selection_is_a_usage_error(
     assert exited.value.code == 2
     assert "invalid choice: 'success'" in capsys.readouterr().err
     code, _, err = cli(capsys, "replay", "--journal", str(journal_path))
-    assert code == 2 and "--all-failed, or choose failed deliveries with history's filters" in err
+    assert code == 2 and "--failed, or choose failed deliveries with history's filters" in err
 
 
 def test_the_replays_attempt_is_journaled_with_what_the_endpoint_answered(

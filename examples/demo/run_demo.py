@@ -8,7 +8,10 @@ purpose (the receiver answers 503 to /status-page), to show how `run` reports a 
 Everything the demo writes lives in a temporary folder that is removed at the end, except its
 journal: that is kept at `~/.local/state/otel-lifecycle-hooks/demo-journal.sqlite3` (beside
 the default journal, replaced by each demo run), so that the `ui` command the demo prints last
-opens this run's sessions, deliveries and attempts in a browser.
+opens this run's sessions, deliveries and attempts in a browser. That command names the demo's
+template (`--template`): Redeliver renders only from a template the operator names, never from
+the one the journal names, and sets DEMO_RECEIVER, which the template reads, to the receiver's
+address (stopped by then: a Redeliver answers Connection refused).
 """
 
 from __future__ import annotations
@@ -72,9 +75,10 @@ def demo_journal(environ: dict[str, str]) -> Path:
     return home / ".local" / "state" / "otel-lifecycle-hooks" / "demo-journal.sqlite3"
 
 
-def ui_command(journal: Path) -> str:
+def ui_command(journal: Path, receiver: str) -> str:
     """The command that opens the journal's page with this environment's package, runnable as
-    printed: its console script by name when PATH finds that one, else by its path."""
+    printed: its console script by name when PATH finds that one, else by its path; with the
+    demo's template, for Redeliver, and the receiver's address it reads."""
     beside = Path(sys.executable).parent / "otel-lifecycle-hooks"
     found = shutil.which("otel-lifecycle-hooks")
     if found is not None and Path(found).resolve() == beside.resolve():
@@ -83,7 +87,11 @@ def ui_command(journal: Path) -> str:
         program = shlex.quote(str(beside))
     else:
         program = f"{shlex.quote(sys.executable)} -m otel_lifecycle_hooks"
-    return f"{program} ui --journal {shlex.quote(str(journal))}"
+    template = shlex.quote(str(HERE / "scion-agent.yaml"))
+    return (
+        f"env DEMO_RECEIVER={shlex.quote(receiver)} {program} ui "
+        f"--journal {shlex.quote(str(journal))} --template {template}"
+    )
 
 
 def main() -> int:
@@ -92,19 +100,20 @@ def main() -> int:
     for old in journal.parent.glob(journal.name + "*"):  # the last demo's, with its -wal/-shm
         old.unlink()
     with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-demo-") as folder:
-        code = demo(Path(folder), journal)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        receiver = f"http://127.0.0.1:{server.server_port}"
+        code = demo(Path(folder), journal, server, receiver)
     print("== the delivery history in a browser (sessions, deliveries, each attempt, Redeliver;")
     print("   the demo's receiver has stopped, so a Redeliver from it answers Connection refused):")
-    print(f"   {ui_command(journal)}")
+    print(f"   {ui_command(journal, receiver)}")
     return code
 
 
-def demo(state: Path, journal: Path) -> int:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+def demo(state: Path, journal: Path, server: ThreadingHTTPServer, receiver: str) -> int:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env = dict(os.environ)
     env.update(
-        DEMO_RECEIVER=f"http://127.0.0.1:{server.server_port}",
+        DEMO_RECEIVER=receiver,
         LIFECYCLE_HOOKS_JOURNAL=str(journal),
         LIFECYCLE_HOOKS_LOG=str(state / "agent.log"),
         LIFECYCLE_HOOKS_TRACE_DIR=str(state / "traces"),
@@ -141,6 +150,7 @@ def demo(state: Path, journal: Path) -> int:
         return 1
     reader.join(timeout=10)
     server.shutdown()
+    server.server_close()  # a Redeliver from the page finds nothing listening: refused
     print(f"== supervisor exited with {code} (the agent's own exit code: it was stopped by SIGTERM)")
     print(f"== the receiver got {len(received)} requests:")
     for method, path, body in received:

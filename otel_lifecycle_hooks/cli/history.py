@@ -417,6 +417,7 @@ def _cells(row: ExecutionRow, names: dict[str, str]) -> tuple[str, ...]:
 
 def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
     """The newest matching rows, then every new one, until Ctrl-C (exit 0)."""
+    from ..journal.rows import RUNNING
     from .console import output_width, wants_colour
 
     colour = wants_colour(sys.stdout)
@@ -446,12 +447,20 @@ def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
             print("\n".join(header).rstrip(), flush=True)
         emit(first)
         last = max((row.id or 0 for row in first), default=_newest_id(journal))
+        # A delivery journaled while retrying is rewritten in place (same id) when it ends:
+        # its line is printed again then, with its outcome.
+        running = {row.id or 0 for row in first if row.outcome == RUNNING}
         while True:
             time.sleep(FOLLOW_INTERVAL)
+            again = [journal.get(row_id) for row_id in sorted(running)]
+            ended = [row for row in again if row is not None and row.outcome != RUNNING]
+            running = {row.id or 0 for row in again if row is not None and row.outcome == RUNNING}
             new = read(last, None)
+            if ended or new:
+                emit(ended + new)
             if new:
-                emit(new)
                 last = max(row.id or 0 for row in new)
+                running |= {row.id or 0 for row in new if row.outcome == RUNNING}
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:  # `history --follow | head`: the reader went away

@@ -1,13 +1,19 @@
-"""`reconcile [--journal URL] [--stale-after 60s] [--watch [--interval 10s]] [--dry-run] [--json]`
+"""`reconcile --template T... [--journal URL] [--stale-after 60s] [--watch [--interval 10s]]
+[--dry-run] [--json]`
 
 Runs, from here, the owed pre-stop and session-end hooks of every session in the journal whose
 supervisor died: sessions that began post-start, never ended, were never recovered, and whose
 heartbeat is older than --stale-after (and, where their pids can be looked up from here, whose
 supervisor and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
-would have used, with the template text and variables the session journaled; secrets come from
-this process's environment, as they did from the agent's. Exactly once across any number of
+would have used, rendered from the template named here (--template, parent first, or
+$LIFECYCLE_HOOKS_TEMPLATE), never from the one the session journaled: the agent may have
+written its row. Only sessions that ran that template (their journaled sha256) are recovered;
+the others are left alone and reported. The session's journaled variables fill what this
+process's environment does not set; secrets come from this process's environment, as they did
+from the agent's. Exactly once across any number of
 reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
-sent, and sends nothing. Exit 0; 1 when the journal cannot be read; 2 on a bad option.
+sent, and sends nothing. Exit 0; 1 when the journal or template cannot be read; 2 on a bad
+option or no template named.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--agent", metavar="ID", help="only sessions of this agent id")
     parser.add_argument(
+        "--template", "-t", action="append", default=[], metavar="FILE",
+        help="the agents' template files (parent first; default $LIFECYCLE_HOOKS_TEMPLATE): "
+        "the only ones owed hooks are rendered from",
+    )  # fmt: skip
+    parser.add_argument(
         "--dry-run", action="store_true", help="list what would be sent; send nothing"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per session")
@@ -75,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-lifecycle-hooks reconcile: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="otel-lifecycle-hooks: %(message)s")
+    template = _named_template(args)
+    if isinstance(template, int):
+        return template
     location = journal_path(args)
     if isinstance(location, Path) and not location.is_file() and not args.watch:
         print(f"nothing to reconcile: there is no journal at {location}")  # none is made
@@ -86,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signum, lambda *_: stop.set())
     try:
         while True:
-            for report in reconcile_pass(journal, stale_after, args.agent, args.dry_run):
+            for report in reconcile_pass(journal, stale_after, args.agent, args.dry_run, template):
                 print(json.dumps(report) if args.json else _line(report), flush=True)
             if not journal.healthy:
                 print(
@@ -102,17 +116,43 @@ def run(args: argparse.Namespace) -> int:
         journal.close()
 
 
+def _named_template(args: argparse.Namespace) -> Any:
+    """The template the operator named, loaded; or the exit code when there is none."""
+    from ..template.loader import load_templates
+    from ..template.validate import TemplateError
+    from .replay import operator_templates
+
+    paths = operator_templates(args.template, os.environ)
+    if not paths:
+        print(
+            "otel-lifecycle-hooks reconcile: name the agents' template with --template FILE "
+            "(parent first) or $LIFECYCLE_HOOKS_TEMPLATE: owed hooks are rendered only from a "
+            "template you name, never from the one a session journaled (the agent may have "
+            "written it); `reconcile --dry-run --template FILE` lists the sessions of others",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        return load_templates([Path(path) for path in paths])
+    except (TemplateError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"otel-lifecycle-hooks reconcile: {first}", file=sys.stderr)
+        return 1
+
+
 def reconcile_pass(
-    journal: Any, stale_after: float, agent_id: str | None, dry_run: bool
+    journal: Any, stale_after: float, agent_id: str | None, dry_run: bool, template: Any
 ) -> list[dict[str, Any]]:
-    """One pass over the journal's unfinished sessions; a report per session acted on (or, in
-    a dry run, per session that would be)."""
+    """One pass over the journal's unfinished sessions, recovering with `template` those that
+    ran it; a report per session acted on or left for another template (and, in a dry run,
+    per session that would be, or is left alone)."""
     import time
 
     from ..supervisor import recovery
 
     reports: list[dict[str, Any]] = []
     here = recovery.process_namespace()
+    digests = recovery.template_digests(template)
     for row in journal.unfinished_sessions(agent_id):
         gone, why = recovery.earlier_run_gone(
             row, here=here, now=time.time(), stale_after=stale_after,
@@ -123,8 +163,13 @@ def reconcile_pass(
             if dry_run:
                 reports.append({**base, "action": "left alone", "reason": why})
             continue
+        other = recovery.other_template(row, digests)
+        if other:
+            # Not lost: it stays unfinished for a reconcile with its own template.
+            reports.append({**base, "action": "left alone", "reason": other})
+            continue
         if dry_run:
-            reports.append({**base, "action": "would recover", "hooks": _planned(row)})
+            reports.append({**base, "action": "would recover", "hooks": _planned(row, template)})
             continue
         claimed = journal.claim_session(
             row.session_id,
@@ -135,7 +180,7 @@ def reconcile_pass(
         if claimed is None:
             continue  # another reconciler (or run) has it
         try:
-            fired = _recover(journal, claimed)
+            fired = _recover(journal, claimed, template)
         except Exception as exc:  # noqa: BLE001 - one session's failure never stops the pass
             log.error("session %s: recovery failed: %s", row.session_id, exc)
             reports.append({**base, "action": "failed", "reason": str(exc)})
@@ -144,13 +189,13 @@ def reconcile_pass(
     return reports
 
 
-def _recover(journal: Any, row: Any) -> list[str]:
+def _recover(journal: Any, row: Any, template: Any) -> list[str]:
     from ..engine.engine import HookEngine
     from ..supervisor import recovery
 
-    template = recovery.stored_template(row)
-    # As the session had them: its non-secret values win; secrets only from here.
-    environ = {**os.environ, **row.variables}
+    # The session's journaled values fill only what this environment does not set: the agent
+    # may have written them, and the operator's own settings are the ones trusted.
+    environ = {**row.variables, **os.environ}
     telemetry = _telemetry(template, environ, row)
     engine = HookEngine(
         template,
@@ -196,14 +241,8 @@ def _telemetry(template: Any, environ: dict[str, str], row: Any) -> Any:
         return None
 
 
-def _planned(row: Any) -> list[str]:
+def _planned(row: Any, template: Any) -> list[str]:
     """What a claim would send: each owed hook with its id where its moment is fixed."""
-    from ..supervisor import recovery
-
-    try:
-        template = recovery.stored_template(row)
-    except Exception as exc:  # noqa: BLE001 - a dry run reports, never stops
-        return [f"(template unreadable: {exc})"]
     agent_id = row.metadata.get("AGENT_ID", row.agent_id)
     planned: list[str] = []
     pre_stop_owed = row.pre_stop_at is not None or row.session_end_at is None

@@ -1,17 +1,20 @@
-"""`replay [ID...] [--all-failed] [--agent ID] [--session ID] [--hook NAME] [--event EVENT]
+"""`replay [ID...] [--failed] [--agent ID] [--session ID] [--hook NAME] [--event EVENT]
 [--status OUTCOME]... [--since WHEN] [--last N] [--journal URL] [--template T]... [--dry-run]
 [--json]`: re-send failed deliveries from the journal (in a fleet's shared journal, of every
 agent, or those the filters name).
 
-The filters are `history`'s: `replay --session 5e55101a --hook notify` re-sends the failed
-deliveries `history --failed --session 5e55101a --hook notify` lists (those not delivered by an
-earlier replay), oldest first; `--last N` only the newest N of them; `--dry-run` shows them.
+The filters are `history`'s: `replay --failed` re-sends what `history --failed` lists (those
+not delivered by an earlier replay), oldest first; `replay --session 5e55101a --hook notify`
+those of one session and hook; `--last N` only the newest N of them; `--dry-run` shows them.
+`--all-failed` is the older name of `--failed`.
 
 Each failed or timed-out http/webhook delivery is sent again, once, with the same idempotency
 key (`X-Scion-Hook-ID`, and `webhook-id` when signed); the outcome is recorded as a new journal
 row whose REPLAY_OF (`history`) names the original. Secrets are not journaled: credentials
-and redacted values are resolved again from the hook's template (the one the session ran
-with, or --template) and the current environment. Scripts are not replayed.
+and redacted values are resolved again from the hook's template and the current environment.
+That template is one you name, with --template (parent first) or $LIFECYCLE_HOOKS_TEMPLATE:
+the journal may be written by the agent, so the template it names is never loaded; a replay
+without one is refused with the command that names it. Scripts are not replayed.
 
 Exit 0 when every replay was delivered (or there was nothing to replay), 1 when one failed or
 was refused, 2 on a usage error.
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +55,15 @@ def add_parser(subparsers: Any) -> None:
         "ids", nargs="*", type=int, metavar="ID", help="journal ids (see `history --failed`)"
     )
     parser.add_argument(
-        "--all-failed", action="store_true", help="every failed delivery not yet replayed"
-    )
+        "--failed", "--all-failed", dest="all_failed", action="store_true",
+        help="every failed delivery not yet replayed (`history --failed`'s list)",
+    )  # fmt: skip
     add_filter_options(parser, outcomes=_REPLAYABLE)
     add_last_option(parser, None)
     parser.add_argument(
         "--template", "-t", action="append", default=[], metavar="FILE",
-        help="template files to read the hooks from (parent first), instead of the session's",
+        help="the template files to render from (parent first; default "
+        "$LIFECYCLE_HOOKS_TEMPLATE); the journal's own are never loaded",
     )  # fmt: skip
     parser.add_argument(
         "--dry-run", action="store_true", help="show what would be sent; send nothing"
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if not args.ids and not args.all_failed and not filtered:
         print(
-            "otel-lifecycle-hooks replay: name execution IDs, pass --all-failed, or choose"
+            "otel-lifecycle-hooks replay: name execution IDs, pass --failed, or choose"
             " failed deliveries with history's filters (--agent, --session, --hook, --event,"
             " --status, --since, --last)",
             file=sys.stderr,
@@ -91,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-lifecycle-hooks replay: there is no journal at {path}", file=sys.stderr)
         return 1
     journal = open_journal(path)
-    replayer = Replayer(journal, templates=list(args.template), environ=dict(os.environ))
+    replayer = Replayer(
+        journal,
+        templates=operator_templates(args.template, os.environ),
+        environ=dict(os.environ),
+        journal_args=("--journal", shown_location(args.journal)) if args.journal else (),
+    )
     try:
         outcomes = [
             replayer.replay(row, dry_run=args.dry_run)
@@ -125,6 +136,34 @@ def run(args: argparse.Namespace) -> int:
             print("  " + json.dumps(outcome.request))
     done = ("success", "dry-run")
     return 0 if all(outcome.outcome in done for outcome in outcomes) else 1
+
+
+def operator_templates(given: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The templates the operator named: --template, else $LIFECYCLE_HOOKS_TEMPLATE (or the
+    older $OTEL_LIFECYCLE_HOOKS_TEMPLATE), `os.pathsep`-separated. `run`'s last default,
+    ./scion-agent.yaml, is not one: the working directory may be the agent's."""
+    if given:
+        return list(given)
+    named = environ.get("LIFECYCLE_HOOKS_TEMPLATE") or environ.get(
+        "OTEL_LIFECYCLE_HOOKS_TEMPLATE", ""
+    )
+    return [path for path in named.split(os.pathsep) if path]
+
+
+def shown_location(location: str) -> str:
+    """--journal as the operator gave it, but a URL's password left out: it goes into a
+    message."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(location)
+        password = parts.password
+    except ValueError:
+        return location
+    if not password:
+        return location
+    netloc = parts.netloc.replace(f":{password}@", ":PASSWORD@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _line(outcome: Any) -> str:

@@ -4,8 +4,10 @@ journal's sessions, their deliveries and each delivery's attempts, with a Redeli
 The first line printed is the page's URL, its access token included: open it in a browser on
 this machine. The page is served on a loopback address only and answers only requests that
 carry the token (docs/ui.md). It follows the journal as sessions run. Redeliver runs what
-`replay ID` runs, reading credentials from this command's environment and the hook's template
-(the session's, or --template). Stop it with Ctrl-C.
+`replay ID` runs, reading credentials from this command's environment and the hook's template:
+one you name with --template (parent first) or $LIFECYCLE_HOOKS_TEMPLATE, never the one the
+journal names (the agent may write the journal); without one, Redeliver is refused with the
+command that restarts the page with it. Stop it with Ctrl-C.
 
 Exit 0 when stopped, 1 when there is no journal or the port cannot be bound, 2 on a usage error.
 """
@@ -45,7 +47,8 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--template", "-t", action="append", default=[], metavar="FILE",
-        help="template files Redeliver reads the hooks from (parent first), instead of the session's",
+        help="the template files Redeliver renders from (parent first; default "
+        "$LIFECYCLE_HOOKS_TEMPLATE); without one, Redeliver is refused",
     )  # fmt: skip
     add_journal_option(parser)
 
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from ..journal import open_journal
     from ..ui import PageServer, serve
     from ..ui.server import NotLoopback
+    from .replay import operator_templates, shown_location
 
     path = journal_path(args)
     if isinstance(path, Path) and not path.is_file():  # reading must not create a journal
@@ -74,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
                 secrets.token_urlsafe(32),
                 args.host,
                 args.port,
-                templates=list(args.template),
+                templates=operator_templates(args.template, os.environ),
                 environ=dict(os.environ),
+                journal_args=("--journal", shown_location(args.journal)) if args.journal else (),
             )
         except NotLoopback as exc:
             print(f"otel-lifecycle-hooks ui: {exc}", file=sys.stderr)
@@ -90,6 +95,13 @@ def run(args: argparse.Namespace) -> int:
         # The URL first and flushed: whoever started us (a script, a test) reads this line.
         print(server.url, flush=True)
         print(f"serving the journal {path}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        if not server.templates:
+            print(
+                "Redeliver is refused on this page: it renders only from a template you name "
+                "(--template FILE, or $LIFECYCLE_HOOKS_TEMPLATE), never from the journal's",
+                file=sys.stderr,
+                flush=True,
+            )
         signal.signal(signal.SIGTERM, _stop)
         try:
             serve(server)

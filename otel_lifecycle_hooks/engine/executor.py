@@ -96,6 +96,9 @@ class HookExecutor:
         self.retry_listeners: list[Callable[[HookSpec, LifecycleEvent], None]] = []
         # Told of every retry with its detail: (hook, event, attempt, of, delay, result).
         self.retry_waits: list[Callable[..., None]] = []
+        # Told of an execution about to wait for its next attempt, with what it made so far:
+        # (hook, event, session, idempotency key, attempt rows, max attempts, delay).
+        self.in_flight: list[Callable[..., None]] = []
         self.output_sink: Callable[[HookSpec, str, str], None] | None = None
 
     # -- lazily built collaborators: a template with only scripts never builds an HTTP client --
@@ -330,6 +333,8 @@ class HookExecutor:
                 sink(hook, event)
             for wait_sink in self.retry_waits:
                 wait_sink(hook, event, attempt, policy.max_attempts, delay, result)
+            for in_flight in self.in_flight:
+                in_flight(hook, event, session, hook_id, attempt_log, policy.max_attempts, delay)
             if self.clock.sleep(delay, self.stopping):
                 if self.interrupted.is_set():  # the operator's doing, not the endpoint's
                     reason = f"run interrupted before attempt {attempt + 1} of "

@@ -6,9 +6,15 @@ redacted. A replay sends that request again, once, with the SAME idempotency key
 that saw the first delivery can tell it is the same one, and records the outcome as a new
 journal row whose `replayed_from` names the row it re-sent.
 
+Only a template the operator names renders a replay (`--template`, or
+`$LIFECYCLE_HOOKS_TEMPLATE`). The journal is written beside the agent, which may write it too:
+a session row's `template_files` (or the template text it stores) could name the agent's own
+template, whose hook would send the operator's credential wherever it says. So what the
+journal names is only a hint: without a named template each row is refused with a message
+naming the journal's template and the command that would name it, and nothing is loaded.
+
 Secrets were never journaled, so they are resolved again at send time from the hook's
-definition in its template (the session's `template_files`, or `--template`) and the current
-environment:
+definition in the named template and the current environment:
 
 - auth headers (`bearer-token`, `api-key-header`, `gcp-*`) and webhook signatures come from
   `auth.Credentials`, as for a live attempt;
@@ -16,14 +22,12 @@ environment:
   template; the result, redacted, must equal what the journal holds, so a replay never sends
   anything but the original request with its secrets filled in (a template or event value
   that changed since makes the replay refuse, naming the part);
-- the journal may be a file the agent can write, so the stored request never chooses where
-  the credentials go: its url, method, header names and body must be ones the template
-  renders, only the event's own values (which are not journaled apart) standing where the
-  template puts them; anything else is refused.
+- the stored request never chooses where the credentials go either: its url, method, header
+  names and body must be ones the template renders, only the event's own values (which are
+  not journaled apart) standing where the template puts them; anything else is refused.
 
-Without the template a replay cannot know which credentials the request needs: it is refused
-with a message saying so, and nothing is sent. Scripts are not replayed: the event they read
-on stdin is not journaled, and running a command with a made-up event could do harm.
+Scripts are not replayed: the event they read on stdin is not journaled, and running a command
+with a made-up event could do harm.
 """
 
 from __future__ import annotations
@@ -55,8 +59,8 @@ from ..variables import Variables, parse_template, secret_names_for
 
 log = logging.getLogger("otel_lifecycle_hooks.replay")
 
-# Bound on one replay attempt when the hook's own timeout is unknown (no template).
-DEFAULT_REPLAY_TIMEOUT = 10.0
+# A path the journal names is shown to the operator, never loaded: at most this much of it.
+_HINT_PATH_LIMIT = 300
 
 
 class ReplayRefused(Exception):
@@ -106,15 +110,61 @@ class _Prepared:
     redactor: Redactor
 
 
+def replay_command(execution_id: int, journal_args: Sequence[str], templates: Sequence[str]) -> str:
+    """The `replay` command line that re-sends `execution_id` with `templates`, quoted for a
+    shell (the paths may come from the journal: pasted as shown, each is one word)."""
+    import shlex
+
+    words = ["otel-lifecycle-hooks", "replay", str(execution_id), *journal_args]
+    for path in templates or ("FILE",):
+        words += ["--template", path]
+    return " ".join(word if word == "FILE" else shlex.quote(word) for word in words)
+
+
+def restart_ui_advice(journal_args: Sequence[str], hint: Sequence[str]) -> str:
+    """What a Redeliver refused for want of a template tells the operator: restart `ui` with
+    one (`hint`: the templates the journal names, shown quoted, never loaded)."""
+    import shlex
+
+    words = ["otel-lifecycle-hooks", "ui", *journal_args]
+    command = " ".join(shlex.quote(word) for word in words)
+    for path in hint or ("FILE",):
+        command += " --template " + (path if path == "FILE" else shlex.quote(path))
+    if hint:
+        return f"if that is your template, restart this page with it: {command}"
+    return f"restart this page with the template its session ran: {command}"
+
+
+def journal_template_hint(session: Any) -> tuple[str, ...]:
+    """The template files a session row says it ran: for the operator to read, never to load.
+    Control characters are shown as `?` and each path is cut at a bound (it is the agent's
+    to write)."""
+    if session is None:
+        return ()
+    named = list(session.template_files or ())
+    if not named:
+        named = [str(entry.get("path", "")) for entry in session.templates or ()]
+    shown = []
+    for path in named[:8]:
+        text = "".join(c if c.isprintable() else "?" for c in str(path))[:_HINT_PATH_LIMIT]
+        if text:
+            shown.append(text)
+    return tuple(shown)
+
+
 @dataclass
 class Replayer:
-    """Replays journal rows. `templates`: files that override the sessions' own
-    (`--template`); `environ`: where secrets are read now; `http_client` / `credentials`
-    default to the ones live hooks use."""
+    """Replays journal rows. `templates`: the files the operator named (`--template`,
+    `$LIFECYCLE_HOOKS_TEMPLATE`), parent first, the only ones a replay renders from;
+    `environ`: where secrets are read now; `advice(row, hint)`: what to tell an operator who
+    named none, `hint` being the templates the journal names (default: the `replay` command
+    with `journal_args`); `http_client` / `credentials` default to the ones live hooks use."""
 
     journal: Journal
     templates: Sequence[str] = ()
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    advice: Callable[[ExecutionRow, tuple[str, ...]], str] | None = None
+    journal_args: Sequence[str] = ()
     http_client: Any = None
     credentials: Any = None
     wall_clock: Callable[[], float] = time.time
@@ -255,31 +305,46 @@ class Replayer:
                 f"execution {row.id} has no idempotency key; a replay could not be told from a new delivery"
             )
 
-    def _hook_for(self, row: ExecutionRow) -> tuple[HookSpec, Template] | None:
-        """The hook's current definition and its template, or None when none can be loaded."""
+    def _hook_for(self, row: ExecutionRow) -> tuple[HookSpec, Template]:
+        """The hook's definition in the operator's templates; refused when none was named,
+        when they do not load, or when they have no hook of the row's name."""
         paths = tuple(self.templates)
-        session = None
         if not paths:
-            session = self.journal.session(row.session_id) if row.session_id else None
-            paths = session.template_files if session is not None else ()
-        if not paths:
-            return None
-        if session is not None and session.templates and not all(Path(p).is_file() for p in paths):
-            # A fleet's journal: the session ran on another machine; its template's text is here.
-            paths = (f"session:{session.session_id}",)
-            if paths not in self._loaded:
-                from ..supervisor.recovery import stored_template
-
-                try:
-                    self._loaded[paths] = stored_template(session)
-                except Exception as exc:  # noqa: BLE001 - reported as the row's refusal
-                    self._loaded[paths] = f"the session's template does not load: {exc}"
+            raise ReplayRefused(self._name_a_template(row))
         template = self._template(paths)
         if isinstance(template, str):
-            log.warning("replay: %s", template)
-            return None
+            raise ReplayRefused(f"{template}. Nothing was sent.")
         hook = next((hook for hook in template.hooks if hook.name == row.hook), None)
-        return (hook, template) if hook is not None else None
+        if hook is None:
+            raise ReplayRefused(
+                f"hook {row.hook!r} is not in the template you named ({', '.join(paths)}); name "
+                "the template its session ran. Nothing was sent."
+            )
+        return hook, template
+
+    def _name_a_template(self, row: ExecutionRow) -> str:
+        session = self.journal.session(row.session_id) if row.session_id else None
+        hint = journal_template_hint(session)
+        if self.advice is not None:
+            advice = self.advice(row, hint)
+        else:
+            command = replay_command(row.id or 0, self.journal_args, hint)
+            advice = (
+                f"if that is your template, run: {command}"
+                if hint
+                else f"name the template its session ran: {command}"
+            )
+        said = (
+            f"the journal names {', '.join(hint)}, which is not loaded, as the agent can write "
+            "the journal; "
+            if hint
+            else ""
+        )
+        return (
+            f"hook {row.hook!r}: only a template you name (--template, or "
+            f"$LIFECYCLE_HOOKS_TEMPLATE) renders a replay, and none was named; {said}{advice}. "
+            "Nothing was sent."
+        )
 
     def _template(self, paths: tuple[str, ...]) -> Template | str:
         if paths not in self._loaded:
@@ -293,10 +358,8 @@ class Replayer:
                 self._loaded[paths] = f"template {', '.join(paths)} does not load: {first}"
         return self._loaded[paths]
 
-    def _prepare(self, row: ExecutionRow, found: tuple[HookSpec, Template] | None) -> _Prepared:
+    def _prepare(self, row: ExecutionRow, found: tuple[HookSpec, Template]) -> _Prepared:
         stored = dict(row.request or {})
-        if found is None:
-            return self._prepare_without_template(row, stored)
         hook, template = found
         if not hook.action.is_http:
             raise ReplayRefused(
@@ -313,29 +376,6 @@ class Replayer:
         extra.update(self._auth_headers(hook, request, template, row.idempotency_key or ""))
         secrets = variables().secret_values() | set(self._credentials().secret_values())
         return _Prepared(request, extra, hook.timeout, Redactor(secrets))
-
-    def _prepare_without_template(self, row: ExecutionRow, stored: dict[str, Any]) -> _Prepared:
-        needs_secret = (
-            _holds_redacted(stored)
-            or stored.get("auth", None) not in (None, "none")
-            or stored.get("signed")
-        )
-        if needs_secret or "auth" not in stored:
-            what = "needs credentials" if needs_secret else "may need credentials"
-            raise ReplayRefused(
-                f"hook {row.hook!r}: its template was not found (the session names none that loads), and "
-                f"its request {what} that are re-read from the template at send time; pass --template "
-                "FILE. Nothing was sent."
-            )
-        request = RenderedRequest(
-            method=str(stored["method"]),
-            url=str(stored["url"]),
-            headers=dict(stored.get("headers") or {}),
-            body=stored["body"].encode("utf-8") if stored.get("body") is not None else None,
-        )
-        return _Prepared(
-            request, {HOOK_ID_HEADER: row.idempotency_key or ""}, DEFAULT_REPLAY_TIMEOUT, Redactor()
-        )
 
     def _session_metadata(self, row: ExecutionRow) -> dict[str, str]:
         session = self.journal.session(row.session_id) if row.session_id else None
@@ -692,12 +732,6 @@ def _splice(stored: str, fresh: str, secrets: set[str], redactor: Redactor) -> s
     if REDACTED in stored[cursor:] or not pieces[:-1]:
         return None
     return "".join(pieces)
-
-
-def _holds_redacted(stored: Mapping[str, Any]) -> bool:
-    headers = stored.get("headers") or {}
-    parts = [stored.get("url") or "", stored.get("body") or "", *map(str, headers.values())]
-    return any(REDACTED in part for part in parts)
 
 
 def _shown_request(prepared: _Prepared, key: str) -> dict[str, Any]:

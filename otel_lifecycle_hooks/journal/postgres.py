@@ -171,6 +171,19 @@ class PostgresJournal:
         """Queue the engine's execution record (a sink for the executor) with its attempts."""
         self.record_execution(execution_row_of(execution), attempts_of(execution))
 
+    def update_execution(
+        self, row: ExecutionRow, attempts: Sequence[AttemptRow] = ()
+    ) -> int | None:
+        """Queue the rewrite of the execution journaled under `row.row_uid` (in flight) with
+        `row`'s values, and its new `attempts`; None (as `record_execution`)."""
+        durable = commits_at_once(row)
+        self._enqueue(_sql(_rows.UPDATE_EXECUTION), execution_values(row), durable=durable)
+        for attempt in attempts:
+            self._enqueue(
+                _INSERT_ATTEMPT, attempt_values(attempt, row.row_uid or ""), durable=durable
+            )
+        return None
+
     def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
         """The attempts of the execution whose row_uid this is, in order."""
         if not execution_uid:

@@ -14,6 +14,9 @@ from . import cells
 
 # Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended).
 FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
+# An execution still being retried (`in_flight.py`): journaled at its first retry, rewritten
+# in place with its outcome when it ends. Not an outcome a finished execution ever has.
+RUNNING = "running"
 # The events whose hooks a killed session still owes, and the post-start that makes them owed:
 # the moment each began is journaled before its hooks are sent (it is their X-Scion-Hook-ID).
 OWED_EVENTS = ("pre-stop", "session-end")
@@ -37,7 +40,7 @@ class ExecutionRow(NamedTuple):
 
     hook: str
     event: str
-    outcome: str  # success | failed | timeout | skipped | refused
+    outcome: str  # success | failed | timeout | skipped | refused | running (in flight)
     started_at: float  # unix seconds
     attempts: int = 1
     duration_ms: float = 0.0
@@ -301,6 +304,12 @@ INSERT_ATTEMPT = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in ATTEMPT_COLUMNS)})"
 )
+# The in-flight execution with this row_uid, rewritten with its latest values.
+UPDATE_EXECUTION = (
+    f"UPDATE executions SET {', '.join(f'{c} = ?' for c in EXECUTION_COLUMNS[:-1])}"
+    " WHERE row_uid = ?"
+)
+ID_OF_UID = "SELECT id FROM executions WHERE row_uid = ?"
 NTH_NEWEST_ID = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
 SELECT_ATTEMPTS = "SELECT * FROM attempts WHERE execution_uid = ? ORDER BY attempt"
 # Per session: how many executions, and how many of them failed (FAILED_OUTCOMES).

@@ -131,6 +131,23 @@ class Journal:
             "record an execution", lambda db: self._queue(db, row, attempts), None, batched=True
         )
 
+    def update_execution(
+        self, row: ExecutionRow, attempts: Sequence[AttemptRow] = ()
+    ) -> int | None:
+        """Rewrite the execution journaled under `row.row_uid` (in flight) with `row`'s
+        values and add `attempts` (those not journaled yet); its id, or None."""
+        values = execution_values(row)
+
+        def write(db: sqlite3.Connection) -> int | None:
+            db.execute("BEGIN")  # the row and its new attempts together, or neither
+            db.execute(_rows.UPDATE_EXECUTION, values)
+            _insert_attempts(db, ((row.row_uid or "", attempts),))
+            found = db.execute(_rows.ID_OF_UID, (row.row_uid,)).fetchone()
+            db.execute("COMMIT")
+            return int(found[0]) if found else None
+
+        return self._run("update an execution", write, None)
+
     def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
         """The attempts of the execution whose row_uid this is, in order."""
         if not execution_uid:

@@ -22,6 +22,8 @@ Shapes:
   "trace_id", "span_id", "idempotency_key", "request" (the rendered request, redacted:
   {"method", "url", "headers", "body", "auth", "signed"} or {"argv", "env"}), "recovered",
   "replayed_from", "replayable" (a failed http/webhook delivery `replay` can re-send)}`.
+  An execution still retrying has the outcome "running" (`in_flight.py`): its attempts so
+  far are journaled, and the row is rewritten in place, same id, when it ends.
 - `list_attempts(journal, execution_id)`: that delivery's attempts in order, each
   `{"attempt", "started_at", "duration_ms", "outcome" (success|failed|timeout), "error_type",
   "message", "request" ({"method", "url", "headers": [[name, value], ...], "body"} as sent,

@@ -265,7 +265,8 @@ class OwedEvent(NamedTuple):
 def owed_events(template: Any, row: Any, journaled: Iterable[Any]) -> list[OwedEvent]:
     """What recovery sends for a claimed session: for each owed event whose moment is fixed,
     the template's hooks of that event that the journal shows no execution of."""
-    ran = {(execution.event, execution.hook) for execution in journaled}
+    # A row still `running` is one a killed run never finished: its hook is owed still.
+    ran = {(e.event, e.hook) for e in journaled if e.outcome != "running"}
     moments = {"pre-stop": row.pre_stop_at, "session-end": row.session_end_at}
     owed: list[OwedEvent] = []
     for event in RECOVERED_EVENTS:
@@ -374,34 +375,35 @@ def recover_orphaned_sessions(
     return recovered
 
 
-def stored_template(row: Any) -> Any:
-    """The template a session ran, loaded from the text it stored (else from its files)."""
-    import tempfile
+def template_digests(template: Any) -> tuple[str, ...]:
+    """The sha256 of each of the template's files, parent first, as `session_fields`
+    journals them: what tells which sessions ran it."""
+    digests: list[str] = []
+    for path in getattr(template, "files", ()) or ():
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            digests.append("")
+            continue
+        digests.append(_sha256_hex(text.encode("utf-8")))
+    return tuple(digests)
 
-    from ..template.loader import load_templates
 
-    texts: Sequence[Mapping[str, str]] = row.templates or ()
-    if not texts:
-        return load_templates([Path(p) for p in row.template_files])
-    if not all("text" in entry for entry in texts):
-        # Journaled by path and hash (the file holds a literal secret): read from here.
-        for entry in texts:
-            found = Path(entry["path"]).read_bytes()
-            if _sha256_hex(found) != entry.get("sha256"):
-                raise ValueError(
-                    f"template {entry['path']} is not the file the session ran (its sha256"
-                    " differs); recover it where the session's template file is"
-                )
-        return load_templates([Path(entry["path"]) for entry in texts])
-    with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-") as folder:
-        paths: list[Path] = []
-        for index, entry in enumerate(texts):
-            # Its own name, so that problems name the file the session ran.
-            path = Path(folder) / str(index) / Path(entry.get("path", "template.yaml")).name
-            path.parent.mkdir()
-            path.write_text(entry.get("text", ""), encoding="utf-8")
-            paths.append(path)
-        return load_templates(paths)
+def other_template(row: Any, digests: Sequence[str]) -> str:
+    """Why `row`'s session did not run the template whose files hash to `digests` ("" when
+    it did). The journal's hashes only choose the sessions a named template recovers: the
+    agent may have written them, so nothing else of its template is read."""
+    journaled = tuple(str(entry.get("sha256", "")) for entry in row.templates or ())
+    if journaled == tuple(digests):
+        return ""
+    named = [str(entry.get("path", "?")) for entry in row.templates or ()] or list(
+        row.template_files or ()
+    )
+    shown = ", ".join("".join(c if c.isprintable() else "?" for c in p)[:300] for p in named[:8])
+    return (
+        f"it ran another template ({shown or 'none journaled'}); recover it with "
+        "--template naming that one"
+    )
 
 
 def _sha256_hex(data: bytes) -> str:

@@ -1,16 +1,19 @@
 """Which requests the page's server answers: pure decisions over a request's parts.
 
 The server binds a loopback address only, yet any web page the operator opens can make their
-browser send requests to it, and a DNS-rebinding page can even make them same-origin under a
-name the attacker controls. So every request must:
+browser send requests to it, a DNS-rebinding page can even make them same-origin under a
+name the attacker controls, and any other server on 127.0.0.1 (one the agent runs, say) is
+sent every cookie the browser holds for 127.0.0.1, whatever its port. So:
 
-- name this server in its Host header as a loopback address or `localhost` with the bound
-  port (a rebinding page's Host is the attacker's name: refused);
-- carry the token the server printed: in the query of the first page load, then in the cookie
-  that load sets (HttpOnly, SameSite=Strict: no other site's page sends it), or in a header;
-- for a request that changes something (a POST), carry the token in a header as well: a
-  cross-origin page cannot set a custom header without a CORS preflight, which this server
-  never grants.
+- every request must name this server in its Host header as a loopback address or
+  `localhost` with the bound port (a rebinding page's Host is the attacker's name: refused);
+- the page's shell (`/`, its script and style) holds no data and is served without the token;
+- every data and action request must carry the token in the `X-Lifecycle-Hooks-Token`
+  header. A cross-origin page cannot set a custom header without a CORS preflight, which this
+  server never grants. The token is never taken from a cookie (a cookie would ride to every
+  port of 127.0.0.1) nor from a query (which lands in logs and histories): the printed URL
+  holds it in its fragment, which browsers never send, and the page keeps it in
+  sessionStorage, which is scoped to the page's origin, port included.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from dataclasses import dataclass
 from ..loopback import is_loopback_host
 
 TOKEN_HEADER = "X-Lifecycle-Hooks-Token"
-TOKEN_QUERY = "token"
+# The printed URL's fragment: `#token=...`.
+TOKEN_FRAGMENT = "token"
+# The page's shell: no journal data, so no token needed to load it.
+SHELL_PATHS = frozenset({"/", "/app.js", "/app.css"})
 
 # The page's scripts, styles and data come from this server only; no inline script or style
 # (a journaled body that slipped into markup could not run), no frames, no form posts.
@@ -49,16 +55,6 @@ class Refusal:
     reason: str
 
 
-def cookie_name(port: int) -> str:
-    # Per port: cookies do not tell ports apart, and two pages may run side by side.
-    return f"lifecycle-hooks-ui-{port}"
-
-
-def cookie_header(token: str, port: int) -> str:
-    """The Set-Cookie value that lets the page's later requests prove the token."""
-    return f"{cookie_name(port)}={token}; HttpOnly; SameSite=Strict; Path=/"
-
-
 def allowed_host(host_header: str | None, port: int) -> bool:
     """True when the Host header names a loopback address or `localhost` with `port`."""
     if not host_header:
@@ -71,21 +67,6 @@ def allowed_host(host_header: str | None, port: int) -> bool:
     return is_loopback_host(name)
 
 
-def cookie_token(cookie_header_value: str | None, port: int) -> str | None:
-    """The token in the request's Cookie header, if it holds this server's cookie."""
-    from http.cookies import CookieError, SimpleCookie
-
-    if not cookie_header_value:
-        return None
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(cookie_header_value)
-    except CookieError:
-        return None
-    morsel = jar.get(cookie_name(port))
-    return morsel.value if morsel is not None else None
-
-
 def token_matches(given: str | None, token: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
@@ -93,32 +74,29 @@ def token_matches(given: str | None, token: str) -> bool:
 def check(
     *,
     method: str,
+    path: str,
     host_header: str | None,
     header_token: str | None,
-    cookie_token: str | None,
-    query_token: str | None,
     origin: str | None,
     port: int,
     token: str,
-    page_load: bool,
 ) -> Refusal | None:
-    """None when the request may be answered, else why not. `page_load`: a GET of the page
-    itself, the one request that may prove the token in its query."""
+    """None when the request may be answered, else why not."""
     if not allowed_host(host_header, port):
         return Refusal(421, f"this server answers only to 127.0.0.1:{port} or localhost:{port}")
     # A sandboxed frame or a file sends Origin `null`: never this page, refused as well.
     if origin is not None and not _same_origin(origin, port):
         return Refusal(403, "requests from another origin are refused")
-    if method == "POST":
-        # The header alone: a cookie rides along on cross-site requests a page can forge.
-        if not token_matches(header_token, token):
-            return Refusal(403, f"a POST needs the token in the {TOKEN_HEADER} header")
-        return None
-    if method not in ("GET", "HEAD"):
+    if method not in ("GET", "HEAD", "POST"):
         return Refusal(405, "only GET and POST are answered")
-    proofs: list[str | None] = [header_token, cookie_token] + ([query_token] if page_load else [])
-    if not any(token_matches(proof, token) for proof in proofs):
-        return Refusal(401, "open the URL that `otel-lifecycle-hooks ui` printed (token included)")
+    if method != "POST" and path in SHELL_PATHS:
+        return None
+    if not token_matches(header_token, token):
+        return Refusal(
+            401 if method != "POST" else 403,
+            f"a request for the journal needs the token in the {TOKEN_HEADER} header: open "
+            "the URL that `otel-lifecycle-hooks ui` printed (its #token=... included)",
+        )
     return None
 
 

@@ -2,15 +2,17 @@
 
 Routes (every one behind `access.check`):
 
-    GET  /                              the page (a `?token=` load sets the cookie, then
-                                        redirects to `/` so the token leaves the address bar)
-    GET  /app.js, /app.css              its script and style
+    GET  /                              the page's shell: no data, served without the token
+    GET  /app.js, /app.css              its script and style (likewise)
     GET  /api/sessions                  the latest sessions
     GET  /api/sessions/ID/deliveries    a session's deliveries, newest first
     GET  /api/deliveries/ID             one delivery with its attempts
     POST /api/deliveries/ID/redeliver   `replay` of that delivery; the new delivery's row
 
-The page polls the view it shows, so a delivery journaled while it is open appears on its own.
+Every /api/ route needs the token in the `X-Lifecycle-Hooks-Token` header: the page's script
+takes it from the printed URL's fragment (`#token=...`, which no browser sends to a server)
+and keeps it in sessionStorage. No cookie is ever set. The page polls the view it shows, so a
+delivery journaled while it is open appears on its own.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..journal import views as journal_views
+from ..journal.rows import RUNNING
 from ..loopback import is_loopback_host
 from . import access, views
 
@@ -37,7 +39,6 @@ _STATIC_TYPES = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/app.css": ("app.css", "text/css; charset=utf-8"),
 }
-_TOKEN_PLACEHOLDER = "__PAGE_TOKEN__"
 _SESSION_DELIVERIES = re.compile(r"^/api/sessions/([^/]+)/deliveries$")
 _DELIVERY = re.compile(r"^/api/deliveries/([0-9]{1,18})$")
 _REDELIVER = re.compile(r"^/api/deliveries/([0-9]{1,18})/redeliver$")
@@ -66,6 +67,7 @@ class PageServer(ThreadingHTTPServer):
         templates: Sequence[str] = (),
         environ: Mapping[str, str] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        journal_args: Sequence[str] = (),
     ) -> None:
         if not is_loopback_host(host) or host.strip().lower().startswith("localhost"):
             # A name would be resolved; only a loopback address literal is bound.
@@ -81,6 +83,7 @@ class PageServer(ThreadingHTTPServer):
         self.token = token
         self.idle_timeout = idle_timeout
         self.templates = tuple(templates)
+        self.journal_args = tuple(journal_args)  # `ui`'s own --journal, for the advice below
         self.environ = dict(os.environ if environ is None else environ)
         # One redelivery at a time: a double click must not send a delivery twice.
         self.redeliver_lock = threading.Lock()
@@ -98,12 +101,8 @@ class PageServer(ThreadingHTTPServer):
     def url(self) -> str:
         host = str(self.server_address[0])
         shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{self.port}/?{access.TOKEN_QUERY}={self.token}"
-
-    def page(self) -> bytes:
-        # The page reads the token from a meta tag to send it in the POST header (the cookie is
-        # HttpOnly). The token is URL-safe base64: nothing in it needs escaping in HTML.
-        return self._files["index.html"].replace(_TOKEN_PLACEHOLDER.encode(), self.token.encode())
+        # In the fragment: never sent to a server, so in no request line, log or Referer.
+        return f"http://{shown}:{self.port}/#{access.TOKEN_FRAGMENT}={self.token}"
 
     def static(self, name: str) -> bytes:
         return self._files[name]
@@ -130,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.idle_timeout)  # on reads and writes alike
 
     def log_message(self, format: str, *args: Any) -> None:
-        # The first page load's request line holds the token in its query.
+        # A token pasted into a query (an old form of the URL) must not reach the log.
         line = (format % args).replace(self.server.token, "[REDACTED]")
         log.debug("%s %s", self.address_string(), line)
 
@@ -162,23 +161,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, method: str, head: bool = False) -> None:
         self._head_only = head
-        parts = urlsplit(self.path)
-        path = parts.path
-        query = parse_qs(parts.query)
+        path = urlsplit(self.path).path
         server = self.server
-        query_tokens = query.get(access.TOKEN_QUERY)
-        query_token = query_tokens[0] if query_tokens else None
-        cookie = access.cookie_token(self.headers.get("Cookie"), server.port)
         refusal = access.check(
             method=method,
+            path=path,
             host_header=self.headers.get("Host"),
             header_token=self.headers.get(access.TOKEN_HEADER),
-            cookie_token=cookie,
-            query_token=query_token,
             origin=self.headers.get("Origin"),
             port=server.port,
             token=server.token,
-            page_load=path == "/",
         )
         if refusal is not None:
             self._send_json(refusal.status, {"error": refusal.reason})
@@ -187,27 +179,15 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "POST":
                 self._post(path)
             else:
-                self._get(path, proved_by_query=not access.token_matches(cookie, server.token))
+                self._get(path)
         except Exception:  # one request's failure never stops the page
             log.exception("ui: %s %s failed", method, path)
             self._send_json(500, {"error": "the server failed to answer; see its log"})
 
-    def _get(self, path: str, *, proved_by_query: bool) -> None:
+    def _get(self, path: str) -> None:
         server = self.server
         if path == "/":
-            if proved_by_query:
-                # Proven by the query: set the cookie and drop the token from the address bar.
-                self._send(
-                    HTTPStatus.SEE_OTHER,
-                    b"",
-                    "text/plain",
-                    {
-                        "Location": "/",
-                        "Set-Cookie": access.cookie_header(server.token, server.port),
-                    },
-                )
-                return
-            self._send(200, server.page(), "text/html; charset=utf-8")
+            self._send(200, server.static("index.html"), "text/html; charset=utf-8")
             return
         if path in _STATIC_TYPES:
             name, content_type = _STATIC_TYPES[path]
@@ -250,10 +230,14 @@ class _Handler(BaseHTTPRequestHandler):
             journal, session_id, limit=views.DELIVERIES_SHOWN
         )
         replays = views.replays_of(deliveries)
+        session = journal.session(session_id)
+        over = views.session_over(session)
         return {
-            "session": views.session_header(journal.session(session_id), deliveries),
+            "session": views.session_header(session, deliveries),
             "deliveries": [
-                views.delivery_entry(d, replays.get(d["id"], ()), with_request=False)
+                views.delivery_entry(
+                    d, replays.get(d["id"], ()), with_request=False, session_over=over
+                )
                 for d in deliveries
             ],
         }
@@ -269,21 +253,31 @@ class _Handler(BaseHTTPRequestHandler):
         replays = views.replays_of(siblings).get(execution_id, [])
         recorded = delivery.pop("attempts")
         delivery["attempts"] = delivery.pop("attempt_count", len(recorded))
-        attempts = [views.attempt_entry(attempt, len(recorded)) for attempt in recorded]
+        # While it retries, how many attempts it will make is not known yet.
+        of_attempts = None if delivery["outcome"] == RUNNING else len(recorded)
+        attempts = [views.attempt_entry(attempt, of_attempts) for attempt in recorded]
+        session_id = delivery["session_id"] or ""
+        session = journal.session(session_id) if session_id else None
         return {
-            "delivery": views.delivery_entry(delivery, replays),
+            "session": views.session_name(session),
+            "delivery": views.delivery_entry(
+                delivery, replays, session_over=views.session_over(session)
+            ),
             "attempts": attempts or [views.summary_attempt(delivery)],
         }
 
     def _redeliver(self, execution_id: int) -> dict[str, Any]:
         # The very code `replay ID` runs: select nothing of its own, send, journal the new row.
-        from ..engine.replay import Replayer
+        # Only the templates `ui` was started with render it; without any, the refusal says
+        # how to restart the page with the one the journal names.
+        from ..engine.replay import Replayer, restart_ui_advice
 
         server = self.server
         with server.redeliver_lock:
             replayer = Replayer(
-                server.journal, templates=list(server.templates), environ=server.environ
-            )
+                server.journal, templates=list(server.templates), environ=server.environ,
+                advice=lambda _row, hint: restart_ui_advice(server.journal_args, hint),
+            )  # fmt: skip
             try:
                 [row] = replayer.select([execution_id])
                 outcome = replayer.replay(row)
@@ -308,19 +302,11 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps(data).encode("utf-8")
         self._send(status, body, "application/json; charset=utf-8")
 
-    def _send(
-        self,
-        status: int,
-        body: bytes,
-        content_type: str,
-        extra: Mapping[str, str] | None = None,
-    ) -> None:
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for name, value in access.SECURITY_HEADERS.items():
-            self.send_header(name, value)
-        for name, value in (extra or {}).items():
             self.send_header(name, value)
         self.end_headers()
         if not self._head_only:

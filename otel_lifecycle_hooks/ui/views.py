@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..journal import FAILED_OUTCOMES, SessionRow
+from ..journal.rows import RUNNING
 
 # Sessions shown on the first view, newest first.
 SESSIONS_SHOWN = 100
@@ -80,6 +81,13 @@ def session_header(
     }
 
 
+def session_name(row: SessionRow | None) -> dict[str, Any] | None:
+    """What a delivery's view names its session by: the agent's name and the session id."""
+    if row is None:
+        return None
+    return {"session_id": row.session_id, "agent_name": row.agent_name}
+
+
 def replays_of(deliveries: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
     """The deliveries that re-sent each delivery, oldest first, by the id they re-sent."""
     found: dict[int, list[Mapping[str, Any]]] = {}
@@ -89,15 +97,28 @@ def replays_of(deliveries: Iterable[Mapping[str, Any]]) -> dict[int, list[Mappin
     return found
 
 
+def session_over(row: SessionRow | None) -> bool:
+    """True when the session's supervisor ended it or recovery finished it: nothing of it is
+    in flight any more. A session the sessions table does not hold may still be running."""
+    return row is not None and (row.ended_at is not None or row.recovered_at is not None)
+
+
 def delivery_entry(
     delivery: Mapping[str, Any],
     replays: Iterable[Mapping[str, Any]] = (),
     *,
     with_request: bool = True,
+    session_over: bool = False,
 ) -> dict[str, Any]:
     """One delivery (`journal.views`' execution dict) with the deliveries that re-sent it;
-    without its request for a list (the page polls lists, and shows requests per attempt)."""
+    without its request for a list (the page polls lists, and shows requests per attempt).
+    A delivery journaled as running (retrying: `journal.in_flight`) is `in_flight`, unless
+    its session is over: then its run was killed mid-retry, and it is shown `unfinished`."""
     shown = json_ready({k: v for k, v in delivery.items() if k != "request"})
+    running = delivery.get("outcome") == RUNNING
+    shown["in_flight"] = running and not session_over
+    if running and session_over:
+        shown["outcome"] = "unfinished"
     shown["failed"] = delivery.get("outcome") in FAILED_OUTCOMES
     if with_request:
         shown["request"] = request_entry(delivery.get("request"))
@@ -108,8 +129,9 @@ def delivery_entry(
     return shown
 
 
-def attempt_entry(attempt: Mapping[str, Any], of_attempts: int) -> dict[str, Any]:
-    """One attempt (`journal.views.list_attempts`' dict) as the page shows it."""
+def attempt_entry(attempt: Mapping[str, Any], of_attempts: int | None) -> dict[str, Any]:
+    """One attempt (`journal.views.list_attempts`' dict) as the page shows it; `of_attempts`
+    None while the delivery is still retrying."""
     status = attempt.get("response_status")
     response = None
     if status is not None or attempt.get("response_headers") or attempt.get("response_body"):

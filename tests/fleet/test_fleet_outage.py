@@ -149,7 +149,7 @@ def test_reconcile_watching_through_an_outage_reports_it_and_recovers_after(
         postgres_server.stop()
         watcher = subprocess.Popen(
             [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--watch",
-             "--interval", "200ms", "--stale-after", "1s"],
+             "--interval", "200ms", "--stale-after", "1s", "--template", str(template)],
             env=workspace.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:

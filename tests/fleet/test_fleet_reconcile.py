@@ -38,9 +38,13 @@ def receiver() -> Iterator[TargetServer]:
         yield server
 
 
-def reconcile(workspace: Workspace, *options: str) -> subprocess.Popen[str]:
+RECONCILE = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile"]
+
+
+def reconcile(workspace: Workspace, template: Path, *options: str) -> subprocess.Popen[str]:
+    """`reconcile --template TEMPLATE OPTIONS...`: owed hooks render only from a named one."""
     return subprocess.Popen(
-        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", *options],
+        [*RECONCILE, "--template", str(template), *options],
         env=workspace.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -84,15 +88,15 @@ def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
     kill_with_agent(workspace, killed, agent_pid)  # its pod goes
     time.sleep(1.5)  # alpha's last heartbeat grows older than --stale-after; beta keeps beating
 
-    dry = finished(reconcile(workspace, "--stale-after", "1s", "--dry-run", "--json"))
+    dry = finished(reconcile(workspace, template, "--stale-after", "1s", "--dry-run", "--json"))
     plans = {entry["session"]: entry for entry in map(json.loads, dry.splitlines())}
     assert plans[lost]["action"] == "would recover"
     assert plans[live]["action"] == "left alone"
     assert deliveries(receiver, "/deregister") == []  # a dry run sends nothing
 
-    both = [reconcile(workspace, "--stale-after", "1s") for _ in range(2)]
+    both = [reconcile(workspace, template, "--stale-after", "1s") for _ in range(2)]
     outputs = [finished(process) for process in both]
-    finished(reconcile(workspace, "--stale-after", "1s"))  # a third finds nothing owed
+    finished(reconcile(workspace, template, "--stale-after", "1s"))  # a third finds nothing owed
 
     (row,) = query(postgres_url, "SELECT * FROM sessions WHERE session_id = %s", lost)
     agent_id = json.loads(row["metadata"])["AGENT_ID"]
@@ -180,7 +184,8 @@ def test_reconcile_uses_the_sessions_variables_and_its_own_secrets_never_stored(
 
     elsewhere = dict(workspace.env, REGISTRY_TOKEN="tok-of-the-reconciler")
     process = subprocess.run(
-        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "1s"],
+        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "1s",
+         "--template", str(template)],
         env=elsewhere, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert f"recovered: session {lost}" in process.stdout
@@ -208,8 +213,8 @@ def test_replay_resends_one_agents_failed_delivery_from_the_shared_journal(
     }
     (first_try,) = hook_ids(receiver, "/farewell", alpha)
     replay = subprocess.run(
-        [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--all-failed",
-         "--agent", alpha_id, "--json"],
+        [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--failed",
+         "--agent", alpha_id, "--json", "--template", str(template)],
         env=workspace.env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert replay.returncode == 0, replay.stderr

@@ -111,9 +111,10 @@ def test_a_failed_delivery_is_journaled_and_replay_resends_it_with_the_same_key(
     assert (failed.outcome, failed.http_status, failed.error_type) == ("failed", 503, "http.503")
     assert failed.request["body"] == '{"summary": "wrote the report"}'
 
-    # The template is found through the session the journal recorded: no --template needed.
-    monkeypatch.chdir(tmp_path)
-    code, out, _ = cli(capsys, "replay", "--all-failed", "--journal", str(journal))
+    # The operator names the template: the one the journal names is only shown, never loaded.
+    code, out, _ = cli(
+        capsys, "replay", "--template", str(template), "--failed", "--journal", str(journal)
+    )
 
     assert code == 0, out
     first, again = target_server.wait_for(2)
@@ -132,11 +133,15 @@ def test_a_failed_delivery_is_journaled_and_replay_resends_it_with_the_same_key(
     assert replayed.idempotency_key == original.idempotency_key
     assert f"#{original.id} report/task-completed: success (http 200) -> #{replayed.id}" in out
     # Delivered now: a second --all-failed has nothing left, and the id itself is refused.
-    assert cli(capsys, "replay", "--all-failed", "--journal", str(journal))[:2] == (
+    assert cli(
+        capsys, "replay", "--template", str(template), "--failed", "--journal", str(journal)
+    )[:2] == (
         0,
         "nothing to replay\n",
     )
-    code, out, _ = cli(capsys, "replay", str(original.id), "--journal", str(journal))
+    code, out, _ = cli(
+        capsys, "replay", "--template", str(template), str(original.id), "--journal", str(journal)
+    )
     assert code == 1 and "already delivered" in out
     assert len(target_server.requests) == 2
 
@@ -149,7 +154,16 @@ def test_a_replay_that_fails_again_is_recorded_and_stays_replayable(
     target_server.on("/report", Reply(500), Reply(502), Reply(204))
     deliver(template, journal)
 
-    code, out, _ = cli(capsys, "replay", "--all-failed", "--journal", str(journal), "--json")
+    code, out, _ = cli(
+        capsys,
+        "replay",
+        "--template",
+        str(template),
+        "--failed",
+        "--journal",
+        str(journal),
+        "--json",
+    )
     assert code == 1
     [outcome] = json.loads(out)
     assert (outcome["outcome"], outcome["status_code"], outcome["error_type"]) == (
@@ -158,7 +172,16 @@ def test_a_replay_that_fails_again_is_recorded_and_stays_replayable(
         "http.502",
     )
 
-    code, out, _ = cli(capsys, "replay", "--all-failed", "--journal", str(journal), "--json")
+    code, out, _ = cli(
+        capsys,
+        "replay",
+        "--template",
+        str(template),
+        "--failed",
+        "--journal",
+        str(journal),
+        "--json",
+    )
     assert code == 0 and json.loads(out)[0]["status_code"] == 204
     original, second, third = rows(journal)
     assert [r.outcome for r in (original, second, third)] == ["failed", "failed", "success"]
@@ -204,7 +227,9 @@ def test_a_bearer_token_is_never_journaled_yet_the_replay_carries_it(
 
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    code, out, _ = cli(capsys, "replay", str(failed.id), "--journal", str(journal))
+    code, out, _ = cli(
+        capsys, "replay", "--template", str(template), str(failed.id), "--journal", str(journal)
+    )
 
     assert code == 0, out
     replayed = target_server.wait_for(2)[1]
@@ -240,7 +265,9 @@ def test_a_signed_webhook_replay_keeps_its_webhook_id_with_a_fresh_valid_signatu
     deliver(template, journal, environ={"SIGNING_SECRET": SIGNING_SECRET})
     monkeypatch.setenv("SIGNING_SECRET", SIGNING_SECRET)
 
-    code, out, _ = cli(capsys, "replay", "--all-failed", "--journal", str(journal))
+    code, out, _ = cli(
+        capsys, "replay", "--template", str(template), "--failed", "--journal", str(journal)
+    )
 
     assert code == 0, out
     first, replayed = target_server.wait_for(2)
@@ -254,7 +281,7 @@ def test_a_signed_webhook_replay_keeps_its_webhook_id_with_a_fresh_valid_signatu
     assert replayed.headers["webhook-signature"] == f"v1,{expected}"
 
 
-def test_without_its_template_a_request_needing_a_secret_is_refused_and_nothing_is_sent(
+def test_without_a_named_template_replay_says_which_the_journal_names_and_sends_nothing(
     tmp_path: Path,
     target_server: TargetServer,
     capsys: pytest.CaptureFixture[str],
@@ -274,15 +301,29 @@ def test_without_its_template_a_request_needing_a_secret_is_refused_and_nothing_
     )
     target_server.on("/notify", Reply(503))
     deliver(template, journal, environ={"NOTIFY_TOKEN": TOKEN})
-    template.unlink()
     monkeypatch.setenv("NOTIFY_TOKEN", TOKEN)
+    monkeypatch.delenv("LIFECYCLE_HOOKS_TEMPLATE", raising=False)
+    monkeypatch.delenv("OTEL_LIFECYCLE_HOOKS_TEMPLATE", raising=False)
+    [failed] = rows(journal)
 
-    code, out, _ = cli(capsys, "replay", "--all-failed", "--journal", str(journal))
+    code, out, _ = cli(capsys, "replay", "--failed", "--journal", str(journal))
 
     assert code == 1
-    assert "template was not found" in out and "--template" in out and "Nothing was sent" in out
+    assert f"the journal names {template}, which is not loaded" in out
+    assert (
+        f"run: otel-lifecycle-hooks replay {failed.id} --journal {journal} --template {template}."
+        in out
+    )
+    assert "Nothing was sent" in out and TOKEN not in out
     assert len(target_server.requests) == 1
     assert [row.outcome for row in rows(journal)] == ["failed"]
+
+    template.unlink()
+    code, out, _ = cli(
+        capsys, "replay", "--failed", "--journal", str(journal), "--template", str(template)
+    )
+    assert code == 1 and "does not load" in out and "Nothing was sent" in out
+    assert len(target_server.requests) == 1
 
 
 def test_an_unset_secret_at_replay_time_is_refused_naming_the_variable(
@@ -309,7 +350,7 @@ def test_an_unset_secret_at_replay_time_is_refused_naming_the_variable(
     monkeypatch.delenv("API_SECRET", raising=False)
 
     code, out, _ = cli(
-        capsys, "replay", "--all-failed", "--journal", str(journal), "--template", str(template)
+        capsys, "replay", "--failed", "--journal", str(journal), "--template", str(template)
     )
 
     assert code == 1 and "${API_SECRET}" in out and "Nothing was sent" in out
@@ -334,7 +375,9 @@ def test_a_script_execution_is_not_replayed(
     [failed] = rows(journal)
     assert (failed.outcome, failed.exit_code) == ("failed", 3)
 
-    code, out, _ = cli(capsys, "replay", str(failed.id), "--journal", str(journal))
+    code, out, _ = cli(
+        capsys, "replay", "--template", str(template), str(failed.id), "--journal", str(journal)
+    )
 
     assert code == 1 and "scripts are not replayed" in out
     assert len(rows(journal)) == 1
@@ -363,8 +406,9 @@ def test_dry_run_shows_the_request_with_secrets_redacted_and_sends_nothing(
     monkeypatch.setenv("NOTIFY_TOKEN", TOKEN)
 
     code, out, _ = cli(
-        capsys, "replay", "--all-failed", "--dry-run", "--json", "--journal", str(journal)
-    )
+        capsys, "replay", "--failed", "--dry-run", "--json", "--journal", str(journal),
+        "--template", str(template),
+    )  # fmt: skip
 
     assert code == 0
     [outcome] = json.loads(out)
@@ -375,9 +419,9 @@ def test_dry_run_shows_the_request_with_secrets_redacted_and_sends_nothing(
     assert len(target_server.requests) == 1 and len(rows(journal)) == 1
 
 
-def test_replay_needs_ids_or_all_failed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_replay_needs_ids_or_failed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = cli(capsys, "replay", "--journal", str(tmp_path / "j.sqlite3"))
-    assert code == 2 and "--all-failed" in err
+    assert code == 2 and "--failed" in err
 
 
 def test_history_lists_newest_first_filters_and_links_replays(
@@ -398,7 +442,10 @@ def test_history_lists_newest_first_filters_and_links_replays(
     )
     target_server.on("/report", Reply(503))
     deliver(template, journal)
-    assert cli(capsys, "replay", "--all-failed", "--journal", str(journal))[0] == 0
+    assert (
+        cli(capsys, "replay", "--template", str(template), "--failed", "--journal", str(journal))[0]
+        == 0
+    )
 
     code, out, _ = cli(capsys, "history", "--journal", str(journal), "--json")
     assert code == 0
@@ -444,6 +491,7 @@ def test_replay_as_a_user_runs_it_from_the_shell(
     deliver(template, journal)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = str(journal)
+    env["LIFECYCLE_HOOKS_TEMPLATE"] = str(template)  # names it, as `run` read it
 
     done = subprocess.run(
         [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--all-failed"],

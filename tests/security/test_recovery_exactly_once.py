@@ -260,7 +260,7 @@ def test_two_reconcilers_at_once_on_the_sqlite_journal_deregister_once(
     sigkill(workspace, first, pid_file)
     lost = killed_session(receiver)
     command = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "0s"]
-    command += ["--journal", f"sqlite://{workspace.journal}"]
+    command += ["--journal", f"sqlite://{workspace.journal}", "--template", str(template)]
     reconcilers = [
         subprocess.Popen(command, env=workspace.env, stdout=subprocess.PIPE, text=True)
         for _ in range(2)

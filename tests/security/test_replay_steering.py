@@ -3,7 +3,8 @@ then waits for the operator to `replay` it: the credential must still go only wh
 template names, with the template's method and header names, never the journal's.
 
 Deliveries are made by a real engine against a real loopback endpoint; the journal is then
-edited with SQLite as the agent would; `replay` runs as the command line."""
+edited with SQLite as the agent would; `replay` runs as the command line, naming the operator's
+template (test_replay_trusts_operator_templates.py: the one the journal names is never loaded)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from tests.reliability.test_reliability_replay import cli, deliver, rows, write_
 from tests.support.target_server import Reply, TargetServer
 
 TOKEN = "tok-5be1c0a9d3f27e64"
+
+
+def replay(capsys: pytest.CaptureFixture[str], journal: Path, *argv: str) -> tuple[int, str, str]:
+    """`replay ARGV...` with the operator's template (the one beside the journal) named."""
+    template = journal.with_name("scion-agent.yaml")
+    return cli(capsys, "replay", *argv, "--journal", str(journal), "--template", str(template))
 
 
 def tamper(journal: Path, execution_id: int, change: Any) -> None:
@@ -74,7 +81,7 @@ def test_a_journaled_url_rewritten_to_another_host_never_receives_the_credential
         request["url"] = attacker.url("/steal")
 
     tamper(journal, execution_id, steer)
-    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, out, err = replay(capsys, journal, str(execution_id))
 
     assert attacker.requests == []
     assert code != 0
@@ -97,7 +104,7 @@ def test_a_journaled_port_or_scheme_change_is_refused_as_well(
         )
 
     tamper(journal, execution_id, steer)
-    code, _, _ = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, _, _ = replay(capsys, journal, str(execution_id))
     assert code != 0
     assert attacker.requests == [] and len(target.requests) == 1
 
@@ -115,7 +122,7 @@ def test_agent_written_headers_and_method_are_not_sent_with_the_credential(
         request["headers"]["X-Kind"] = "agent-chosen"
 
     tamper(journal, execution_id, add_headers)
-    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, out, err = replay(capsys, journal, str(execution_id))
 
     sent = target.requests[1:]
     assert all(r.method == "POST" for r in sent)
@@ -159,7 +166,7 @@ def test_a_row_renamed_to_another_hook_is_sent_only_where_that_hook_points(
     with sqlite3.connect(journal) as db:
         db.execute("UPDATE executions SET hook = 'notify' WHERE id = ?", (public.id,))
     before = len(attacker.requests)
-    cli(capsys, "replay", str(public.id), "--journal", str(journal))
+    replay(capsys, journal, str(public.id))
     assert all("authorization" not in r.headers for r in attacker.requests[before:])
     assert len(attacker.requests) == before
 
@@ -175,7 +182,7 @@ def test_a_journaled_path_rewritten_on_the_right_host_does_not_get_the_credentia
         request["url"] = request["url"].replace("/notify", "/admin/delete-everything")
 
     tamper(journal, execution_id, to_admin)
-    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, out, err = replay(capsys, journal, str(execution_id))
     assert code != 0 and "url is not one its template makes" in out + err
     assert [r.path for r in target.requests] == ["/notify"]
 
@@ -218,7 +225,7 @@ def test_a_rewritten_body_never_gets_a_valid_signature(
         request["body"] = '{"summary": "", "approved": true}'
 
     tamper(journal, execution_id, approve)
-    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, out, err = replay(capsys, journal, str(execution_id))
     assert code != 0 and "body is not one its template makes" in out + err
     assert len(target.requests) == 1
 
@@ -234,7 +241,7 @@ def test_a_value_that_tries_to_close_its_json_string_is_not_a_body_the_template_
         request["body"] = '{"summary": "x", "approved": true, "y": "", "approved": false}'
 
     tamper(journal, execution_id, smuggle)
-    code, _, _ = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, _, _ = replay(capsys, journal, str(execution_id))
     assert code != 0 and len(target.requests) == 1
 
 
@@ -251,7 +258,7 @@ def test_an_untampered_signed_delivery_with_an_agent_value_still_replays(
         assert request["body"] == '{"summary": "wrote the report", "approved": false}'
 
     tamper(journal, execution_id, other_summary)
-    code, out, err = cli(capsys, "replay", str(execution_id), "--journal", str(journal))
+    code, out, err = replay(capsys, journal, str(execution_id))
     assert code == 0, out + err
     first, replayed = target.wait_for(2)
     assert replayed.body == first.body
@@ -284,5 +291,5 @@ def test_a_journaled_value_in_or_out_of_a_json_string_cannot_add_an_element(
         request["body"] = '["", true, "", false]'
 
     tamper(journal, failed.id, add_element)
-    code, _, _ = cli(capsys, "replay", str(failed.id), "--journal", str(journal))
+    code, _, _ = replay(capsys, journal, str(failed.id))
     assert code != 0 and len(target.requests) == 1

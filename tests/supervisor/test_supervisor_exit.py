@@ -15,6 +15,7 @@ from tests.support.target_server import Reply, TargetServer
 
 SLOW = 2.0  # seconds the receiver takes to answer a runtime-event delivery
 GRACE = 3  # seconds of grace period: room for two slow answers, not for all of them
+REPLAY = [sys.executable, "-m", "otel_lifecycle_hooks", "replay"]
 
 CLAUDE_TURN = [
     {"hook_event_name": "SessionStart", "source": "startup"},
@@ -81,7 +82,7 @@ def test_a_slow_receiver_cannot_hold_run_past_its_grace_period(
     # What the grace period left undone is replayed, each with its idempotency key.
     target_server.always("/runtime", Reply(200))
     replay = subprocess.run(
-        [sys.executable, "-m", "otel_lifecycle_hooks", "replay", "--all-failed", "--json"],
+        [*REPLAY, "--failed", "--json", "--template", str(template)],
         env=workspace.env,
         cwd=workspace.root,
         capture_output=True,

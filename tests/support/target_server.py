@@ -41,6 +41,7 @@ class Reply:
     behaviour: Behaviour = "respond"
     drip_interval: float = 0.0  # seconds between dripped bytes
     size: int = 0  # bytes of a huge body
+    released_by: threading.Event | None = None  # answer only once the test sets it
 
     @classmethod
     def json(cls, status: int, text: str, **headers: str) -> Reply:
@@ -209,6 +210,9 @@ def _handler_class(server: TargetServer) -> type[BaseHTTPRequestHandler]:
             reply = server._record(recorded)
             if reply.delay and server._stopping.wait(reply.delay):
                 return
+            while reply.released_by is not None and not reply.released_by.wait(0.05):
+                if server._stopping.is_set():
+                    return
             try:
                 self._answer(reply)
             except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):

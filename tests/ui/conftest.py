@@ -57,7 +57,13 @@ def journaled_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journale
 
 @pytest.fixture(scope="module")
 def ui(journaled_run: JournaledRun) -> Iterator[UiProcess]:
-    page = start_ui(journaled_run.env, "--journal", str(journaled_run.journal))
+    page = start_ui(
+        journaled_run.env,
+        "--journal",
+        str(journaled_run.journal),
+        "--template",  # Redeliver renders only from a template the operator names
+        str(journaled_run.template),
+    )
     try:
         yield page
     finally:

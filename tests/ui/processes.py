@@ -87,7 +87,8 @@ class UiProcess:
 
     @property
     def token(self) -> str:
-        return parse_qs(urlsplit(self.url).query)["token"][0]
+        # The printed URL holds it in its fragment: `http://127.0.0.1:PORT/#token=...`.
+        return parse_qs(urlsplit(self.url).fragment)["token"][0]
 
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"

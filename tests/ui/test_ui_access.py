@@ -1,8 +1,10 @@
 """The page answers its operator only: attacks on a real `ui` process over loopback.
 
-Every request needs the printed token (401 without), must name the server in its Host header
-(421 for a DNS-rebinding name), and a redelivery needs the token in a header (a cross-site form
-or fetch carrying only the cookie is refused, and nothing is sent). Secrets never reach the
+Every request must name the server in its Host header (421 for a DNS-rebinding name). The
+page's shell holds no data and is served to anyone; every data and action request needs the
+printed token in a header (401 without, and a cross-site form or fetch is refused, sending
+nothing). The token is never taken from a cookie or a query, and no answer sets a cookie: a
+cookie would be sent to every server on 127.0.0.1, whatever its port. Secrets never reach the
 page: the hook's bearer token is in neither the journal's rows nor any answer.
 """
 
@@ -49,6 +51,7 @@ def with_token(ui: UiProcess) -> dict[str, str]:
 
 
 def cookie(ui: UiProcess) -> dict[str, str]:
+    """The cookie an earlier version of the page set: proves nothing now."""
     return {"Cookie": f"lifecycle-hooks-ui-{ui.port}={ui.token}"}
 
 
@@ -68,45 +71,62 @@ def execution_count(journaled_run: JournaledRun) -> int:
         journal.close()
 
 
-def test_the_first_line_ui_prints_is_its_loopback_url_with_the_token(ui: UiProcess) -> None:
-    assert ui.url.startswith(f"http://127.0.0.1:{ui.port}/?token=")
+def test_the_first_line_ui_prints_is_its_loopback_url_with_the_token_in_the_fragment(
+    ui: UiProcess,
+) -> None:
+    # The fragment is never sent to a server: the token is in no request line and no log.
+    assert ui.url.startswith(f"http://127.0.0.1:{ui.port}/#token=")
+    assert "?" not in ui.url
     assert len(ui.token) >= 40
 
 
-def test_a_request_without_the_token_is_refused_with_401(ui: UiProcess) -> None:
-    for path in ("/", "/api/sessions", "/app.js", "/api/deliveries/1"):
+def test_every_data_request_without_the_token_is_refused_with_401(ui: UiProcess) -> None:
+    for path in ("/api/sessions", "/api/deliveries/1", "/api/sessions/x/deliveries"):
         status, _, body = request(ui, "GET", path)
         assert status == 401, path
-        assert b"token" in body
+        assert TOKEN_HEADER.encode() in body
 
 
-def test_a_wrong_token_is_refused_in_every_place_a_token_may_stand(ui: UiProcess) -> None:
+def test_the_shell_is_served_without_the_token_and_holds_neither_it_nor_any_data(
+    ui: UiProcess, journaled_run: JournaledRun
+) -> None:
+    journal = Journal(journaled_run.journal)
+    try:
+        [session] = journal.sessions()
+    finally:
+        journal.close()
+    for path in ("/", "/app.js", "/app.css"):
+        status, headers, body = request(ui, "GET", path)
+        assert status == 200, path
+        assert ui.token.encode() not in body
+        assert session.session_id.encode() not in body and b"page-agent" not in body
+        assert "set-cookie" not in headers
+        policy = headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+        assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_wrong_token_in_the_header_is_refused(ui: UiProcess) -> None:
     wrong = ui.token[:-4] + "AAAA"
     assert request(ui, "GET", "/api/sessions", {TOKEN_HEADER: wrong})[0] == 401
-    assert request(ui, "GET", f"/?token={wrong}")[0] == 401
-    assert request(ui, "GET", "/", {"Cookie": f"lifecycle-hooks-ui-{ui.port}={wrong}"})[0] == 401
+    assert request(ui, "GET", "/api/sessions", {TOKEN_HEADER: ""})[0] == 401
 
 
-def test_the_token_in_a_query_opens_only_the_page_not_the_api(ui: UiProcess) -> None:
-    # A token in an API URL would end up in logs and histories: only the first load takes it.
+def test_the_right_token_in_a_cookie_or_a_query_is_refused(ui: UiProcess) -> None:
+    # A cookie rides to every port of 127.0.0.1, a query into logs and histories.
+    assert request(ui, "GET", "/api/sessions", cookie(ui))[0] == 401
     assert request(ui, "GET", f"/api/sessions?token={ui.token}")[0] == 401
+    delivery_path = "/api/deliveries/1"
+    assert request(ui, "GET", delivery_path, {"Cookie": f"token={ui.token}"})[0] == 401
 
 
-def test_the_first_load_sets_a_strict_httponly_cookie_and_drops_the_token_from_the_url(
-    ui: UiProcess,
-) -> None:
-    status, headers, _ = request(ui, "GET", f"/?token={ui.token}")
-    assert status == 303 and headers["location"] == "/"
-    cookie_set = headers["set-cookie"]
-    assert cookie_set.startswith(f"lifecycle-hooks-ui-{ui.port}={ui.token};")
-    assert "HttpOnly" in cookie_set and "SameSite=Strict" in cookie_set
-
-    status, headers, body = request(ui, "GET", "/", cookie(ui))
+def test_no_answer_sets_a_cookie_even_to_the_old_form_of_the_url(ui: UiProcess) -> None:
+    status, headers, body = request(ui, "GET", f"/?token={ui.token}")
     assert status == 200 and body.startswith(b"<!doctype html>")
-    policy = headers["content-security-policy"]
-    assert "default-src 'none'" in policy and "script-src 'self'" in policy
-    assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
-    assert headers["x-content-type-options"] == "nosniff"
+    assert "set-cookie" not in headers and ui.token.encode() not in body
+    status, headers, _ = request(ui, "GET", "/api/sessions", with_token(ui))
+    assert status == 200 and "set-cookie" not in headers
 
 
 def test_a_host_header_other_than_this_server_is_refused_even_with_the_token(
@@ -175,7 +195,7 @@ def test_the_bearer_token_never_reaches_the_page_even_through_a_redeliver(
     delivery = first_delivery(journaled_run)
     answers: list[bytes] = []
     for path in ("/", "/app.js", "/api/sessions", f"/api/deliveries/{delivery}"):
-        status, _, body = request(ui, "GET", path, {**with_token(ui), **cookie(ui)})
+        status, _, body = request(ui, "GET", path, with_token(ui))
         assert status == 200, path
         answers.append(body)
     [session] = json.loads(answers[2])["sessions"]
@@ -228,11 +248,14 @@ def test_ui_without_a_journal_says_where_it_looked_and_exits_1(tmp_path: Path) -
     assert not missing.exists()
 
 
-def test_a_second_page_on_another_port_keeps_its_own_cookie(journaled_run: JournaledRun) -> None:
+def test_a_second_page_on_another_port_has_its_own_token(
+    ui: UiProcess, journaled_run: JournaledRun
+) -> None:
     other = start_ui(journaled_run.env, "--journal", str(journaled_run.journal))
     try:
-        _, headers, _ = request(other, "GET", f"/?token={other.token}")
-        assert headers["set-cookie"].startswith(f"lifecycle-hooks-ui-{other.port}=")
+        assert other.token != ui.token
+        assert request(other, "GET", "/api/sessions", with_token(ui))[0] == 401
+        assert request(other, "GET", "/api/sessions", with_token(other))[0] == 200
     finally:
         assert other.stop() == 0
 

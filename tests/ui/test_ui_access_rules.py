@@ -33,27 +33,29 @@ def test_any_other_host_header_is_not(host: str | None) -> None:
 
 def decide(**given: object) -> access.Refusal | None:
     request: dict[str, object] = {
-        "method": "GET", "host_header": f"127.0.0.1:{PORT}", "header_token": None,
-        "cookie_token": None, "query_token": None, "origin": None, "port": PORT,
-        "token": TOKEN, "page_load": False,
+        "method": "GET", "path": "/api/sessions", "host_header": f"127.0.0.1:{PORT}",
+        "header_token": None, "origin": None, "port": PORT, "token": TOKEN,
     }  # fmt: skip
     request.update(given)
     return access.check(**request)  # type: ignore[arg-type]
 
 
-def test_a_get_is_answered_with_the_token_in_the_header_or_the_cookie() -> None:
+def test_a_data_request_is_answered_with_the_token_in_the_header() -> None:
     assert decide(header_token=TOKEN) is None
-    assert decide(cookie_token=TOKEN) is None
+    assert decide(path="/api/deliveries/7", header_token=TOKEN) is None
 
 
-def test_the_query_token_proves_only_the_page_load() -> None:
-    assert decide(query_token=TOKEN, page_load=True) is None
-    refusal = decide(query_token=TOKEN)
-    assert refusal is not None and refusal.status == 401
+def test_the_shell_needs_no_token_but_still_this_servers_host_and_origin() -> None:
+    for path in ("/", "/app.js", "/app.css"):
+        assert decide(path=path) is None
+        refusal = decide(path=path, host_header=f"attacker.example:{PORT}")
+        assert refusal is not None and refusal.status == 421
+        refusal = decide(path=path, origin="http://attacker.example")
+        assert refusal is not None and refusal.status == 403
 
 
 def test_no_or_a_wrong_token_is_401() -> None:
-    for refusal in (decide(), decide(header_token=TOKEN + "x"), decide(cookie_token="")):
+    for refusal in (decide(), decide(header_token=TOKEN + "x"), decide(header_token="")):
         assert refusal is not None and refusal.status == 401
 
 
@@ -62,9 +64,10 @@ def test_a_wrong_host_is_421_before_the_token_is_even_looked_at() -> None:
     assert refusal is not None and refusal.status == 421
 
 
-def test_a_post_needs_the_token_in_its_header_the_cookie_is_not_enough() -> None:
-    refusal = decide(method="POST", cookie_token=TOKEN)
-    assert refusal is not None and refusal.status == 403
+def test_a_post_needs_the_token_in_its_header_even_to_a_shell_path() -> None:
+    for path in ("/api/deliveries/1/redeliver", "/"):
+        refusal = decide(method="POST", path=path)
+        assert refusal is not None and refusal.status == 403
     assert decide(method="POST", header_token=TOKEN) is None
     assert decide(method="POST", header_token=TOKEN, origin=f"http://127.0.0.1:{PORT}") is None
 
@@ -75,7 +78,7 @@ def test_a_post_needs_the_token_in_its_header_the_cookie_is_not_enough() -> None
 )  # fmt: skip
 def test_a_request_from_another_origin_is_403_whatever_it_carries(origin: str) -> None:
     for method in ("GET", "POST"):
-        refusal = decide(method=method, origin=origin, header_token=TOKEN, cookie_token=TOKEN)
+        refusal = decide(method=method, origin=origin, header_token=TOKEN)
         assert refusal is not None and refusal.status == 403
 
 
@@ -83,10 +86,3 @@ def test_other_methods_are_refused() -> None:
     for method in ("PUT", "DELETE", "PATCH", "OPTIONS"):
         refusal = decide(method=method, header_token=TOKEN)
         assert refusal is not None and refusal.status == 405
-
-
-def test_the_cookie_is_read_only_under_this_servers_port() -> None:
-    header = f"lifecycle-hooks-ui-{PORT + 1}=other; lifecycle-hooks-ui-{PORT}={TOKEN}"
-    assert access.cookie_token(header, PORT) == TOKEN
-    assert access.cookie_token(f"lifecycle-hooks-ui-{PORT + 1}={TOKEN}", PORT) is None
-    assert access.cookie_token('bad"cookie', PORT) is None

@@ -8,6 +8,7 @@ is shown as text, never run.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
         ui = None
         try:
             target.wait_for(1, timeout=60)  # post-start began: the journal and session exist
-            ui = start_ui(env, "--journal", str(journal))
+            ui = start_ui(env, "--journal", str(journal), "--template", str(template))
             page = browser.new_page()
             problems: list[Any] = []
             page.on("pageerror", lambda error: problems.append(error))
@@ -99,7 +100,11 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             expect(sessions).to_have_count(1)
             expect(sessions.first).to_contain_text("page-agent")
             expect(sessions.first).to_contain_text("running")
+            session_id = sessions.first.get_attribute("data-session") or ""
             sessions.first.locator("a.session-link").click()
+            # The breadcrumb names the session by its agent and the start of its id.
+            crumb = page.locator("#crumbs a.session-crumb")
+            expect(crumb).to_have_text(f"page-agent {session_id[:8]}")
 
             deliveries = page.locator("#deliveries tbody tr")
             notify = deliveries.filter(has_text="notify")
@@ -118,6 +123,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
 
             # A delivery's attempts: each request as sent (redacted) and each response.
             notify.locator("a.delivery-link").click()
+            expect(crumb).to_have_text(f"page-agent {session_id[:8]}")
             attempts = page.locator("#attempts .attempt")
             expect(attempts).to_have_count(2)
             first, second = attempts.nth(0), attempts.nth(1)
@@ -176,3 +182,159 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             if ui is not None:
                 assert ui.stop() == 0
             stop(supervisor)
+
+
+def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
+    tmp_path: Path, browser: Browser
+) -> None:
+    # A server the agent runs on another port of the same address: cookies are not scoped by
+    # port, so whatever a cookie held would reach it. The page steers the browser there twice:
+    # markup in a response body the endpoint sent (shown as text, never fetched), and the
+    # operator visiting it in the same tab after logging in.
+    with TargetServer() as bystander, TargetServer() as target:
+        steer = f'<img src="{bystander.url("/steered.png")}">'
+        target.always("/hook", Reply(503, {"Content-Type": "text/html"}, steer.encode()))
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(
+            "lifecycle_hooks:\n"
+            "  - name: announce\n"
+            "    on: [post-start]\n"
+            f"    action: {{type: http, method: POST, url: '{target.url('/hook')}'}}\n"
+        )
+        journal = tmp_path / "journal.sqlite3"
+        env = environment(tmp_path, journal)
+        run_session(template, env, "true")
+        target.wait_for(1)
+        # The hook is now a script: Redeliver refuses to send the journaled request.
+        changed = tmp_path / "changed.yaml"
+        changed.write_text(
+            "lifecycle_hooks:\n"
+            "  - name: announce\n"
+            "    on: [post-start]\n"
+            "    action: {type: script, command: ['true']}\n"
+        )
+        ui = start_ui(env, "--journal", str(journal), "--template", str(changed))
+        try:
+            page = browser.new_page()
+            page.goto(ui.url)
+            # Logged in: the token left the address bar, the journal's data is shown.
+            expect(page.locator("#sessions tbody tr")).to_have_count(1)
+            assert "token" not in page.url
+            page.locator("a.session-link").click()
+            page.locator("a.delivery-link").click()
+            expect(page.locator(".response pre.body")).to_have_text(steer)
+            page.locator("#redeliver").click()
+            refused = page.locator("#redeliver-result")
+            expect(refused).to_have_text(
+                re.compile(r"^Not redelivered: hook 'announce' is now a script")
+            )
+            assert len(target.requests) == 1  # nothing was sent
+
+            page.goto(bystander.url("/after-login"))
+            page.goto(bystander.url("/again"))
+            bystander.wait_for(2, timeout=30)
+            seen = list(bystander.requests)
+            # Whatever else the browser asks of it (a favicon), the steered image is not
+            # among it: the body was shown as text.
+            assert [r.path for r in seen if r.path != "/favicon.ico"] == [
+                "/after-login",
+                "/again",
+            ]
+            for received in seen:
+                assert ui.token not in received.path
+                assert ui.token.encode() not in received.body
+                for name, value in received.headers.items():
+                    assert ui.token not in value, name
+
+            # The tab still holds its token (origin-scoped storage): back on the page's own
+            # address, without the token, the journal is shown again.
+            page.goto(ui.origin() + "/")
+            expect(page.locator("#sessions tbody tr")).to_have_count(1)
+            # Another tab that never opened the printed URL holds nothing and gets nothing.
+            stranger = browser.new_page()
+            stranger.goto(ui.origin() + "/")
+            expect(stranger.locator("#main")).to_contain_text("otel-lifecycle-hooks ui")
+            assert stranger.locator("#sessions").count() == 0
+            # Given the printed URL in that tab (only its fragment changes: no reload), it
+            # takes the token and shows the journal.
+            stranger.goto(ui.url)
+            expect(stranger.locator("#sessions tbody tr")).to_have_count(1)
+            assert "token" not in stranger.url
+        finally:
+            assert ui.stop() == 0
+
+
+SLOW_TEMPLATE = """\
+lifecycle_hooks:
+  - name: slow-start
+    on: [post-start]
+    action: {{type: http, method: POST, url: "{url}", body: hello}}
+    on_error: retry
+    timeout: 120s
+"""
+
+
+def test_a_retrying_delivery_is_shown_running_with_its_attempts_until_it_ends(
+    tmp_path: Path, browser: Browser
+) -> None:
+    # The second attempt is answered only once the page has shown the delivery running, so
+    # what the page shows before the end is seen, never raced.
+    second_may_answer = threading.Event()
+    with TargetServer() as target:
+        target.on(
+            "/slow",
+            Reply(503, {"Content-Type": "text/plain"}, b"busy"),
+            Reply(200, {"Content-Type": "text/plain"}, b"finally", released_by=second_may_answer),
+        )
+        template = tmp_path / "scion-agent.yaml"
+        template.write_text(SLOW_TEMPLATE.format(url=target.url("/slow")))
+        journal = tmp_path / "journal.sqlite3"
+        env = environment(tmp_path, journal)
+        go = tmp_path / "go"
+        supervisor = run_session(
+            template, env, f'while [ ! -e "{go}" ]; do sleep 0.1; done', wait=False
+        )
+        ui = None
+        try:
+            target.wait_for(1, timeout=60)  # the first attempt: answered 503, a retry follows
+            ui = start_ui(env, "--journal", str(journal), "--template", str(template))
+            page = browser.new_page()
+            page.goto(ui.url)
+            page.locator("a.session-link").click()
+            slow = page.locator("#deliveries tbody tr").filter(has_text="slow-start")
+            expect(slow.locator(".outcome")).to_have_text("running · attempt 2")
+            expect(slow.locator("td").nth(5)).to_have_text("1")  # attempts made so far
+
+            slow.locator("a.delivery-link").click()
+            expect(page.locator("h2")).to_contain_text("running · attempt 2")
+            expect(page.locator("#in-flight")).to_contain_text("attempt 2 of 4")
+            attempts = page.locator("#attempts .attempt")
+            expect(attempts).to_have_count(1)
+            expect(attempts.first.locator("h3")).to_contain_text("Attempt 1")
+            expect(attempts.first.locator("h3")).not_to_contain_text(" of ")
+            expect(attempts.first.locator(".response-status")).to_have_text("HTTP 503")
+            expect(attempts.first.locator(".response pre.body")).to_have_text("busy")
+            expect(page.locator("#redeliver")).to_be_disabled()
+
+            # The second attempt reached the endpoint and waits for its answer: still running.
+            target.wait_for(2, timeout=60)
+            expect(page.locator("h2")).to_contain_text("running · attempt 2")
+            second_may_answer.set()
+
+            # It ends: the same delivery, rewritten in place, followed by the 1 s poll.
+            expect(page.locator("h2 .outcome")).to_have_text("success")
+            expect(page.locator("#in-flight")).to_have_count(0)
+            expect(attempts).to_have_count(2)
+            expect(attempts.nth(1).locator("h3")).to_contain_text("Attempt 2 of 2")
+            expect(attempts.nth(1).locator(".response pre.body")).to_have_text("finally")
+            page.go_back()
+            expect(page.locator("#deliveries tbody tr")).to_have_count(1)
+            expect(slow.locator(".outcome")).to_have_text("success")
+            expect(slow.locator("td").nth(5)).to_have_text("2")
+        finally:
+            second_may_answer.set()
+            go.touch()
+            stop(supervisor, signal_first=None, timeout=60)
+            if ui is not None:
+                assert ui.stop() == 0
+        assert supervisor.returncode == 0

@@ -38,6 +38,7 @@ def api(ui: UiProcess, path: str) -> Any:
 def test_the_page_reads_a_postgresql_journal(tmp_path: Path, postgres_url: str) -> None:
     with TargetServer() as target:
         target.on("/hook", Reply(502, {"Content-Type": "text/plain"}, b"bad gateway"))
+        target.on("/retried", Reply(503), Reply(200, {"Content-Type": "text/plain"}, b"ok now"))
         template = tmp_path / "scion-agent.yaml"
         template.write_text(
             "lifecycle_hooks:\n"
@@ -45,6 +46,11 @@ def test_the_page_reads_a_postgresql_journal(tmp_path: Path, postgres_url: str) 
             "    on: [post-start]\n"
             "    action:\n"
             f"      {{type: http, method: POST, url: '{target.url('/hook')}', body: hello}}\n"
+            # Journaled as running at its retry wait, then rewritten in place at its end.
+            "  - name: retried\n"
+            "    on: [session-end]\n"
+            "    on_error: retry\n"
+            f"    action: {{type: http, method: POST, url: '{target.url('/retried')}'}}\n"
         )
         env = environment(tmp_path, tmp_path / "unused.sqlite3")
         env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
@@ -54,7 +60,15 @@ def test_the_page_reads_a_postgresql_journal(tmp_path: Path, postgres_url: str) 
         try:
             [session] = api(ui, "/api/sessions")["sessions"]
             assert (session["agent_name"], session["failed"]) == ("page-agent", 1)
-            [delivery] = api(ui, f"/api/sessions/{session['session_id']}/deliveries")["deliveries"]
+            listed = api(ui, f"/api/sessions/{session['session_id']}/deliveries")["deliveries"]
+            [retried, delivery] = listed  # newest first; one row for the retried delivery
+            assert (retried["hook"], retried["outcome"], retried["attempts"]) == (
+                "retried",
+                "success",
+                2,
+            )
+            shown = api(ui, f"/api/deliveries/{retried['id']}")["attempts"]
+            assert [a["response"]["status"] for a in shown] == [503, 200]
             assert (delivery["hook"], delivery["outcome"], delivery["http_status"]) == (
                 "announce",
                 "failed",

@@ -108,3 +108,25 @@ def test_anything_that_is_not_json_is_sent_as_text() -> None:
         "a": [1, "\ufffdb"],
         "2": str(object),
     }
+
+
+def test_a_deliverys_view_names_its_session_by_agent_and_id_and_nothing_more() -> None:
+    row = session_row(agent_name="billing-agent", variables={"V": "VARIABLE-VALUE"})
+    assert views.session_name(row) == {"session_id": "s1", "agent_name": "billing-agent"}
+    assert views.session_name(None) is None
+
+
+def test_a_running_delivery_is_in_flight_while_its_session_runs_and_unfinished_after() -> None:
+    running = delivery(4, "running", attempts=2)
+    shown = views.delivery_entry(running, session_over=False)
+    assert (shown["outcome"], shown["in_flight"], shown["failed"]) == ("running", True, False)
+    shown = views.delivery_entry(running, session_over=True)
+    assert (shown["outcome"], shown["in_flight"]) == ("unfinished", False)
+    assert views.delivery_entry(delivery(5, "failed"), session_over=True)["outcome"] == "failed"
+
+
+def test_a_session_is_over_once_ended_or_recovered_and_unknown_sessions_are_not() -> None:
+    assert not views.session_over(session_row())
+    assert views.session_over(session_row(ended_at=120.0))
+    assert views.session_over(session_row(recovered_at=130.0))
+    assert not views.session_over(None)

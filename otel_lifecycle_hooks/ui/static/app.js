@@ -3,12 +3,18 @@
 // Everything shown comes from the journal, which holds what the agent reported and what remote
 // endpoints answered: it is hostile. It reaches the page only as text (createTextNode,
 // textContent), never as markup; links are built here from ids, percent-encoded.
+//
+// The access token arrives in the printed URL's fragment (#token=...), which the browser never
+// sends to a server. It is moved at once into sessionStorage (scoped to this page's origin,
+// port included, unlike a cookie, which every server on 127.0.0.1 would be sent) and out of
+// the address bar and history, and travels only in a header of this page's own requests.
 "use strict";
 
 (function () {
   const TOKEN_HEADER = "X-Lifecycle-Hooks-Token";
   const POLL_MS = 1000;
-  const token = document.querySelector('meta[name="lifecycle-hooks-token"]').content;
+  const TOKEN_KEY = "otel-lifecycle-hooks-ui-token";
+  let token = takeToken();
   const main = document.getElementById("main");
   const crumbs = document.getElementById("crumbs");
   const live = document.getElementById("live");
@@ -18,6 +24,15 @@
   // What a Redeliver click answered, per delivery id, kept across redraws.
   const redelivered = new Map();
   const pending = new Set();
+
+  function takeToken() {
+    const given = /^#token=([A-Za-z0-9_-]+)$/.exec(location.hash);
+    if (given) {
+      sessionStorage.setItem(TOKEN_KEY, given[1]);
+      history.replaceState(null, "", location.pathname + "#/");
+    }
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
 
   // -- building the page: elements and text only --
 
@@ -59,6 +74,13 @@
     return el("span", { class: "outcome outcome-" + String(outcome).replace(/[^a-z-]/g, "") }, outcome);
   }
 
+  // A delivery still retrying: the attempt it is making or waiting to make.
+  function deliveryBadge(delivery) {
+    if (!delivery.in_flight) return outcomeBadge(delivery.outcome);
+    return el("span", { class: "outcome outcome-running", title: delivery.message || "" },
+      "running · attempt " + (Number(delivery.attempts) + 1));
+  }
+
   function result(delivery) {
     if (delivery.http_status !== null && delivery.http_status !== undefined) return "HTTP " + delivery.http_status;
     if (delivery.exit_code !== null && delivery.exit_code !== undefined) return "exit " + delivery.exit_code;
@@ -96,6 +118,14 @@
       .map(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
   }
 
+  // A session as the breadcrumb names it: its agent and the start of its id.
+  function sessionCrumb(sessionId, session) {
+    const short = String(sessionId).slice(0, 8);
+    const name = session && session.agent_name ? session.agent_name : "(unnamed agent)";
+    return el("a", { href: sessionHref(sessionId), class: "session-crumb", title: "session " + sessionId },
+      name, " ", el("span", { class: "mono quiet" }, short));
+  }
+
   function setCrumbs(parts) {
     crumbs.replaceChildren(...parts.flatMap((part, i) => [i ? " / " : "", part]));
   }
@@ -125,7 +155,7 @@
 
   function renderDeliveries(route, data) {
     const s = data.session;
-    setCrumbs([el("a", { href: "#/" }, "sessions"), el("a", { href: sessionHref(route.session) }, s ? (s.agent_name || route.session) : route.session)]);
+    setCrumbs([el("a", { href: "#/" }, "sessions"), sessionCrumb(route.session, s)]);
     const heading = el("h2", {}, "Deliveries of session ", el("span", { class: "mono" }, route.session));
     const about = s ? facts([["agent", s.agent_name], ["agent id", s.agent_id], ["host", s.host], ["state", s.state],
       ["started", when(s.started_at)], ["ended", when(s.ended_at)],
@@ -140,7 +170,7 @@
       el("td", {}, when(d.started_at)),
       el("td", {}, d.hook),
       el("td", {}, d.event + (d.recovered ? " (recovered)" : "")),
-      el("td", {}, outcomeBadge(d.outcome)),
+      el("td", {}, deliveryBadge(d)),
       el("td", { class: "num" }, String(d.attempts)),
       el("td", { class: "num" }, duration(d.duration_ms)),
       el("td", {}, result(d)),
@@ -195,8 +225,11 @@
     if (answer) {
       const o = answer.outcome || {};
       const status = o.status_code !== null && o.status_code !== undefined ? " (HTTP " + o.status_code + ")" : "";
+      // Refused (or a dry run): nothing was sent, and the line says so first.
+      const sent = !answer.error && o.outcome !== "refused" && o.outcome !== "dry-run";
       shown = el("p", { id: "redeliver-result", class: "outcome-" + (o.outcome === "success" ? "success" : "failed") },
         answer.error ? "Redeliver failed: " + answer.error
+          : !sent ? ["Not redelivered: ", o.message || o.outcome]
           : ["Redelivered: " + o.outcome + status,
             o.id !== null && o.id !== undefined ? [" as ", el("a", { href: deliveryHref(route.session, o.id), id: "redelivered-link" }, "delivery #" + o.id)] : "",
             o.message ? ": " + o.message : ""]);
@@ -209,12 +242,16 @@
 
   function renderDelivery(route, data) {
     const d = data.delivery;
-    setCrumbs([el("a", { href: "#/" }, "sessions"), el("a", { href: sessionHref(route.session) }, "session"),
+    setCrumbs([el("a", { href: "#/" }, "sessions"), sessionCrumb(route.session, data.session),
       el("a", { href: deliveryHref(route.session, d.id) }, "#" + d.id)]);
     const replays = d.replays.length ? d.replays.map((r, i) => [i ? ", " : "",
       el("a", { href: deliveryHref(route.session, r.id), class: "replay-link" }, "#" + r.id), " " + r.outcome]) : "";
     main.replaceChildren(
-      el("h2", {}, "Delivery #" + d.id + ": ", d.hook, " on ", d.event, " ", outcomeBadge(d.outcome)),
+      el("h2", {}, "Delivery #" + d.id + ": ", d.hook, " on ", d.event, " ", deliveryBadge(d)),
+      d.in_flight ? el("p", { id: "in-flight", class: "quiet" }, "Still retrying (" + (d.message || "") +
+        "); shown are the attempts made so far, and this page follows it until it ends.") : null,
+      d.outcome === "unfinished" ? el("p", { id: "in-flight", class: "quiet" },
+        "This delivery was still retrying when its run stopped without finishing it.") : null,
       facts([["started", when(d.started_at)], ["attempts", String(d.attempts)], ["duration", duration(d.duration_ms)],
         ["result", result(d)], ["error", d.error_type || ""], ["message", d.message], ["idempotency key", d.idempotency_key],
         ["trace id", d.trace_id], ["replay of", d.replayed_from !== null ? el("a", { href: deliveryHref(route.session, d.replayed_from) }, "#" + d.replayed_from) : ""],
@@ -227,12 +264,14 @@
   // -- talking to the server --
 
   async function getJSON(url) {
-    const response = await fetch(url, { headers: { [TOKEN_HEADER]: token }, cache: "no-store", credentials: "same-origin" });
+    const response = await fetch(url, { headers: { [TOKEN_HEADER]: token }, cache: "no-store", credentials: "omit" });
     const text = await response.text();
     if (!response.ok) {
       let reason = response.status + "";
       try { reason = JSON.parse(text).error || reason; } catch (e) { /* shown as the status */ }
-      throw new Error(reason);
+      const error = new Error(reason);
+      error.status = response.status;
+      throw error;
     }
     return text;
   }
@@ -244,7 +283,7 @@
     await refresh();
     try {
       const response = await fetch("/api/deliveries/" + encodeURIComponent(String(deliveryId)) + "/redeliver", {
-        method: "POST", cache: "no-store", credentials: "same-origin",
+        method: "POST", cache: "no-store", credentials: "omit",
         headers: { [TOKEN_HEADER]: token, "Content-Type": "application/json" }, body: "{}",
       });
       const answer = await response.json();
@@ -273,13 +312,28 @@
     return "/api/sessions";
   }
 
+  function askForTheUrl(why) {
+    setCrumbs([]);
+    main.replaceChildren(el("p", { class: "quiet", id: "needs-token" }, why,
+      " Open the URL that `otel-lifecycle-hooks ui` printed (it ends in #token=…) in this tab."));
+    document.title = "otel-lifecycle-hooks: deliveries";
+  }
+
   async function refresh() {
+    if (!token) {
+      askForTheUrl("This tab holds no access token for the journal.");
+      return;
+    }
     const route = currentRoute();
     const url = apiFor(route);
     let text;
     try {
       text = await getJSON(url);
     } catch (e) {
+      if (e.status === 401) {
+        askForTheUrl("The server refused this tab's access token (was `ui` restarted?).");
+        shownKey = null;
+      }
       live.textContent = "not updating: " + (e.message || e);
       live.className = "stale";
       return;
@@ -307,7 +361,13 @@
     }
   }
 
-  window.addEventListener("hashchange", () => { shownKey = null; refresh(); });
+  window.addEventListener("hashchange", () => {
+    // The printed URL opened in a tab that shows the page already (`ui` restarted, say) only
+    // changes the fragment: no reload, so the new token is taken here.
+    if (location.hash.startsWith("#token=")) token = takeToken();
+    shownKey = null;
+    refresh();
+  });
   poll();
   setInterval(poll, POLL_MS);
 })();

@@ -1,0 +1,114 @@
+"""Deliveries still being retried, journaled before they end.
+
+An execution is journaled when it ends; one that retries for seconds would be invisible until
+then (the `ui` page, `history`). So at its first retry wait it is journaled as `running`,
+with the attempts made so far, and at each later wait its new attempts are added; when it
+ends, that same row (same id) is rewritten with its outcome and its last attempts. An
+execution that succeeds or fails at its first attempt costs nothing here: no retry, no write.
+
+A `running` row whose run was killed stays `running`: readers show it as unfinished, and
+crash recovery does not count it as a hook that ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .rows import RUNNING, AttemptRow, ExecutionRow, attempts_of, execution_row_of, new_row_uid
+
+log = logging.getLogger("otel_lifecycle_hooks.journal")
+
+# (session id, hook, event, idempotency key): what an execution's retries and its end share.
+_Key = tuple[str, str, str, str]
+
+
+class InFlight:
+    """Journals `journal`'s executions in flight; `record` is the executor's journal sink."""
+
+    def __init__(self, journal: Any) -> None:
+        self._journal = journal
+        self._lock = threading.Lock()
+        # Per execution in flight: its row's uid and how many of its attempts are journaled.
+        self._rows: dict[_Key, tuple[str, int]] = {}
+
+    def retrying(
+        self,
+        hook: Any,
+        event: Any,
+        session: Any,
+        idempotency_key: str,
+        attempt_log: Sequence[AttemptRow],
+        max_attempts: int,
+        delay: float,
+    ) -> None:
+        """The execution waits `delay` seconds before its next attempt: journal it as running.
+        Never raises (a journal that cannot be written never stops a hook)."""
+        try:
+            self._retrying(hook, event, session, idempotency_key, attempt_log, max_attempts, delay)
+        except Exception:
+            log.exception("journaling hook %s in flight failed", getattr(hook, "name", hook))
+
+    def record(self, execution: Any) -> int | None:
+        """Journal an execution that ended: its in-flight row rewritten, or a new row."""
+        if self._rows:  # the common case, nothing in flight, is one check
+            with self._lock:
+                found = self._rows.pop(_key_of(execution), None)
+            if found is not None:
+                uid, written = found
+                row = execution_row_of(execution)._replace(row_uid=uid)
+                return self._journal.update_execution(row, attempts_of(execution)[written:])  # type: ignore[no-any-return]
+        return self._journal.record(execution)  # type: ignore[no-any-return]
+
+    def _retrying(
+        self,
+        hook: Any,
+        event: Any,
+        session: Any,
+        idempotency_key: str,
+        attempt_log: Sequence[AttemptRow],
+        max_attempts: int,
+        delay: float,
+    ) -> None:
+        if not attempt_log:
+            return
+        key = (session.session_id, hook.name, event.name, idempotency_key)
+        with self._lock:
+            uid, written = self._rows.get(key) or (new_row_uid(), 0)
+        started_at = attempt_log[0].started_at
+        following = len(attempt_log) + 1
+        row = ExecutionRow(
+            row_uid=uid,
+            hook=hook.name,
+            event=event.name,
+            outcome=RUNNING,
+            started_at=started_at,
+            attempts=len(attempt_log),
+            duration_ms=max(0.0, time.time() - started_at) * 1000.0,
+            session_id=session.session_id,
+            agent_id=session.metadata.get("AGENT_ID") or "",
+            # Built here from numbers only: no endpoint's or agent's text.
+            message=f"attempt {following} of {max_attempts} in {delay:g}s",
+            idempotency_key=idempotency_key,
+            recovered=bool(getattr(event, "recovered", False)),
+        )
+        new_attempts = tuple(attempt_log[written:])
+        if written == 0:
+            self._journal.record_execution(row, new_attempts)
+        else:
+            self._journal.update_execution(row, new_attempts)
+        # Only once written: an execution whose row never made it is journaled anew at its end.
+        with self._lock:
+            self._rows[key] = (uid, len(attempt_log))
+
+
+def _key_of(execution: Any) -> _Key:
+    return (
+        execution.session_id,
+        execution.hook.name,
+        execution.event.name,
+        execution.idempotency_key,
+    )
