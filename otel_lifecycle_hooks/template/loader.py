@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -21,6 +22,7 @@ from .model import HookSpec, Position, Template
 from .trust import env_expansion_problems, trust_problems
 from .validate import (
     Located,
+    PartialHooks,
     Problem,
     TemplateError,
     describe,
@@ -32,9 +34,11 @@ __all__ = [
     "TEMPLATE_FILE_NAME",
     "Problem",
     "TemplateError",
+    "TemplateReading",
     "load_template_text",
     "load_templates",
     "merge_templates",
+    "read_templates",
     "template_file",
 ]
 
@@ -71,39 +75,106 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     A path may name a template directory (its `scion-agent.yaml` is read). Raises
     `TemplateError` with every problem of every file; nothing is loaded if any file fails.
     """
+    reading = read_templates(paths)
+    if reading.problems or reading.template is None:
+        raise TemplateError(reading.problems)
+    return reading.template
+
+
+@dataclass(frozen=True)
+class TemplateReading:
+    """What one reading of template files found: every problem, in file order then position.
+
+    `template` is the merged template, usable only when `problems` is empty; with problems it
+    holds the hooks that read cleanly, and `partial_hooks` what read cleanly of the others,
+    so that warnings can still be looked for. It is None when a file could not be read at all
+    (`unread`: those files and where reading stopped), in which case the checks of the merged
+    template were not run either.
+    """
+
+    template: Template | None
+    problems: tuple[Problem, ...]
+    unread: tuple[Position, ...] = ()
+    # What read cleanly of the hooks with problems (`validate.read_hook`): never run, only
+    # looked at by the rules of the merged template and the warnings.
+    partial_hooks: tuple[HookSpec, ...] = ()
+
+
+def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
+    """Read and check template files, parent first, collecting every problem in one pass: the
+    rules of each file, then those of the merged template (conditions, turned-off hooks,
+    trust) on the hooks that read cleanly. Only a file that cannot be read (invalid YAML,
+    not UTF-8, missing) stops a check: the rest of that file and the merged template."""
+    files = [template_file(path) for path in paths]
     templates: list[Template] = []
     problems: list[Problem] = []
-    for path in paths:
-        file = template_file(path)
-        template, file_problems = _read_file(file)
+    unread: list[Position] = []
+    partial = PartialHooks()
+    for file in files:
+        template, file_problems = _read_file(file, partial)
         problems.extend(file_problems)
-        if template is not None:
+        if template is None:
+            unread.append(min((p.position for p in file_problems), default=Position(file, 0, 0)))
+        else:
             templates.append(template)
-    if problems:
-        raise TemplateError(problems)
+    if unread:
+        return TemplateReading(None, _in_order(problems, files), tuple(unread))
     merged = merge_templates(templates)
+    problems.extend(_merged_problems(merged, problems, partial=partial))
+    return TemplateReading(merged, _in_order(problems, files), partial_hooks=tuple(partial))
+
+
+def _merged_problems(
+    merged: Template,
+    found: Sequence[Problem],
+    turn_offs: bool = True,
+    partial: PartialHooks | None = None,
+) -> list[Problem]:
+    """The rules of the merged template, less what the files' own rules already said;
+    `turn_offs=False` for one template read alone, whose parent may be merged later;
+    `partial`: hooks with problems of their own, whose conditions and trust are checked too."""
     from .checks import condition_problems, unmatched_turn_offs
 
-    unmatched = unmatched_turn_offs(merged) + condition_problems(merged)
-    if unmatched:
-        raise TemplateError(unmatched)
+    # A hook that failed its own rules is not in `merged`: a child turning it off is not
+    # "unmatched", the author has the hook's own problem to fix.
+    failed_names = {problem.hook for problem in found if problem.hook is not None}
+    unmatched = unmatched_turn_offs(merged) if turn_offs else []
+    candidates = [p for p in unmatched if p.hook not in failed_names]
     # On the merged template: a child's env: can change what a parent's hook refers to.
-    trust = trust_problems(merged)
-    if trust:
-        raise TemplateError(trust)
-    return merged
+    partial = partial if partial is not None else PartialHooks()
+    candidates += condition_problems(with_partial_hooks(merged, partial))
+    candidates += trust_problems(with_partial_hooks(merged, partial.with_valid_actions()))
+    said = {(problem.hook, problem.field, problem.message) for problem in found}
+    return [p for p in candidates if (p.hook, p.field, p.message) not in said]
+
+
+def with_partial_hooks(template: Template, partial: Sequence[HookSpec]) -> Template:
+    """`template` with the hooks that failed their own rules beside its own, for the checks
+    that look at every hook (never to run)."""
+    if not partial:
+        return template
+    return template._replace(hooks=(*template.hooks, *partial))
+
+
+def _in_order(problems: Sequence[Problem], files: Sequence[str]) -> tuple[Problem, ...]:
+    """Files in the order given (parent first), each by line and column."""
+    rank = {file: index for index, file in enumerate(files)}
+
+    def key(problem: Problem) -> tuple[int, int, int]:
+        position = problem.position
+        return rank.get(position.file, len(files)), position.line, position.column
+
+    return tuple(sorted(problems, key=key))
 
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
     """Load one template from text; `filename` is what error positions name."""
-    template, problems = _parse(text, filename)
+    partial = PartialHooks()
+    template, problems = _parse(text, filename, partial)
+    if template is not None:
+        problems = problems + _merged_problems(template, problems, False, partial)
     if problems or template is None:
-        raise TemplateError(problems)
-    from .checks import condition_problems
-
-    trust = condition_problems(template) + trust_problems(template)
-    if trust:
-        raise TemplateError(trust)
+        raise TemplateError(_in_order(problems, [filename]))
     return template
 
 
@@ -161,7 +232,9 @@ def merge_templates(templates: Sequence[Template]) -> Template:
     )
 
 
-def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
+def _read_file(
+    file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template | None, list[Problem]]:
     try:
         with open(file, "rb") as handle:
             data = handle.read(MAX_TEMPLATE_BYTES + 1)  # never more: a huge file fails fast
@@ -177,7 +250,7 @@ def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         message = "is not UTF-8 text; save the template as UTF-8"
         return None, [Problem(Position(file, line, column), None, None, message)]
-    return _parse(text, file)
+    return _parse(text, file, partial)
 
 
 def _too_large(file: str) -> Problem:
@@ -188,15 +261,18 @@ def _too_large(file: str) -> Problem:
     return Problem(Position(file, 0, 0), None, None, message)
 
 
-def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
+def _parse(
+    text: str, file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template | None, list[Problem]]:
     if len(text) > MAX_TEMPLATE_BYTES:
         return None, [_too_large(file)]
     root, problems = _compose(text, file)
-    if problems:
-        return None, problems
-    template, problems = _read_document(root, file)
-    problems.sort(key=lambda p: (p.position.line, p.position.column))
-    return (None if problems else template), problems
+    if root is None and problems:
+        return None, problems  # invalid YAML: nothing past it can be read
+    # A refused tag leaves the document readable: its rules are checked too.
+    template, document_problems = _read_document(root, file, partial)
+    problems = sorted(problems + document_problems, key=lambda p: p.position[1:])
+    return template, problems
 
 
 # --- YAML -> Located ------------------------------------------------------------------
@@ -515,7 +591,9 @@ def _duplicate_message(
 # --- the document -----------------------------------------------------------------------
 
 
-def _read_document(root: Located | None, file: str) -> tuple[Template, list[Problem]]:
+def _read_document(
+    root: Located | None, file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template, list[Problem]]:
     if root is None or root.value is None:
         return Template(files=(file,)), []
     if not root.is_mapping:
@@ -531,7 +609,7 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
         if key in _READ_KEYS
     ]
     problems.extend(_misspelt_section(root))
-    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file)
+    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file, partial)
     problems.extend(hook_problems)
     hooks, hook_problems = _read_other_systems(fields, file, hooks)
     problems.extend(hook_problems)
