@@ -29,22 +29,14 @@ from typing import NamedTuple
 from ..harness.reported import AGENT_CONTROLLED
 from ..template.model import HookSpec, Template
 from ..template.trust import LOADER_ENV
-from ..variables import METADATA_VARIABLES, parse_template, referenced_names, secret_names_for
+from ..variables import (
+    METADATA_ENV,
+    METADATA_VARIABLES,
+    parse_template,
+    referenced_names,
+    secret_names_for,
+)
 
-# Agent metadata and the variable the operator sets it with (supervisor/run.py reads the same).
-METADATA_ENV: Mapping[str, str] = {
-    "AGENT_NAME": "SCION_AGENT_NAME",
-    "AGENT_ID": "SCION_AGENT_ID",
-    "AGENT_SLUG": "SCION_AGENT_SLUG",
-    "TEMPLATE_NAME": "SCION_TEMPLATE_NAME",
-    "HARNESS_NAME": "SCION_HARNESS",
-    "HARNESS_CONFIG": "SCION_HARNESS_CONFIG",
-    "GROVE_NAME": "SCION_GROVE",
-    "GROVE_ID": "SCION_GROVE_ID",
-    "GROVE_PATH": "SCION_GROVE_PATH",
-    "CONTAINER_ID": "SCION_CONTAINER_ID",
-    "IMAGE": "SCION_IMAGE",
-}
 # Event values a redelivery takes from the journal (the row's event, the key's timestamp).
 JOURNALED_EVENT_VALUES = frozenset({"EVENT", "TIMESTAMP"})
 # Names whose journaled value would change the recoverer's own behaviour.

@@ -309,13 +309,6 @@ def test_agent_metadata_in_a_replays_host_must_come_from_the_operators_scion_var
     assert TOKEN not in refused.stdout + refused.stderr + given.stdout + given.stderr
 
 
-def test_the_metadata_settings_named_are_the_ones_run_reads() -> None:
-    from otel_lifecycle_hooks.engine.destination import METADATA_ENV
-    from otel_lifecycle_hooks.supervisor.run import METADATA_ENV as RUN_METADATA_ENV
-
-    assert dict(METADATA_ENV) == RUN_METADATA_ENV
-
-
 # -- which names decide, on templates as the operator writes them ----------------------------
 
 CHAINED = """
