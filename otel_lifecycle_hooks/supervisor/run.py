@@ -29,6 +29,7 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..template.model import Template
+from ..variables import METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
 from .deferred import DeferredJournal
@@ -49,20 +50,6 @@ MAX_PENDING_MESSAGES = 1024
 REAP_INTERVAL = 1.0
 # How long the agent's exit waits for its last events still unread in the event socket.
 LAST_MESSAGES_BOUND = 1.0  # seconds
-# Variables that carry agent metadata into the supervisor (Scion sets them in the container).
-METADATA_ENV = {
-    "AGENT_NAME": "SCION_AGENT_NAME",
-    "AGENT_ID": "SCION_AGENT_ID",
-    "AGENT_SLUG": "SCION_AGENT_SLUG",
-    "TEMPLATE_NAME": "SCION_TEMPLATE_NAME",
-    "HARNESS_NAME": "SCION_HARNESS",
-    "HARNESS_CONFIG": "SCION_HARNESS_CONFIG",
-    "GROVE_NAME": "SCION_GROVE",
-    "GROVE_ID": "SCION_GROVE_ID",
-    "GROVE_PATH": "SCION_GROVE_PATH",
-    "CONTAINER_ID": "SCION_CONTAINER_ID",
-    "IMAGE": "SCION_IMAGE",
-}
 
 
 class RunInterrupted(Exception):
