@@ -5,7 +5,11 @@ Both providers carry what a host application has anyway, a BatchSpanProcessor (i
 drops the spans); the bare case, a provider with no other processor at all, is shown too. The
 floor of any processor is shown beside it: the same provider with a SpanProcessor that does
 nothing (its on_start and on_end are still called for every span). Blocks of spans alternate
-between the providers in one process. Target: at most 1.05x the cost per span.
+between the providers in one process. Target: at most 1.05x the cost per span. The same
+spans while an agent session span of the provider stays open are shown too (no target): the
+processor then looks each ending span's id up among the live sessions. The main comparison's
+blocks are also shown by the CPU time of the thread that makes the spans, which a busy
+machine's preemption does not move (no target).
 
 The cost on an agent's own session is shown too (no target): a session span
 (`gen_ai.operation.name: invoke_agent`) with two lifecycle span events, and one lifecycle
@@ -24,7 +28,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from _common import Figure, bench_arguments, interleave, paired_ratio, report, seed_template
+from _common import (
+    Figure,
+    Samples,
+    bench_arguments,
+    interleave,
+    paired_ratio,
+    report,
+    seed_template,
+)
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -68,13 +80,28 @@ class NoOpProcessor(SpanProcessor):
         pass
 
 
-def span_loop(provider: TracerProvider, spans: int) -> Callable[[], float]:
-    """Start and end `spans` ordinary spans (a parent and its child); microseconds per span."""
+def span_loop(
+    provider: TracerProvider,
+    spans: int,
+    session_live: bool = False,
+    thread_cpu: Samples | None = None,
+) -> Callable[[], float]:
+    """Start and end `spans` ordinary spans (a parent and its child); microseconds per span.
+    With `session_live`, an agent session span of the same provider is open meanwhile (started
+    before the timing, ended after it), as in a host that runs an agent while it serves. The
+    same block's CPU time on the calling thread goes to `thread_cpu`, when given."""
     tracer = provider.get_tracer("host.app")
 
     def run() -> float:
+        session = (
+            provider.get_tracer("host.agent").start_span(
+                "invoke_agent reviewer", attributes=SESSION_ATTRIBUTES
+            )
+            if session_live
+            else None
+        )
         gc.collect()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         for _ in range(spans // 2):
             with (
                 tracer.start_as_current_span("GET /api/orders", attributes=ATTRIBUTES),
@@ -82,6 +109,10 @@ def span_loop(provider: TracerProvider, spans: int) -> Callable[[], float]:
             ):
                 child.set_attribute("db.system", "postgresql")
         elapsed = time.perf_counter() - started
+        if thread_cpu is not None:
+            thread_cpu.values.append((time.thread_time() - started_cpu) * 1e6 / spans)
+        if session is not None:
+            session.end()
         # The exporter thread's work on these spans must not land in the next block.
         provider.force_flush()
         return elapsed * 1e6 / spans
@@ -148,10 +179,28 @@ def main() -> int:
             if name.endswith("no-op"):
                 provider.add_span_processor(NoOpProcessor())
             providers[name] = provider
-        subjects = {name: span_loop(provider, block) for name, provider in providers.items()}
+        # CPU time of the thread that makes the spans, from the same blocks: a busy machine's
+        # preemption does not move it, so it shows what the wall-clock figure means there.
+        thread_cpu = {name: Samples() for name in ("batch", "batch + lifecycle", "batch + no-op")}
+        subjects = {
+            name: span_loop(provider, block, thread_cpu=thread_cpu.get(name))
+            for name, provider in providers.items()
+        }
+        for name in ("batch", "batch + lifecycle"):
+            subjects[f"{name}, session live"] = span_loop(providers[name], block, True)
+        # The processor's own two calls, timed alone in blocks of their own, interleaved with
+        # the spans' blocks like every other subject (the figure is the median of the rounds).
+        calls = 10 * block
+        subjects["processor alone"] = processor_calls(processor, providers["bare"], calls, False)
+        subjects["processor alone, session live"] = processor_calls(
+            processor, providers["bare + lifecycle"], calls, True
+        )
         interleave(2, subjects)  # warm up
+        for warm_up in thread_cpu.values():
+            warm_up.values.clear()
         samples = interleave(rounds, subjects)
-        direct = processor_calls(processor, providers["bare"], 2_000 if args.quick else 200_000)
+        direct = samples["processor alone"].median
+        direct_live = samples["processor alone, session live"].median
         session_block = block // 10
         sessions = {
             f"session {name}": session_loop(providers[name], session_block)
@@ -187,6 +236,42 @@ def main() -> int:
                 ),
             )
         )
+    cpu_with, cpu_without = thread_cpu["batch + lifecycle"], thread_cpu["batch"]
+    figures.append(
+        Figure(
+            benchmark="processor overhead",
+            name="per-span CPU time of the calling thread with the processor (batch provider), "
+            "median",
+            value=cpu_with.median,
+            unit="us",
+            baseline=cpu_without.median,
+            baseline_name="batch provider without it",
+            paired_ratio=paired_ratio(cpu_with, cpu_without),
+            detail=(
+                f"the first line's blocks, timed by time.thread_time; no-op SpanProcessor "
+                f"{paired_ratio(thread_cpu['batch + no-op'], cpu_without):.2f}x"
+            ),
+        )
+    )
+    with_it, without = samples["batch + lifecycle, session live"], samples["batch, session live"]
+    figures.append(
+        Figure(
+            benchmark="processor overhead",
+            name="per-span cost with the processor while a session is live (batch provider), "
+            "median",
+            value=with_it.median,
+            unit="us",
+            baseline=without.median,
+            baseline_name="batch provider without it, the same session live",
+            paired_ratio=paired_ratio(with_it, without),
+            detail=(
+                f"a host's spans while an agent session span stays open; ratio: median of "
+                f"{rounds} interleaved pairs of blocks of {block} spans; timed alone (median), "
+                f"on_start + on_end {direct_live:.2f} us with the session live, {direct:.2f} us "
+                "without"
+            ),
+        )
+    )
     figures.append(
         Figure(
             benchmark="processor overhead",
@@ -208,8 +293,9 @@ def main() -> int:
             unit="us",
             baseline=bare,
             baseline_name="bare provider span without it",
-            detail=f"the processor's own {direct:.2f} us added to a bare span; steadier than "
-            "the difference of two noisy loops",
+            detail=f"the processor's own {direct:.2f} us (median of {rounds} interleaved blocks "
+            f"of {calls} calls) added to a bare span; steadier than the difference of two noisy "
+            "loops",
         )
     )
     for kind, name, what in (
@@ -234,16 +320,33 @@ def main() -> int:
 
 
 def processor_calls(
-    processor: LifecycleHookProcessor, provider: TracerProvider, calls: int
-) -> float:
-    """Microseconds the processor spends on one ordinary span: on_start then on_end."""
+    processor: LifecycleHookProcessor, provider: TracerProvider, calls: int, session_live: bool
+) -> Callable[[], float]:
+    """Microseconds the processor spends on one ordinary span, on_start then on_end, over
+    `calls` calls; with `session_live`, while a session span of the provider (which carries
+    the processor) is open."""
     span = provider.get_tracer("host.app").start_span("GET /api/orders", attributes=ATTRIBUTES)
     span.end()
-    started = time.perf_counter()
-    for _ in range(calls):
-        processor.on_start(span)
-        processor.on_end(span)
-    return (time.perf_counter() - started) * 1e6 / calls
+
+    def run() -> float:
+        session = (
+            provider.get_tracer("host.agent").start_span(
+                "invoke_agent reviewer", attributes=SESSION_ATTRIBUTES
+            )
+            if session_live
+            else None
+        )
+        gc.collect()
+        started = time.perf_counter()
+        for _ in range(calls):
+            processor.on_start(span)
+            processor.on_end(span)
+        elapsed = time.perf_counter() - started
+        if session is not None:
+            session.end()
+        return elapsed * 1e6 / calls
+
+    return run
 
 
 if __name__ == "__main__":

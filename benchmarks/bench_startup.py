@@ -224,13 +224,18 @@ def main() -> int:
         ),
     ]
     launched, bare = samples["launcher"], samples["true"]
+    launcher_kind = (
+        "a second interpreter (-S -I)"
+        if launcher[0] == sys.executable
+        else f"{os.path.basename(launcher[0])} --pdeathsig and /bin/sh (checking its parent)"
+    )
     if launcher[0] != "true":
         figures.append(
             figure(
                 "launcher",
                 "floor: the agent's launcher alone (`true` through it), median",
                 None,
-                f"a second interpreter (-S -I) setting PR_SET_PDEATHSIG, then exec: "
+                f"{launcher_kind} setting PR_SET_PDEATHSIG, then exec: "
                 f"{launched.median - bare.median:.1f} ms over `true` alone "
                 f"({bare.summary()})",
             )

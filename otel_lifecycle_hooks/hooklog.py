@@ -4,6 +4,9 @@ output of scripts, for someone tailing the file.
     2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1 duration=12ms status=201
     2026-11-30T10:00:01.456Z [cleanup-credentials stdout] revoked 2 tokens
 
+While `run` (or the in-process `hook`) runs, the package's logged warnings and errors are lines
+of it too (`diagnostics_to`), as `warning: ...` and `error: ...`.
+
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
 to every line. Control characters are escaped, so no value can forge or split a line, nor
 send escape sequences to a terminal. Writing never raises: a failure is reported once through
@@ -12,6 +15,7 @@ logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted ag
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -19,7 +23,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +204,53 @@ class HookLog:
         if self._healthy:
             log.error("hook log %s: could not %s (%s); hooks keep running", self.path, what, detail)
         self._healthy = False
+
+
+class DiagnosticsHandler(logging.Handler):
+    """The package's warnings and errors while a command runs (`run`, the in-process `hook`):
+    each one a line of the hook log, and handed to `show(text, is_error)` for the terminal,
+    which decides what the operator sees there (`run -q`: errors only).
+
+    Without it, Python's last-resort handler would write them raw to stderr, into an
+    interactive agent's screen, whatever `-q` says, and the hook log would not have them.
+    """
+
+    def __init__(
+        self, hook_log: HookLog | None, show: Callable[[str, bool], None] | None = None
+    ) -> None:
+        super().__init__(logging.WARNING)
+        self._hook_log = hook_log
+        self._show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record still says something
+            text = str(record.msg)
+        if record.exc_info and record.exc_info[0] is not None:
+            # Only the exception's type: its text, and a traceback's, may quote a secret.
+            text += f" ({record.exc_info[0].__name__})"
+        is_error = record.levelno >= logging.ERROR
+        # The hook log's own failure is reported through logging while it holds its lock:
+        # writing that record to the hook log again would wait on that lock forever.
+        if self._hook_log is not None and record.name != log.name:
+            self._hook_log.write(f"{'error' if is_error else 'warning'}: {text}")
+        if self._show is not None:
+            self._show(text, is_error)
+
+
+@contextlib.contextmanager
+def diagnostics_to(
+    hook_log: HookLog | None, show: Callable[[str, bool], None] | None = None
+) -> Iterator[None]:
+    """Route the package's warnings and errors (logger `otel_lifecycle_hooks`) through a
+    `DiagnosticsHandler` for the duration of the block."""
+    package = logging.getLogger("otel_lifecycle_hooks")
+    handler = DiagnosticsHandler(hook_log, show)
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        if hook_log is not None:
+            hook_log.close()

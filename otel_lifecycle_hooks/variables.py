@@ -72,6 +72,22 @@ METADATA_VARIABLES: tuple[str, ...] = (
     "SESSION_ID",
     "HOOK_NAME",
 )
+# Agent metadata and the variable the operator (Scion, in the container) sets each with.
+METADATA_ENV: Mapping[str, str] = MappingProxyType(
+    {
+        "AGENT_NAME": "SCION_AGENT_NAME",
+        "AGENT_ID": "SCION_AGENT_ID",
+        "AGENT_SLUG": "SCION_AGENT_SLUG",
+        "TEMPLATE_NAME": "SCION_TEMPLATE_NAME",
+        "HARNESS_NAME": "SCION_HARNESS",
+        "HARNESS_CONFIG": "SCION_HARNESS_CONFIG",
+        "GROVE_NAME": "SCION_GROVE",
+        "GROVE_ID": "SCION_GROVE_ID",
+        "GROVE_PATH": "SCION_GROVE_PATH",
+        "CONTAINER_ID": "SCION_CONTAINER_ID",
+        "IMAGE": "SCION_IMAGE",
+    }
+)
 
 # How deep `env:` entries may refer to each other (template/trust.py refuses deeper templates).
 MAX_ENV_DEPTH = 16

@@ -420,3 +420,36 @@ def test_execute_sends_for_real_and_reports_each_outcome(tmp_path: Path, target_
     assert "executed register: success" in err.getvalue()
     assert "executed notify: failed" in err.getvalue() and "http.500" in err.getvalue()
     assert code == 3
+
+
+def test_an_event_variable_this_sample_lacks_is_a_note_not_a_warning(tmp_path: Path) -> None:
+    # TOOL_NAME is documented for activity-change but set only while executing: the sample
+    # change (not executing) leaves it empty, which is how the real event renders too.
+    path = _write(
+        tmp_path,
+        """\
+lifecycle_hooks:
+  - name: activity
+    on: [activity-change]
+    action: {type: http, method: POST, url: "https://api.example.com/a", body: "${TOOL_NAME}"}
+""",
+    )
+    code, _, err = _run(path, event="activity-change", sets=("ACTIVITY=idle",))
+    assert code == 0
+    assert "warning" not in err
+    assert "note: ${TOOL_NAME} is empty in this sample of activity-change" in err
+    assert "--set TOOL_NAME=" in err
+
+
+def test_a_name_no_event_defines_still_warns(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """\
+lifecycle_hooks:
+  - name: activity
+    on: [activity-change]
+    action: {type: http, method: POST, url: "https://api.example.com/${UNSET_BASE_PATH}"}
+""",
+    )
+    _, _, err = _run(path, event="activity-change", environ={})
+    assert "warning: ${UNSET_BASE_PATH} is not set (used by activity)" in err

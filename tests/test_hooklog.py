@@ -241,3 +241,28 @@ def test_the_hook_commands_own_lines_carry_milliseconds_like_the_supervisors(tmp
     )
     [line] = lines_of(log_path)
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[hook\] ", line), line
+
+
+def test_diagnostics_are_hook_log_lines_and_an_exception_only_by_its_type(tmp_path: Path) -> None:
+    from otel_lifecycle_hooks.hooklog import HookLog, diagnostics_to
+
+    shown: list[tuple[str, bool]] = []
+    path = tmp_path / "agent.log"
+    logger = logging.getLogger("otel_lifecycle_hooks.engine")
+    with diagnostics_to(HookLog(path), lambda text, is_error: shown.append((text, is_error))):
+        logger.warning("hook %s: unresolved variables %s rendered empty", "notify", "REGION")
+        try:
+            raise RuntimeError("token sk-live-secret refused")
+        except RuntimeError:
+            logger.exception("hook notify worker failed")
+        logger.info("not a diagnostic")
+    logger.warning("after the block: not routed")
+    lines = [line.split(" ", 1)[1] for line in path.read_text().splitlines()]
+    assert lines == [
+        "warning: hook notify: unresolved variables REGION rendered empty",
+        "error: hook notify worker failed (RuntimeError)",
+    ]
+    assert shown == [
+        ("hook notify: unresolved variables REGION rendered empty", False),
+        ("hook notify worker failed (RuntimeError)", True),
+    ]

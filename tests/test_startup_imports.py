@@ -1,19 +1,30 @@
 """`run` imports no HTTP client library before its first HTTP hook: when the agent is started,
 httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
-`sys.modules`; the post-start webhook, after it, brings httpx in."""
+`sys.modules`; the post-start webhook, after it, brings httpx in. Nor the journal (SQLite and
+the package's journal modules) nor crash recovery: they come right after the agent's start.
+Nor the span exporters and their batch processors (the SDK's export module, the local trace
+file's exporter, OTLP's exporter): they are made when the first span ends."""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from tests.support.target_server import TargetServer
 
 HTTP_CLIENTS = ("httpx", "httpcore", "h11", "requests", "urllib3",
                 "opentelemetry.instrumentation.httpx")  # fmt: skip
+# Opened, and recovery done, once the agent has started (supervisor/deferred.py).
+JOURNAL = ("sqlite3", "_sqlite3", "otel_lifecycle_hooks.journal",
+           "otel_lifecycle_hooks.supervisor.recovery")  # fmt: skip
+# Made when the first span ends (telemetry/setup.py's _ExportLater).
+SPAN_EXPORT = ("opentelemetry.sdk.trace.export", "otel_lifecycle_hooks.telemetry.tracefile",
+               "opentelemetry.exporter.otlp", "google.protobuf")  # fmt: skip
 
 # `run` as the console script starts it, with a note of the HTTP client modules imported at
 # the moment the agent is spawned (the first Popen of the agent's own command) and at exit.
@@ -47,9 +58,11 @@ sys.exit(main())
 """
 
 
-def test_no_http_client_is_imported_before_the_first_http_hook(
-    tmp_path: Path, target_server: TargetServer
-) -> None:
+def noted_imports(
+    tmp_path: Path, url: str, modules: tuple[str, ...], **environ: str
+) -> dict[str, list[str]]:
+    """Which of `modules` `run` had imported when it spawned its agent, and at its exit, with
+    a template whose post-start webhook goes to `url`."""
     template = tmp_path / "agent.yaml"
     template.write_text(
         "lifecycle_hooks:\n"
@@ -58,22 +71,66 @@ def test_no_http_client_is_imported_before_the_first_http_hook(
         "    action:\n"
         "      type: http\n"
         "      method: POST\n"
-        f'      url: "{target_server.url("/started")}"\n'
-        "      body: '{\"agent\": \"${AGENT_NAME}\"}'\n"
+        f'      url: "{url}"\n'
+        '      body: \'{"agent": "${AGENT_NAME}"}\'\n'
         "    blocking: false\n"
     )
     noted = tmp_path / "imports.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))}
     env.update(HOME=str(tmp_path), OTEL_LIFECYCLE_HOOKS_JOURNAL=str(tmp_path / "journal.db"))
+    env.update(environ)
     done = subprocess.run(
-        [sys.executable, "-c", RUN_NOTING_IMPORTS, json.dumps(HTTP_CLIENTS), str(noted),
+        [sys.executable, "-c", RUN_NOTING_IMPORTS, json.dumps(modules), str(noted),
          "run", "--template", str(template), "--", "sh", "-c", "echo agent-marker"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    seen = json.loads(noted.read_text())
+    noted_imports: dict[str, list[str]] = json.loads(noted.read_text())
+    return noted_imports
+
+
+def test_no_http_client_is_imported_before_the_first_http_hook(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), HTTP_CLIENTS)
     assert seen["at-spawn"] == []
     # The check can see them: the webhook, once it ran, had imported httpx.
     [request] = target_server.wait_for(1)
     assert request.path == "/started"
     assert "httpx" in seen["at-exit"]
+
+
+def test_the_journal_and_recovery_are_imported_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), JOURNAL)
+    assert seen["at-spawn"] == []
+    # The check can see them: the session's row was written, after the agent's start.
+    assert {"sqlite3", "otel_lifecycle_hooks.journal.sqlite",
+            "otel_lifecycle_hooks.supervisor.recovery"} <= set(seen["at-exit"])  # fmt: skip
+    with closing(sqlite3.connect(tmp_path / "journal.db")) as db:
+        [(agent_pid, ended_at)] = db.execute("SELECT agent_pid, ended_at FROM sessions")
+    assert agent_pid and ended_at
+
+
+def test_the_span_exporters_are_made_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), SPAN_EXPORT)
+    assert seen["at-spawn"] == []
+    assert "otel_lifecycle_hooks.telemetry.tracefile" in seen["at-exit"]
+    [trace_file] = (tmp_path / ".local/state/otel-lifecycle-hooks/traces").glob("*.jsonl")
+    assert '"invoke_agent ' in trace_file.read_text()  # the session span was exported
+
+
+def test_with_otlp_traces_the_exporter_is_made_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), SPAN_EXPORT,
+        OTEL_EXPORTER_OTLP_ENDPOINT=target_server.url(""), OTEL_METRICS_EXPORTER="none",
+    )  # fmt: skip
+    assert seen["at-spawn"] == []
+    assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in seen["at-exit"]
+    paths = [request.path for request in target_server.wait_for(2)]
+    assert sorted(paths) == ["/started", "/v1/traces"]

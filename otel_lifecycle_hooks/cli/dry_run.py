@@ -191,7 +191,7 @@ def dry_run(
 
     context = DryRunContext.build(template, event, overrides, environ)
     previews = [preview_hook(hook, context) for hook in template.hooks_for(event)]
-    _warn_unresolved(previews, err)
+    _warn_unresolved(previews, event, err)
     if as_json:
         json.dump([p.as_json() for p in previews], out, indent=2, ensure_ascii=False)
         out.write("\n")
@@ -477,7 +477,7 @@ def _parsed_or_text(body: str | None) -> Any:
 # --- output ----------------------------------------------------------------------------------
 
 
-def _warn_unresolved(previews: Sequence[HookPreview], err: TextIO) -> None:
+def _warn_unresolved(previews: Sequence[HookPreview], event: str, err: TextIO) -> None:
     users: dict[str, list[str]] = {}
     for preview in previews:
         for name in preview.unresolved:
@@ -486,6 +486,14 @@ def _warn_unresolved(previews: Sequence[HookPreview], err: TextIO) -> None:
             f"warning: hook {preview.hook.name}: {warning}\n" for warning in preview.warnings
         )
     for name, hooks in sorted(users.items()):
+        if name.partition(".")[0] in EVENT_VARIABLES:
+            # As at run time: an event variable this event does not carry (TOOL_NAME on a
+            # change to idle) is simply empty, not a mistake in the template.
+            err.write(
+                f"note: ${{{name}}} is empty in this sample of {event} (used by"
+                f" {', '.join(hooks)}); try another value with --set {name}=...\n"
+            )
+            continue
         err.write(
             f"warning: ${{{name}}} is not set (used by {', '.join(hooks)});"
             " it renders as an empty string\n"

@@ -29,7 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..journal import AttemptRow, ExecutionRow
+    from .console import Step, TableLayout
 
 DEFAULT_LIMIT = 20
 FOLLOW_INTERVAL = 1.0  # seconds between two reads of the journal under --follow
@@ -209,12 +212,13 @@ def run(args: argparse.Namespace) -> int:
         names = agent_names(journal, rows)
     finally:
         journal.close()
-    from .console import wants_colour
+    from .console import output_width, wants_colour
 
     if args.json:
         print(json.dumps([row._asdict() for row in rows], indent=2))
     else:
-        print(table(rows, colour=wants_colour(sys.stdout), agent_names=names))
+        width = output_width(sys.stdout)
+        print(table(rows, colour=wants_colour(sys.stdout), agent_names=names, width=width))
     return 0
 
 
@@ -305,38 +309,76 @@ def table(
     *,
     agent_names: dict[str, str] | None = None,
     header: bool = True,
-    widths: list[int] | None = None,
+    width: int | None = None,
+    layout: TableLayout | None = None,
 ) -> str:
-    """The rows as aligned text columns; control characters escaped (a hook's message or error
-    may quote what an endpoint or the agent wrote), outcomes coloured when `colour`.
-    `widths` (given and updated) keeps the columns of successive calls aligned."""
-    from .console import OUTCOME_COLOURS, escape_control, paint
+    """The rows as aligned text columns within `width` (None: no limit; see `fitting_steps`),
+    a note under them naming what was left out; control characters escaped (a hook's message
+    or error may quote what an endpoint or the agent wrote), outcomes coloured when `colour`.
+    `layout` (from `follow_layout`) keeps the columns of successive calls aligned."""
+    from .console import escape_control, fit_table
 
     if not rows and header:
         return "no executions recorded"
     names = agent_names or {}
-    cells = ([_COLUMNS] if header else []) + [
-        tuple(escape_control(cell) for cell in _cells(row, names)) for row in rows
-    ]
-    if widths is None:
-        widths = [0] * len(_COLUMNS)
-    for index in range(len(_COLUMNS)):
-        widths[index] = max([widths[index], *(len(line[index]) for line in cells)])
+    cells = [tuple(escape_control(cell) for cell in _cells(row, names)) for row in rows]
+    if layout is None:
+        layout = fit_table(_COLUMNS, cells, width, fitting_steps())
+    lines = layout.lines(cells, header=header, paint_cell=_outcome_painter(colour))
+    note = layout.note(elsewhere=_ELSEWHERE) if header else ""
+    return "\n".join([*lines, note] if note else lines)
+
+
+def _outcome_painter(colour: bool) -> Callable[[int, str, str], str] | None:
+    from .console import OUTCOME_COLOURS, paint
+
+    if not colour:
+        return None
     outcome = _COLUMNS.index("OUTCOME")
 
-    def shown(index: int, cell: str, width: int, is_header: bool) -> str:
-        text = cell.ljust(width)
-        if colour and index == outcome and not is_header and cell in OUTCOME_COLOURS:
-            return paint(cell, OUTCOME_COLOURS[cell], True) + text[len(cell) :]
-        return text
+    def painted(index: int, cell: str, padded: str) -> str:
+        if index == outcome and cell in OUTCOME_COLOURS:
+            return paint(cell, OUTCOME_COLOURS[cell], True) + padded[len(cell) :]
+        return padded
 
-    return "\n".join(
-        "  ".join(
-            shown(i, cell, width, header and n == 0)
-            for i, (cell, width) in enumerate(zip(line, widths))
-        ).rstrip()
-        for n, line in enumerate(cells)
-    )
+    return painted
+
+
+_ELSEWHERE = "history show ID has every column"
+
+
+def fitting_steps() -> list[Step]:
+    """How the table gets narrower for a terminal, least important first: columns every row
+    leaves empty, a shorter STARTED, then ERROR cut, then ATTEMPTS, REPLAY_OF, DURATION,
+    SESSION and AGENT left out in turn, hook and event names cut. Ids (ID, SESSION, REPLAY_OF
+    and an agent's short id) are never cut; `history show ID` and `--json` have everything."""
+    from .console import Step
+
+    return [
+        Step("omit", "REPLAY_OF", when_all="-"),
+        Step("omit", "ERROR", when_all="-"),
+        Step("compact", "STARTED", width=len("12-01 10:34:37Z"), shorter=_shorter_moment),
+        Step("cut", "ERROR", 16),
+        Step("omit", "ATTEMPTS"),
+        Step("omit", "REPLAY_OF"),
+        Step("omit", "DURATION"),
+        Step("cut", "HOOK", 16),
+        Step("cut", "EVENT", 16),
+        Step("omit", "SESSION"),
+        Step("cut", "ERROR", 8),
+        Step("cut", "HOOK", 12),
+        Step("cut", "EVENT", 12),
+        Step("cut", "AGENT", SHORT_ID),
+        Step("omit", "AGENT"),
+    ]
+
+
+def _shorter_moment(cell: str) -> str:
+    """`2026-12-01 14:44:29Z` as `14:44:29Z` when it is today (UTC), else `12-01 14:44:29Z`."""
+    day, _, clock = cell.partition(" ")
+    if day == datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%d"):
+        return clock
+    return f"{day[5:]} {clock}" if clock else cell
 
 
 def _moment(unix: float, *, millis: bool = False) -> str:
@@ -376,16 +418,10 @@ def _cells(row: ExecutionRow, names: dict[str, str]) -> tuple[str, ...]:
 def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
     """The newest matching rows, then every new one, until Ctrl-C (exit 0)."""
     from ..journal.rows import RUNNING
-    from .console import wants_colour
+    from .console import output_width, wants_colour
 
     colour = wants_colour(sys.stdout)
-    widths: list[int] = [len(column) for column in _COLUMNS]
-    # The table's columns are fixed here, wide enough for most rows: later rows line up.
-    # RESULT fits "http 200", ERROR "ConnectError".
-    for index, width in (
-        (1, 20), (2, SHORT_ID), (3, SHORT_ID), (4, 16), (5, 14), (8, 8), (9, 8), (10, 12)
-    ):  # fmt: skip
-        widths[index] = max(widths[index], width)
+    layout = follow_layout(output_width(sys.stdout))
 
     def emit(rows: list[ExecutionRow]) -> None:
         if args.json:
@@ -393,7 +429,7 @@ def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
                 print(json.dumps(row._asdict()), flush=True)
         elif rows:
             names = agent_names(journal, rows)
-            print(table(rows, colour, agent_names=names, header=False, widths=widths), flush=True)
+            print(table(rows, colour, agent_names=names, header=False, layout=layout), flush=True)
 
     def read(after_id: int | None, limit: int | None) -> list[ExecutionRow]:
         rows = select_rows(
@@ -407,7 +443,8 @@ def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
         if not journal.healthy:
             return _unreadable(journal, path)
         if not args.json:
-            print("  ".join(c.ljust(w) for c, w in zip(_COLUMNS, widths)).rstrip(), flush=True)
+            header = layout.lines([], header=True) + [layout.note(elsewhere=_ELSEWHERE)]
+            print("\n".join(header).rstrip(), flush=True)
         emit(first)
         last = max((row.id or 0 for row in first), default=_newest_id(journal))
         # A delivery journaled while retrying is rewritten in place (same id) when it ends:
@@ -428,6 +465,21 @@ def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
         return 0
     except BrokenPipeError:  # `history --follow | head`: the reader went away
         return 0
+
+
+def follow_layout(width: int | None) -> TableLayout:
+    """The columns of `--follow`, fixed at its start, wide enough for most rows so that later
+    rows line up: RESULT fits "http 200", ERROR "ConnectError"."""
+    from .console import fit_table
+
+    least = [len(column) for column in _COLUMNS]
+    for index, wide in (
+        (1, 20), (2, SHORT_ID), (3, SHORT_ID), (4, 16), (5, 14), (8, 8), (9, 8), (10, 12)
+    ):  # fmt: skip
+        least[index] = max(least[index], wide)
+    # No row is known yet: no column is left out for being empty in every row.
+    steps = [step for step in fitting_steps() if step.when_all is None]
+    return fit_table(_COLUMNS, [], width, steps, least=least)
 
 
 def _newest_id(journal: Any) -> int:

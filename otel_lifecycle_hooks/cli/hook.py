@@ -274,8 +274,17 @@ def _deliver(
     templates = without_supervisor.template_paths(given_templates, env)
     if not templates:
         raise _Refused(f"{reason}; no template given, event not delivered")
+    from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
+
+    # The harness shows a hook's stderr to its user, or to the model: warnings (an unresolved
+    # variable) go to the hook log only; errors also to stderr, as every failure here.
+    def show_errors(text: str, is_error: bool) -> None:
+        if is_error:
+            sys.stderr.write(f"otel-lifecycle-hooks: {text}\n")
+
     try:
-        without_supervisor.fire_events(templates, events, env)
+        with diagnostics_to(HookLog(default_hook_log_path(env)), show_errors):
+            without_supervisor.fire_events(templates, events, env)
     except without_supervisor.EngineMissing as exc:
         raise _Refused(f"{reason}; {exc}") from None
     return False

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..template.model import HookSpec, Template
+    from .console import Step
 
 JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 RECENT_LIMIT = 5
@@ -82,22 +83,54 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(template, recent), indent=2, default=str))
     else:
-        print(_table(template))
+        from .console import output_width
+
+        width = output_width(sys.stdout)
+        print(_table(template, width))
         if recent is not None:
             from .console import wants_colour
 
             print()
-            print(_recent_text(recent, colour=wants_colour(sys.stdout)))
+            print(_recent_text(recent, colour=wants_colour(sys.stdout), width=width))
     return 0
 
 
-def _table(template: Template) -> str:
-    rows = [_COLUMNS] + [_row(hook) for hook in template.hooks]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
+def _table(template: Template, width: int | None = None) -> str:
+    """The hooks as aligned columns within `width` (None: no limit), as `_fitting_steps` says."""
+    from .console import escape_control, fit_table
+
+    rows = [tuple(escape_control(cell) for cell in _row(hook)) for hook in template.hooks]
+    layout = fit_table(_COLUMNS, rows, width, _fitting_steps())
+    lines = layout.lines(rows)
     if not template.hooks:
         lines.append(f"(no hooks in {', '.join(template.files)})")
-    return "\n".join(line.rstrip() for line in lines)
+    note = layout.note("hook", "list --json has every field")
+    return "\n".join([*lines, note] if note else lines)
+
+
+def _fitting_steps() -> list[Step]:
+    """How the table gets narrower for a terminal: first the columns every hook holds at
+    its default (named in a note), then TARGET cut, then on a line of its own under its hook,
+    EVENTS cut, then the policy columns left out, ENABLED last. A hook's name is never cut:
+    it is what `history --hook` and `replay` take."""
+    from .console import Step
+
+    return [
+        Step("omit", "ENABLED", when_all="yes"),
+        Step("omit", "ON_ERROR", when_all="log"),
+        Step("omit", "BLOCKING", when_all="no"),
+        Step("omit", "DEBOUNCE", when_all="-"),
+        Step("cut", "TARGET", 40),
+        Step("cut", "EVENTS", 24),
+        Step("wrap", "TARGET"),
+        Step("cut", "EVENTS", 16),
+        Step("omit", "DEBOUNCE"),
+        Step("omit", "TIMEOUT"),
+        Step("omit", "BLOCKING"),
+        Step("omit", "ON_ERROR"),
+        Step("cut", "EVENTS", 10),
+        Step("omit", "ENABLED"),
+    ]
 
 
 def _row(hook: HookSpec) -> tuple[str, ...]:
@@ -210,8 +243,11 @@ def _recent_executions(path: str, names: Sequence[str]) -> dict[str, list[Any]] 
         return None
 
 
-def _recent_text(recent: Mapping[str, list[Any]], colour: bool = False) -> str:
-    from .console import OUTCOME_COLOURS, escape_control, paint
+def _recent_text(
+    recent: Mapping[str, list[Any]], colour: bool = False, width: int | None = None
+) -> str:
+    """Each hook's recent executions, a line each, cut to `width` (the error type last)."""
+    from .console import OUTCOME_COLOURS, escape_control, paint, shorten
 
     lines = ["RECENT EXECUTIONS"]
     for name, records in recent.items():
@@ -220,6 +256,8 @@ def _recent_text(recent: Mapping[str, list[Any]], colour: bool = False) -> str:
             lines.append("  (none)")
         for record in records:
             line = escape_control(_record_line(record))  # an error type may quote an endpoint
+            if width is not None:
+                line = shorten(line, width - 2)
             outcome = str(_record_dict(record).get("outcome") or "")
             if colour and outcome in OUTCOME_COLOURS:
                 line = line.replace(

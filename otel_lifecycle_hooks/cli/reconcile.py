@@ -9,8 +9,11 @@ would have used, rendered from the template named here (--template, parent first
 $LIFECYCLE_HOOKS_TEMPLATE), never from the one the session journaled: the agent may have
 written its row. Only sessions that ran that template (their journaled sha256) are recovered;
 the others are left alone and reported. The session's journaled variables fill what this
-process's environment does not set; secrets come from this process's environment, as they did
-from the agent's. Exactly once across any number of
+process's environment does not set, as content only: a variable that decides where a request
+goes (a URL's scheme, host or port, the Host header) or what a script runs comes from this
+environment (and SCION_* for agent metadata) or the template, never the journal; a session
+needing one this environment does not set is left alone, naming it. Secrets come from this
+process's environment, as they did from the agent's. Exactly once across any number of
 reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
 sent, and sends nothing. Exit 0; 1 when the journal or template cannot be read; 2 on a bad
 option or no template named.
@@ -168,6 +171,11 @@ def reconcile_pass(
             # Not lost: it stays unfinished for a reconcile with its own template.
             reports.append({**base, "action": "left alone", "reason": other})
             continue
+        steered = _unsupplied(journal, row, template)
+        if steered:
+            # Nothing is sent and nothing claimed: it stays owed for a reconcile that sets them.
+            reports.append({**base, "action": "left alone", "reason": steered})
+            continue
         if dry_run:
             reports.append({**base, "action": "would recover", "hooks": _planned(row, template)})
             continue
@@ -189,13 +197,33 @@ def reconcile_pass(
     return reports
 
 
+def _unsupplied(journal: Any, row: Any, template: Any) -> str:
+    """Why `row` cannot be recovered from here: the variables deciding where one of its owed
+    hooks' requests goes that this environment does not set ("" when none)."""
+    from ..engine.destination import operator_metadata, unsupplied
+    from ..supervisor import recovery
+
+    operator = operator_metadata(template, os.environ)
+    journaled = journal.executions(session_id=row.session_id)
+    missing = [
+        item
+        for hook in recovery.owed_hooks(template, row, journaled)
+        for item in unsupplied(hook, template, os.environ, operator)
+    ]
+    if not missing:
+        return ""
+    return "; ".join(item.message() for item in missing) + "; nothing was sent, it stays owed"
+
+
 def _recover(journal: Any, row: Any, template: Any) -> list[str]:
+    from ..engine.destination import journaled_variables, operator_metadata
     from ..engine.engine import HookEngine
     from ..supervisor import recovery
 
-    # The session's journaled values fill only what this environment does not set: the agent
-    # may have written them, and the operator's own settings are the ones trusted.
-    environ = {**row.variables, **os.environ}
+    # The session's journaled values fill only what this environment does not set, and only
+    # as content: the agent may have written them, so none decides where a request goes,
+    # what runs, which credential is attached, or this process's own settings.
+    environ = {**journaled_variables(row.variables or {}, template), **os.environ}
     telemetry = _telemetry(template, environ, row)
     engine = HookEngine(
         template,
@@ -210,6 +238,7 @@ def _recover(journal: Any, row: Any, template: Any) -> list[str]:
             row,
             lambda hook, event, info: engine.executor.run(hook, event, info),
             template,
+            operator_metadata(template, os.environ),
         )
         flush = getattr(journal, "flush", None)
         if flush is not None:

@@ -220,8 +220,15 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     report = RunReport(verbosity)  # what the operator sees of the hooks
     running = RunningFile(agent_metadata(options), options.environ)  # what `status` shows
     options.watchers = [report, running]
-    try:
-        return Supervisor(options).run()
-    finally:
-        running.remove()
-        report.finish()
+    from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
+
+    # The package's warnings reach the terminal as the report's lines (`-q`: errors only),
+    # and the hook log, the one the executions are written to, has them all.
+    hook_log = HookLog(args.hook_log or default_hook_log_path(options.environ))
+    options.hook_log = hook_log
+    with diagnostics_to(hook_log, report.diagnostic):
+        try:
+            return Supervisor(options).run()
+        finally:
+            running.remove()
+            report.finish()

@@ -1,5 +1,10 @@
 """`validate TEMPLATE...`: load and check templates; every problem, with file:line:col.
 
+One run reports every problem it can find, ordered by file (parent first) and position: the
+rules of each file and those of the merged template alike, with the warnings among them.
+Only a file that cannot be read (invalid YAML, not UTF-8) stops the check, of the rest of
+that file and of the merged template, and the output says so.
+
 Problems, warnings and the count of problems are diagnostics, on stderr, as a compiler prints
 them and as `list`, `test` and `run` print the same problems; the result (`ok: ...`, or the
 `--json` report, problems included) is on stdout.
@@ -10,6 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..template.loader import TemplateReading
+    from ..template.model import Position
+    from ..template.validate import Problem
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,28 +40,37 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print `ok: ...` or one line per problem."""
-    from ..template.loader import load_templates, template_file
-    from ..template.validate import TemplateError, capture_warnings
+    from ..template.loader import read_templates, template_file
 
     files = [template_file(path) for path in args.templates]
-    try:
-        template = load_templates(args.templates)
-    except TemplateError as exc:
+    reading = read_templates(args.templates)
+    warnings = _warnings(reading)
+    if reading.problems:
         if args.json:
-            problems = [problem.to_dict() for problem in exc.problems]
-            print(json.dumps({"ok": False, "files": files, "problems": problems}, indent=2))
-        else:
-            for problem in exc.problems:
-                print(problem, file=sys.stderr)
-            count = len(exc.problems)
-            noun = "problem" if count == 1 else "problems"
-            print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
+            report: dict[str, Any] = {
+                "ok": False,
+                "files": files,
+                "problems": [problem.to_dict() for problem in reading.problems],
+                "warnings": [warning.to_dict() for warning in warnings],
+                "complete": not reading.unread,
+            }
+            if reading.unread:
+                report["not_checked"] = [_not_checked_view(where) for where in reading.unread]
+            print(json.dumps(report, indent=2))
+            return 1
+        for line in _diagnostics(reading.problems, warnings):
+            print(line, file=sys.stderr)
+        for where in reading.unread:
+            if where.line:  # a file read up to a point; one not read at all says so itself
+                print(_not_checked(where), file=sys.stderr)
+        count = len(reading.problems)
+        noun = "problem" if count == 1 else "problems"
+        print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
         return 1
+    template = reading.template
+    assert template is not None  # no problems: every file was read
     disabled = sum(1 for hook in template.hooks if not hook.enabled)
-    from ..template.checks import template_warnings
-
     # The template still loads: exit 0.
-    warnings = capture_warnings(template) + template_warnings(template)
     if args.json:
         summary = {
             "ok": True,
@@ -69,3 +89,56 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"ok: {count} {noun}{suffix} in {', '.join(files)}")
     return 0
+
+
+def _warnings(reading: TemplateReading) -> list[Problem]:
+    """The warnings of every hook, those with problems included (what of them read cleanly).
+    A capture of a hook that failed its own rules is left out: its action may not have been
+    read, and the author has its problems to fix first."""
+    from ..template.checks import template_warnings
+    from ..template.loader import with_partial_hooks
+    from ..template.validate import capture_warnings
+    from ..variables import captured_variable_names
+
+    if reading.template is None:
+        return []
+    template = with_partial_hooks(reading.template, reading.partial_hooks)
+    captures = capture_warnings(template)
+    failed = {problem.hook for problem in reading.problems if problem.hook is not None}
+    stems = {captured_variable_names(name)[0].removesuffix("RESPONSE") for name in failed}
+    captures = [w for w in captures if not any("${" + stem in w.message for stem in stems)]
+    warnings = captures + template_warnings(template)
+    files = {file: index for index, file in enumerate(template.files)}
+    return sorted(
+        warnings,
+        key=lambda w: (files.get(w.position.file, len(files)), w.position.line, w.position.column),
+    )
+
+
+def _diagnostics(problems: tuple[Problem, ...], warnings: list[Problem]) -> list[str]:
+    """Problems and warnings, one line each, in the problems' order (file, line, column)."""
+    files: dict[str, int] = {}
+    for problem in problems:
+        files.setdefault(problem.position.file, len(files))
+    lines = [(problem, str(problem)) for problem in problems]
+    lines += [(warning, f"warning: {warning}") for warning in warnings]
+
+    def key(item: tuple[Problem, str]) -> tuple[int, int, int]:
+        position = item[0].position
+        return files.get(position.file, len(files)), position.line, position.column
+
+    return [text for _, text in sorted(lines, key=key)]
+
+
+def _not_checked(where: Position) -> str:
+    at = f" past line {where.line}, column {where.column}" if where.line else ""
+    return (
+        f"{where.file}: its hooks and the merged template were not checked, since the file "
+        f"cannot be read{at}; fix that and validate again for the rest"
+    )
+
+
+def _not_checked_view(where: Position) -> dict[str, Any]:
+    view: dict[str, Any] = {"file": where.file, "line": where.line, "column": where.column}
+    view["text"] = _not_checked(where)
+    return view

@@ -100,9 +100,13 @@ def _span_id(span: Any) -> int:
 
 
 def _operation_name(span: Any) -> Any:
-    """The span's `gen_ai.operation.name`, through the public attribute mapping."""
+    """The span's `gen_ai.operation.name`, through the public attribute mapping: most of what
+    the processor costs a host's span (the property's proxy, then `Mapping.get` and the
+    mapping's `__getitem__` in Python), and the cheapest public way to tell a session from the
+    rest. `is None` rather than truthiness: an SDK span's mapping is never None, and its length
+    is one more call in Python."""
     attributes = span.attributes
-    return attributes.get(ev.ATTR_OPERATION_NAME) if attributes else None
+    return None if attributes is None else attributes.get(ev.ATTR_OPERATION_NAME)
 
 
 def session_from_span(span: ReadableSpan) -> SessionInfo:
@@ -179,10 +183,13 @@ class LifecycleHookProcessor(SpanProcessor):
             self._observed.add(span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
+        # No lock for the common case, a host's span that is no session: a session's id was
+        # added by its own on_start, which happened before this call, and only this call
+        # removes it. With no session live at all, the span's id is not even read.
+        if not self._sessions:
+            return
         span_id = _span_id(span)
         if span_id not in self._sessions:
-            # Not a session (the common case for a host application's spans): no lock. A
-            # session's id was added by its own on_start, which happened before this call.
             return
         with self._lock:
             session = self._sessions.pop(span_id, None)

@@ -7,6 +7,7 @@ written is reported once by its own module and never stops a hook.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,6 +95,32 @@ class Recorders:
                 log.debug("closing %r failed", owned, exc_info=True)
 
 
+class _InFlightLater:
+    """journal.in_flight.InFlight, made at its first use: importing it imports the journal's
+    modules and SQLite, which `run` leaves until its agent has started."""
+
+    def __init__(self, journal: Any) -> None:
+        self._journal = journal
+        self._made: Any = None
+        self._lock = threading.Lock()
+
+    def _in_flight(self) -> Any:
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    from ..journal.in_flight import InFlight
+
+                    self._made = InFlight(self._journal)
+        return self._made
+
+    def retrying(self, *args: Any) -> None:
+        self._in_flight().retrying(*args)
+
+    def record(self, execution: Execution) -> int | None:
+        recorded: int | None = self._in_flight().record(execution)
+        return recorded
+
+
 def build_recorders(
     executor: HookExecutor,
     *,
@@ -121,9 +148,9 @@ def build_recorders(
             recorders._owned.append(hook_log)
         recorders.hook_log = hook_log
     if journal is not False:
-        from ..journal import journal_location, open_journal
-
         if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
+            from ..journal import journal_location, open_journal
+
             journal = open_journal(journal_location(journal or None, environ))
             recorders._owned.append(journal)
         recorders.journal = journal
@@ -151,10 +178,8 @@ def build_recorders(
     journal_ = recorders.journal
     in_flight = None
     if journal_ is not None and hasattr(journal_, "update_execution"):
-        from ..journal.in_flight import InFlight
-
         # A retrying execution is journaled as running at its first wait, so it can be seen.
-        in_flight = InFlight(journal_)
+        in_flight = _InFlightLater(journal_)
         executor.in_flight.append(in_flight.retrying)
 
     def record_journal(execution: Execution) -> None:

@@ -24,7 +24,10 @@ definition in the named template and the current environment:
   that changed since makes the replay refuse, naming the part);
 - the stored request never chooses where the credentials go either: its url, method, header
   names and body must be ones the template renders, only the event's own values (which are
-  not journaled apart) standing where the template puts them; anything else is refused.
+  not journaled apart) standing where the template puts them; anything else is refused;
+- nor does the session's journaled metadata: a variable that decides where the request goes
+  takes this command's value (`engine/destination.py`), and a row needing one that this
+  environment and the template do not set is refused, naming it.
 
 Scripts are not replayed: the event they read on stdin is not journaled, and running a command
 with a made-up event could do harm.
@@ -365,7 +368,18 @@ class Replayer:
             raise ReplayRefused(
                 f"hook {row.hook!r} is now a {hook.action.type} action; only http and webhook deliveries are replayed"
             )
-        metadata = self._session_metadata(row)
+        from .destination import journaled_metadata, operator_metadata, unsupplied
+
+        # The journal is the agent's to write: what decides where the request goes (and with
+        # which credential) comes from this command's side only, or the row is refused.
+        operator = operator_metadata(template, self.environ)
+        missing = unsupplied(hook, template, self.environ, operator)
+        if missing:
+            raise ReplayRefused(
+                "; ".join(item.message() for item in missing)
+                + f". Nothing was sent; execution {row.id} stays journaled, to replay once it is set."
+            )
+        metadata = journaled_metadata(self._session_metadata(row), operator, template)
 
         def variables() -> Variables:
             return _replay_variables(row, hook, template, metadata, self.environ)
@@ -448,7 +462,9 @@ def _replay_variables(
     environ: Mapping[str, str],
 ) -> Variables:
     """What a replay knows of the original event: its name and timestamp (from the
-    idempotency key), the agent and session ids; the rest of the event is not journaled."""
+    idempotency key), the agent and session ids; the rest of the event is not journaled.
+    `metadata` is the session's, with the names that decide a destination already the
+    operator's (`destination.journaled_metadata`)."""
     event = {"EVENT": row.event}
     prefix = f"{row.agent_id}:{row.hook}:{row.event}:"
     if row.idempotency_key and row.idempotency_key.startswith(prefix):

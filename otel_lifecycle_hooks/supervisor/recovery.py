@@ -278,6 +278,21 @@ def owed_events(template: Any, row: Any, journaled: Iterable[Any]) -> list[OwedE
     return owed
 
 
+def owed_hooks(template: Any, row: Any, journaled: Iterable[Any]) -> list[Any]:
+    """The hooks a claim of `row` may send, whether or not their moment is fixed yet: the
+    template's pre-stop hooks (unless the session's session-end had begun without them) and
+    session-end hooks that the journal shows no finished execution of."""
+    ran = {(e.event, e.hook) for e in journaled if e.outcome != "running"}
+    pre_stop_owed = row.pre_stop_at is not None or row.session_end_at is None
+    return [
+        hook
+        for event in RECOVERED_EVENTS
+        if event != "pre-stop" or pre_stop_owed
+        for hook in template.hooks_for(event)
+        if (event, hook.name) not in ran
+    ]
+
+
 # -- doing --
 
 
@@ -297,9 +312,15 @@ def recover_session(
 ) -> Recovery:
     """Send the owed hooks of a session this caller claimed (each through `run_hook`, which
     journals it), then mark it recovered."""
+    from ..engine.destination import journaled_metadata
+
     journaled = journal.executions(session_id=row.session_id)
     owed = owed_events(template, row, journaled)
-    metadata = dict(row.metadata or fallback_metadata or {})
+    # The row's metadata is the agent's to write: a name that decides where a request goes
+    # takes the recoverer's value (`fallback_metadata`), never the journal's.
+    metadata = journaled_metadata(
+        row.metadata or fallback_metadata or {}, fallback_metadata or {}, template
+    )
     metadata["SESSION_ID"] = row.session_id
     info = SessionInfo(session_id=row.session_id, metadata=metadata)
     fired: list[str] = []

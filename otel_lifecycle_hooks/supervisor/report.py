@@ -1,5 +1,6 @@
 """What `run` tells the operator: one line per hook that fails, is refused, retries or is
-dropped (every execution with `-v`, nothing with `-q`), and a summary when the run ends.
+dropped (every execution with `-v`, nothing with `-q`), and a summary when the run ends. The
+package's logged warnings come the same way (`-q`: only its errors).
 
 Where the lines go is decided once, at start: an agent that owns the terminal (its stdin and
 stdout are a terminal, and so is our stderr) draws its own screen, and a line written into it
@@ -98,12 +99,16 @@ class RunReport(ExecutionWatcher):
             self.dropped_count += 1
         self._line(f"{_who(hook.name, event.name)} dropped: {reason}", YELLOW)
 
+    def diagnostic(self, text: str, is_error: bool) -> None:
+        """A warning or error the package logged (an unresolved variable, a journal that
+        cannot be written): a line like the others, held while the agent owns the terminal.
+        `-q` keeps only the errors."""
+        self._line(escape_control(text), RED if is_error else YELLOW, always=is_error)
+
     # -- the end --
 
     def finish(self) -> None:
-        """Print what was held, then the summary (nothing at all with `-q`)."""
-        if self.verbosity <= QUIET:
-            return
+        """Print what was held, then the summary (with `-q`, only the errors held)."""
         with self._lock:
             held, self._held, self._hold = self._held, [], False
             over, self._held_over = self._held_over, 0
@@ -111,6 +116,8 @@ class RunReport(ExecutionWatcher):
             self._write(text)
         if over:
             self._write(f"{PREFIX}... {over} more lines in the hook log")
+        if self.verbosity <= QUIET:
+            return
         summary = self.summary()
         if summary:
             self._write(
@@ -144,8 +151,8 @@ class RunReport(ExecutionWatcher):
 
     # -- output --
 
-    def _line(self, text: str, colour: str | None) -> None:
-        if self.verbosity <= QUIET:
+    def _line(self, text: str, colour: str | None, always: bool = False) -> None:
+        if self.verbosity <= QUIET and not always:
             return
         line = PREFIX + text
         if colour is not None:

@@ -29,12 +29,13 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..template.model import Template
+from ..variables import METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
+from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
-from .recovery import recover_orphaned_sessions
 from .server import EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -49,20 +50,6 @@ MAX_PENDING_MESSAGES = 1024
 REAP_INTERVAL = 1.0
 # How long the agent's exit waits for its last events still unread in the event socket.
 LAST_MESSAGES_BOUND = 1.0  # seconds
-# Variables that carry agent metadata into the supervisor (Scion sets them in the container).
-METADATA_ENV = {
-    "AGENT_NAME": "SCION_AGENT_NAME",
-    "AGENT_ID": "SCION_AGENT_ID",
-    "AGENT_SLUG": "SCION_AGENT_SLUG",
-    "TEMPLATE_NAME": "SCION_TEMPLATE_NAME",
-    "HARNESS_NAME": "SCION_HARNESS",
-    "HARNESS_CONFIG": "SCION_HARNESS_CONFIG",
-    "GROVE_NAME": "SCION_GROVE",
-    "GROVE_ID": "SCION_GROVE_ID",
-    "GROVE_PATH": "SCION_GROVE_PATH",
-    "CONTAINER_ID": "SCION_CONTAINER_ID",
-    "IMAGE": "SCION_IMAGE",
-}
 
 
 class RunInterrupted(Exception):
@@ -157,6 +144,7 @@ class Supervisor:
         self._stop_deadline: float | None = None
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
+        self._session_journaled = False  # recovery, the session row, heartbeat and retention
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
@@ -190,7 +178,7 @@ class Supervisor:
             tracer_provider=self._telemetry.tracer_provider,
             meter_provider=self._telemetry.meter_provider,
             environ=options.environ,
-            journal=options.journal,
+            journal=_deferred(options.journal, options.environ),
             hook_log=options.hook_log,
             script_user=options.user,
         )
@@ -206,10 +194,6 @@ class Supervisor:
             tracer_provider=self._telemetry.tracer_provider,
         )
         try:
-            self._recover_earlier_runs()
-            self._journal_call("open_session", **self._session_row())
-            self._start_heartbeat()
-            self._keep_retention()
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
             log.exception("supervisor failed")
@@ -249,6 +233,7 @@ class Supervisor:
         self._processes = AgentProcesses(self._child.pid, self._agent_tag)
         self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
+        self._journal_session()
         self._journal_agent(self._child.pid)
         self._set_phase("running")
         self._legacy("post-start")
@@ -506,6 +491,8 @@ class Supervisor:
             self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
+        if isinstance(self._journal, DeferredJournal):
+            self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
             self._telemetry.shutdown()
 
@@ -681,9 +668,26 @@ class Supervisor:
             **session_fields(self.options.template, self.options.environ, self.session.metadata),
         }
 
+    def _journal_session(self) -> None:
+        """Crash recovery of earlier runs, this session's row, its heartbeat and the journal's
+        retention: once, right after the agent started (none of them decides whether it may),
+        or before the first journal call of a session that ends before its agent starts."""
+        if self._session_journaled:
+            return
+        self._session_journaled = True
+        self._recover_earlier_runs()
+        self._journal_call("open_session", **self._session_row())
+        self._start_heartbeat()
+        self._keep_retention()
+
     def _journal_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._journal is None:
             return None
+        if not self._session_journaled:  # a session's row comes before anything said of it
+            try:
+                self._journal_session()
+            except Exception:  # a session ending before its agent started: its end goes on
+                log.exception("journaling the session failed")
         try:
             return getattr(self._journal, method)(*args, **kwargs)
         except Exception:
@@ -731,6 +735,8 @@ class Supervisor:
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
+        from .recovery import recover_orphaned_sessions
+
         assert self.engine is not None
         executor = self.engine.executor
         deadline = time.monotonic() + self.options.grace_period
@@ -741,6 +747,14 @@ class Supervisor:
             lambda hook, event, info: executor.run(hook, event, info, deadline),
             self.options.template,
         )
+
+
+def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:
+    """The journal for the engine: a path or None is opened at its first use (deferred.py),
+    not before the agent starts; an instance or False as it is."""
+    if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
+        return DeferredJournal(journal, environ)
+    return journal
 
 
 def _socket_owner(user: str | None) -> tuple[int, int] | None:

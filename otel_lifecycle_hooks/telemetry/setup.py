@@ -32,7 +32,10 @@ differs from it:
   messages; what was not exported is dropped.
 
 With no metrics exporter the meter provider is the API's no-op one: the metrics SDK (a fifth
-of `run`'s start-up) is imported only when some reader will collect what it aggregates.
+of `run`'s start-up) is imported only when some reader will collect what it aggregates. The
+span exporters (the local trace file's, OTLP's with protobuf and its HTTP client) and their
+batch processors are made when the first span ends (`_ExportLater`): `run` starts its agent
+before any span ends, so the agent's start does not wait for their imports.
 """
 
 from __future__ import annotations
@@ -51,16 +54,15 @@ from urllib.parse import unquote, urlsplit
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, sampling
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
-from opentelemetry.sdk.trace import sampling
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
-from .tracefile import TraceFileExporter, default_trace_path
-
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +331,9 @@ class Telemetry:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.owned = owned
-        self.trace_file = trace_file
+        self._trace_file = trace_file
+        # Where the local trace file goes, decided when first asked (or exported to).
+        self._trace_file_later: Callable[[], Path | None] | None = None
         self.otel_env: dict[str, str] = {} if otel_env is None else otel_env
         self.disabled = disabled
         self._closers: list[Callable[[], None]] = [] if _closers is None else _closers
@@ -338,6 +342,14 @@ class Telemetry:
         self._closed = False
         self._lock = threading.Lock()
         self._session_failures: _SessionExportFailures | None = None
+        self._export_later: _ExportLater | None = None  # the span exporters, once made
+
+    @property
+    def trace_file(self) -> Path | None:
+        """The local trace file spans go to; None when they go to an exporter (or nowhere)."""
+        if self._trace_file_later is not None:
+            return self._trace_file_later()
+        return self._trace_file
 
     def __repr__(self) -> str:
         return (
@@ -425,7 +437,7 @@ class Telemetry:
     def quiet_session_export_failures(self) -> None:
         """While the session runs, the exporters' retry and failure messages (one per attempt,
         raw) become one line at the first, and are counted after it; the exit says the rest."""
-        if self._session_failures is None and self._exporters:
+        if self._session_failures is None and (self._exporters or self._export_later):
             self._session_failures = _SessionExportFailures(self.export_target())
             self._session_failures.install()
 
@@ -523,26 +535,95 @@ def configure_telemetry(
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
     exporters: list[Any] = []
-    file_path: Path | None = None
+    later: _ExportLater | None = None
     if not disabled:
-        span_exporters, file_path = _span_exporters(env, trace_file, path_env, session_id)
-        for exporter in span_exporters:
-            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace_names = exporter_names("traces", env)
+        file_path = _TraceFilePath(trace_file, path_env, session_id) if not trace_names else None
+        later = _ExportLater(lambda: _span_exporters(env, trace_names, file_path), exporters)
+        tracer_provider.add_span_processor(later)
         readers, closers = _metric_readers(env, exporters)
-        exporters.extend(span_exporters)
     meter_provider = _meter_provider(readers, resource)
     telemetry = Telemetry(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
         owned=True,
-        trace_file=file_path,
         otel_env=env,
         disabled=disabled,
         _closers=closers,
         _exporters=exporters,
     )
+    if not disabled:
+        telemetry._trace_file_later = file_path
+        telemetry._export_later = later
     atexit.register(telemetry.shutdown)
     return telemetry
+
+
+class _TraceFilePath:
+    """The local trace file's path, decided once, when first asked: the default one is read
+    from the environment (and, without a session id, the time) by `tracefile`, imported then."""
+
+    def __init__(self, given: Path | None, path_env: Mapping[str, str], session_id: str | None):
+        self._path = given
+        self._path_env = path_env
+        self._session_id = session_id
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Path:
+        with self._lock:
+            if self._path is None:
+                from .tracefile import default_trace_path
+
+                self._path = default_trace_path(self._path_env, self._session_id)
+            return self._path
+
+
+class _ExportLater(SpanProcessor):
+    """The span exporters' batch processors, made with their exporters when the first span
+    ends, by the thread that ends it, and then given every span, as if added to the provider
+    themselves. Until then no span has anything to export (a batch processor does nothing
+    when a span starts): `run` starts its agent with neither the export modules nor an OTLP
+    exporter's (protobuf, its HTTP client) imported. The exporters made are added to
+    `exporters` (the Telemetry's, stopped at a bounded exit)."""
+
+    def __init__(self, make: Callable[[], list[SpanExporter]], exporters: list[Any]) -> None:
+        self._make = make
+        self._exporters = exporters
+        self._processors: list[SpanProcessor] | None = None
+        self._lock = threading.Lock()
+
+    def processors(self) -> list[SpanProcessor]:
+        """The batch processors, made now if they were not yet."""
+        processors = self._processors
+        if processors is None:
+            with self._lock:
+                if self._processors is None:
+                    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+                    made = self._make()
+                    self._exporters.extend(made)
+                    self._processors = [BatchSpanProcessor(exporter) for exporter in made]
+                processors = self._processors
+        return processors
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        for processor in self._processors or ():
+            processor.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for processor in self.processors():
+            processor.on_end(span)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            made = self._processors
+            self._processors = []  # shut down before any span ended: nothing is made later
+        for processor in made or ():
+            processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flushed = [p.force_flush(timeout_millis) for p in self._processors or ()]  # each one
+        return all(flushed)
 
 
 def attach_or_configure(
@@ -594,21 +675,19 @@ def _is_sdk_meter_provider(provider: object) -> bool:
 
 
 def _span_exporters(
-    env: Mapping[str, str],
-    trace_file: Path | None,
-    path_env: Mapping[str, str],
-    session_id: str | None,
-) -> tuple[list[SpanExporter], Path | None]:
-    names = exporter_names("traces", env)
-    if not names:
-        path = trace_file or default_trace_path(path_env, session_id)
-        return [TraceFileExporter(path)], path
+    env: Mapping[str, str], names: list[str], trace_file: Callable[[], Path] | None
+) -> list[SpanExporter]:
+    """The exporters `names` asks for; none named: the local trace file's, at `trace_file`."""
+    if trace_file is not None:
+        from .tracefile import TraceFileExporter
+
+        return [TraceFileExporter(trace_file())]
     exporters: list[SpanExporter] = []
     for name in names:
         exporter = _guarded(name, lambda n=name: _span_exporter(n, env))  # type: ignore[misc]
         if exporter is not None:
             exporters.append(exporter)
-    return exporters, None
+    return exporters
 
 
 def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:

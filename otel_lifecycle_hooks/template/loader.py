@@ -1,8 +1,9 @@
 """Template files -> `Template`: YAML with a position on every value, then the rules, then merging.
 
-The YAML is composed into PyYAML's node graph rather than constructed, so that every key and
-value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean `true`) reads
-as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
+The YAML is read from libyaml's parse events (or, when libyaml is missing or the document
+needs PyYAML's own words, from PyYAML's composed node graph) rather than constructed, so that
+every key and value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean
+`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
 hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -20,6 +22,7 @@ from .model import HookSpec, Position, Template
 from .trust import env_expansion_problems, trust_problems
 from .validate import (
     Located,
+    PartialHooks,
     Problem,
     TemplateError,
     describe,
@@ -31,9 +34,11 @@ __all__ = [
     "TEMPLATE_FILE_NAME",
     "Problem",
     "TemplateError",
+    "TemplateReading",
     "load_template_text",
     "load_templates",
     "merge_templates",
+    "read_templates",
     "template_file",
 ]
 
@@ -52,6 +57,7 @@ _READ_KEYS = (
     "hook_rate_limit", *_METADATA_KEYS,
 )  # fmt: skip
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
 # Read before parsing: a template is a few kilobytes; 50 MB of YAML would take a minute and
 # gigabytes to compose.
 MAX_TEMPLATE_BYTES = 4 * 1024 * 1024
@@ -69,39 +75,106 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     A path may name a template directory (its `scion-agent.yaml` is read). Raises
     `TemplateError` with every problem of every file; nothing is loaded if any file fails.
     """
+    reading = read_templates(paths)
+    if reading.problems or reading.template is None:
+        raise TemplateError(reading.problems)
+    return reading.template
+
+
+@dataclass(frozen=True)
+class TemplateReading:
+    """What one reading of template files found: every problem, in file order then position.
+
+    `template` is the merged template, usable only when `problems` is empty; with problems it
+    holds the hooks that read cleanly, and `partial_hooks` what read cleanly of the others,
+    so that warnings can still be looked for. It is None when a file could not be read at all
+    (`unread`: those files and where reading stopped), in which case the checks of the merged
+    template were not run either.
+    """
+
+    template: Template | None
+    problems: tuple[Problem, ...]
+    unread: tuple[Position, ...] = ()
+    # What read cleanly of the hooks with problems (`validate.read_hook`): never run, only
+    # looked at by the rules of the merged template and the warnings.
+    partial_hooks: tuple[HookSpec, ...] = ()
+
+
+def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
+    """Read and check template files, parent first, collecting every problem in one pass: the
+    rules of each file, then those of the merged template (conditions, turned-off hooks,
+    trust) on the hooks that read cleanly. Only a file that cannot be read (invalid YAML,
+    not UTF-8, missing) stops a check: the rest of that file and the merged template."""
+    files = [template_file(path) for path in paths]
     templates: list[Template] = []
     problems: list[Problem] = []
-    for path in paths:
-        file = template_file(path)
-        template, file_problems = _read_file(file)
+    unread: list[Position] = []
+    partial = PartialHooks()
+    for file in files:
+        template, file_problems = _read_file(file, partial)
         problems.extend(file_problems)
-        if template is not None:
+        if template is None:
+            unread.append(min((p.position for p in file_problems), default=Position(file, 0, 0)))
+        else:
             templates.append(template)
-    if problems:
-        raise TemplateError(problems)
+    if unread:
+        return TemplateReading(None, _in_order(problems, files), tuple(unread))
     merged = merge_templates(templates)
+    problems.extend(_merged_problems(merged, problems, partial=partial))
+    return TemplateReading(merged, _in_order(problems, files), partial_hooks=tuple(partial))
+
+
+def _merged_problems(
+    merged: Template,
+    found: Sequence[Problem],
+    turn_offs: bool = True,
+    partial: PartialHooks | None = None,
+) -> list[Problem]:
+    """The rules of the merged template, less what the files' own rules already said;
+    `turn_offs=False` for one template read alone, whose parent may be merged later;
+    `partial`: hooks with problems of their own, whose conditions and trust are checked too."""
     from .checks import condition_problems, unmatched_turn_offs
 
-    unmatched = unmatched_turn_offs(merged) + condition_problems(merged)
-    if unmatched:
-        raise TemplateError(unmatched)
+    # A hook that failed its own rules is not in `merged`: a child turning it off is not
+    # "unmatched", the author has the hook's own problem to fix.
+    failed_names = {problem.hook for problem in found if problem.hook is not None}
+    unmatched = unmatched_turn_offs(merged) if turn_offs else []
+    candidates = [p for p in unmatched if p.hook not in failed_names]
     # On the merged template: a child's env: can change what a parent's hook refers to.
-    trust = trust_problems(merged)
-    if trust:
-        raise TemplateError(trust)
-    return merged
+    partial = partial if partial is not None else PartialHooks()
+    candidates += condition_problems(with_partial_hooks(merged, partial))
+    candidates += trust_problems(with_partial_hooks(merged, partial.with_valid_actions()))
+    said = {(problem.hook, problem.field, problem.message) for problem in found}
+    return [p for p in candidates if (p.hook, p.field, p.message) not in said]
+
+
+def with_partial_hooks(template: Template, partial: Sequence[HookSpec]) -> Template:
+    """`template` with the hooks that failed their own rules beside its own, for the checks
+    that look at every hook (never to run)."""
+    if not partial:
+        return template
+    return template._replace(hooks=(*template.hooks, *partial))
+
+
+def _in_order(problems: Sequence[Problem], files: Sequence[str]) -> tuple[Problem, ...]:
+    """Files in the order given (parent first), each by line and column."""
+    rank = {file: index for index, file in enumerate(files)}
+
+    def key(problem: Problem) -> tuple[int, int, int]:
+        position = problem.position
+        return rank.get(position.file, len(files)), position.line, position.column
+
+    return tuple(sorted(problems, key=key))
 
 
 def load_template_text(text: str, filename: str = TEMPLATE_FILE_NAME) -> Template:
     """Load one template from text; `filename` is what error positions name."""
-    template, problems = _parse(text, filename)
+    partial = PartialHooks()
+    template, problems = _parse(text, filename, partial)
+    if template is not None:
+        problems = problems + _merged_problems(template, problems, False, partial)
     if problems or template is None:
-        raise TemplateError(problems)
-    from .checks import condition_problems
-
-    trust = condition_problems(template) + trust_problems(template)
-    if trust:
-        raise TemplateError(trust)
+        raise TemplateError(_in_order(problems, [filename]))
     return template
 
 
@@ -159,7 +232,9 @@ def merge_templates(templates: Sequence[Template]) -> Template:
     )
 
 
-def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
+def _read_file(
+    file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template | None, list[Problem]]:
     try:
         with open(file, "rb") as handle:
             data = handle.read(MAX_TEMPLATE_BYTES + 1)  # never more: a huge file fails fast
@@ -175,7 +250,7 @@ def _read_file(file: str) -> tuple[Template | None, list[Problem]]:
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         message = "is not UTF-8 text; save the template as UTF-8"
         return None, [Problem(Position(file, line, column), None, None, message)]
-    return _parse(text, file)
+    return _parse(text, file, partial)
 
 
 def _too_large(file: str) -> Problem:
@@ -186,15 +261,18 @@ def _too_large(file: str) -> Problem:
     return Problem(Position(file, 0, 0), None, None, message)
 
 
-def _parse(text: str, file: str) -> tuple[Template | None, list[Problem]]:
+def _parse(
+    text: str, file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template | None, list[Problem]]:
     if len(text) > MAX_TEMPLATE_BYTES:
         return None, [_too_large(file)]
     root, problems = _compose(text, file)
-    if problems:
-        return None, problems
-    template, problems = _read_document(root, file)
-    problems.sort(key=lambda p: (p.position.line, p.position.column))
-    return (None if problems else template), problems
+    if root is None and problems:
+        return None, problems  # invalid YAML: nothing past it can be read
+    # A refused tag leaves the document readable: its rules are checked too.
+    template, document_problems = _read_document(root, file, partial)
+    problems = sorted(problems + document_problems, key=lambda p: p.position[1:])
+    return template, problems
 
 
 # --- YAML -> Located ------------------------------------------------------------------
@@ -231,23 +309,158 @@ def _compose(text: str, file: str) -> tuple[Located | None, list[Problem]]:
 
 def _compose_with_libyaml(text: str, file: str) -> tuple[Located | None, list[Problem]] | None:
     """The document through libyaml's parser, about twenty times faster than PyYAML's own
-    (a few milliseconds of every `run`), or None when libyaml is missing, refuses the text or
-    the text holds a character PyYAML refuses: PyYAML then reads it again, so that what is
-    refused is refused with the same words. Both give the same nodes and positions; a plain
-    scalar's style is "" here and None there, which `_style` evens out."""
+    (a few milliseconds of every `run`), or None when libyaml is missing, refuses the text, the
+    text holds a character PyYAML refuses, or it needs what only the node reader says (a tag
+    outside the core schema, an alias the composer refuses, a second document): PyYAML then
+    reads it again, so that what is refused is refused with the same words.
+
+    Values are built from libyaml's parse events as they come (`_EventReader`), never from a
+    composed node graph: a node with its two marks weighs more than the value read from it, so
+    the graph of a 1,000-hook template was about 6 MB held at once, on top of the values, and
+    the process kept that memory after the load. Both readers give the same values and
+    positions (tests/template/test_template_memory.py compares them)."""
     if not yaml.__with_libyaml__ or yaml.reader.Reader.NON_PRINTABLE.search(text):
         return None
     loader = yaml.CSafeLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, []
-        reader = _NodeReader(loader, file)
-        return reader.read(node), reader.problems
-    except (yaml.YAMLError, RecursionError):
+        return _EventReader(loader, file).document(), []
+    except (yaml.YAMLError, RecursionError, _LeftToTheNodeReader):
         return None
     finally:
         loader.dispose()
+
+
+class _LeftToTheNodeReader(Exception):
+    """The document needs what `_NodeReader` reports in its own words (a tag outside the core
+    schema) or what PyYAML's composer refuses (an undefined or repeated anchor, a second
+    document)."""
+
+
+class _EventReader:
+    """Reads one document's parse events into Located values, as `_NodeReader` reads the node
+    graph PyYAML's composer would build from the same events: each alias is the value its
+    anchor named, tags are resolved as the composer resolves them, and scalars are constructed
+    by the loader's own constructors, one transient node at a time."""
+
+    def __init__(self, loader: yaml.CSafeLoader, file: str) -> None:
+        self._loader = loader
+        self._file = file
+        # anchor -> (the value it names, its resolved tag); a key's tag decides a merge.
+        self._anchors: dict[str, tuple[Located, str]] = {}
+
+    def document(self) -> Located | None:
+        loader = self._loader
+        loader.get_event()  # the stream's start
+        if loader.check_event(yaml.StreamEndEvent):
+            return None
+        loader.get_event()  # the document's start
+        root, _ = self._value()
+        loader.get_event()  # the document's end
+        if not loader.check_event(yaml.StreamEndEvent):
+            raise _LeftToTheNodeReader("a second document")
+        loader.get_event()
+        return root
+
+    def _value(self) -> tuple[Located, str]:
+        loader = self._loader
+        # Any: the stubs type every event as the base Event; the kinds are told apart below.
+        event: Any = loader.get_event()
+        if isinstance(event, yaml.AliasEvent):
+            named = self._anchors.get(str(event.anchor))
+            if named is None:
+                raise _LeftToTheNodeReader("an undefined alias")
+            return named
+        anchor = event.anchor
+        if anchor is not None and anchor in self._anchors:
+            raise _LeftToTheNodeReader("an anchor defined twice")
+        mark, end_mark = event.start_mark, event.end_mark
+        position = Position(self._file, mark.line + 1, mark.column + 1)
+        tag = event.tag
+        if isinstance(event, yaml.ScalarEvent):
+            if tag is None or tag == "!":
+                tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+            self._check_tag(tag)
+            style = event.style or None  # libyaml's plain style is ""
+            if tag == _STR_TAG:
+                value: Any = event.value  # what SafeConstructor makes of a string: its text
+            else:
+                node = yaml.ScalarNode(tag, event.value, mark, end_mark, event.style)
+                value = _construct_scalar(loader, node)
+            located = Located(value, position, event.value, style)
+            if anchor is not None:
+                self._anchors[anchor] = (located, tag)
+            return located, tag
+        kind = yaml.SequenceNode if isinstance(event, yaml.SequenceStartEvent) else yaml.MappingNode
+        if tag is None or tag == "!":
+            tag = loader.resolve(kind, None, event.implicit)
+        self._check_tag(tag)
+        located = Located([] if kind is yaml.SequenceNode else {}, position)
+        if anchor is not None:  # before the children: an alias among them may point back here
+            self._anchors[anchor] = (located, tag)
+        if kind is yaml.SequenceNode:
+            while not loader.check_event(yaml.SequenceEndEvent):
+                located.value.append(self._value()[0])
+        else:
+            self._fill_mapping(located)
+        loader.get_event()  # the collection's end
+        return located, tag
+
+    @staticmethod
+    def _check_tag(tag: str) -> None:
+        if tag not in _CORE_TAGS:
+            raise _LeftToTheNodeReader("a tag outside the core schema")
+
+    def _fill_mapping(self, located: Located) -> None:
+        """As `_NodeReader._fill_mapping`, on values instead of nodes."""
+        key_styles: dict[str, str | None] = {}
+        merged: list[Located] = []
+        while not self._loader.check_event(yaml.MappingEndEvent):
+            key, key_tag = self._value()
+            value, _ = self._value()
+            if key_tag == _MERGE_TAG and _is_merge_source(value):
+                merged.extend(value.value if value.is_list else [value])
+                continue
+            text = _key_text(key)
+            if text in located.value:
+                message = _duplicate_message(
+                    text, located.key_positions[text], key_styles[text], key.style
+                )
+                located.duplicate_keys.append((text, key.position, message))
+                continue
+            located.value[text] = value
+            located.key_positions[text] = key.position
+            key_styles[text] = key.style
+        for source in merged:
+            for name, value in list(source.value.items()):
+                if name not in located.value:
+                    located.value[name] = value
+                    located.key_positions[name] = source.key_positions[name]
+
+
+def _construct_scalar(loader: yaml.CSafeLoader, node: yaml.ScalarNode) -> Any:
+    """The scalar's value by the loader's constructors. `construct_document` (not
+    `construct_object`) empties the constructor's cache of nodes afterwards, so that no node
+    outlives its value."""
+    try:
+        return loader.construct_document(node)
+    except Exception:  # noqa: BLE001 - as `_NodeReader._scalar`: the text as written
+        return node.value
+
+
+def _is_merge_source(value: Located) -> bool:
+    """As `_NodeReader._is_merge_source`: a mapping, or a list of mappings."""
+    if value.is_mapping:
+        return True
+    return value.is_list and all(item.is_mapping for item in value.value)
+
+
+def _key_text(key: Located) -> str:
+    """As `_NodeReader._key_text`: a scalar key's text as written."""
+    if key.is_list:
+        return "[...]"
+    if key.is_mapping:
+        return "{...}"
+    return str(key.source)
 
 
 def _style(node: yaml.Node) -> str | None:
@@ -333,7 +546,7 @@ class _NodeReader:
             key_position = self._position(key_node)
             if key in located.value:
                 message = _duplicate_message(
-                    key, located.key_positions[key], key_styles[key], key_node
+                    key, located.key_positions[key], key_styles[key], _style(key_node)
                 )
                 located.duplicate_keys.append((key, key_position, message))
                 continue
@@ -368,9 +581,8 @@ class _NodeReader:
 
 
 def _duplicate_message(
-    key: str, first: Position, first_style: str | None, repeat: yaml.Node
+    key: str, first: Position, first_style: str | None, repeat_style: str | None
 ) -> str:
-    repeat_style = _style(repeat)
     if key == "on" and (first_style is None) != (repeat_style is None):
         return 'written twice, bare (on:) and quoted ("on":); keep one'
     return f"written twice (first at line {first.line}, column {first.column}); keep one"
@@ -379,7 +591,9 @@ def _duplicate_message(
 # --- the document -----------------------------------------------------------------------
 
 
-def _read_document(root: Located | None, file: str) -> tuple[Template, list[Problem]]:
+def _read_document(
+    root: Located | None, file: str, partial: list[HookSpec] | None = None
+) -> tuple[Template, list[Problem]]:
     if root is None or root.value is None:
         return Template(files=(file,)), []
     if not root.is_mapping:
@@ -395,7 +609,7 @@ def _read_document(root: Located | None, file: str) -> tuple[Template, list[Prob
         if key in _READ_KEYS
     ]
     problems.extend(_misspelt_section(root))
-    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file)
+    hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file, partial)
     problems.extend(hook_problems)
     hooks, hook_problems = _read_other_systems(fields, file, hooks)
     problems.extend(hook_problems)

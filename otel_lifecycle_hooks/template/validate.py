@@ -257,8 +257,11 @@ class _Reporter:
                 )
 
 
-def read_hooks(section: Located | None, file: str) -> tuple[list[HookSpec], list[Problem]]:
-    """Check the `lifecycle_hooks:` list of one file; the hooks, or the problems found."""
+def read_hooks(
+    section: Located | None, file: str, partial: list[HookSpec] | None = None
+) -> tuple[list[HookSpec], list[Problem]]:
+    """Check the `lifecycle_hooks:` list of one file; the hooks, or the problems found.
+    `partial` (when given) receives what read cleanly of each named hook that has problems."""
     if section is None or section.value is None:
         return [], []
     if not section.is_list:
@@ -273,7 +276,7 @@ def read_hooks(section: Located | None, file: str) -> tuple[list[HookSpec], list
     problems: list[Problem] = []
     names_seen: dict[str, tuple[int, Position]] = {}
     for index, entry in enumerate(section.value):
-        hook, entry_problems = read_hook(entry, index, file, names_seen)
+        hook, entry_problems = read_hook(entry, index, file, names_seen, partial)
         problems.extend(entry_problems)
         if hook is not None:
             hooks.append(hook)
@@ -285,11 +288,16 @@ def read_hook(
     index: int,
     file: str,
     names_seen: dict[str, tuple[int, Position]] | None = None,
+    partial: list[HookSpec] | None = None,
 ) -> tuple[HookSpec | None, list[Problem]]:
     """Check one entry of `lifecycle_hooks:`; the hook, or None and its problems.
 
     `names_seen` (name -> index and position of the entry that first used it) is shared by
-    the entries of one file, to refuse a name used twice.
+    the entries of one file, to refuse a name used twice. `partial`, when given, receives a
+    hook with problems that has a name, built of what read cleanly (an action with problems
+    becomes an empty script): never run, it lets the rules of the merged template (a
+    misspelt condition, trust) and the warnings look at it, so that the hook's own problems
+    do not hide theirs.
     """
     r = _Reporter(file, index)
     if not entry.is_mapping:
@@ -309,7 +317,11 @@ def read_hook(
     action = _read_action(r, entry)
     for position, field_path, message in reference_problems(entry):  # malformed `${...}`
         r.report(position, field_path, message)
-    body_problem = json_body_problem(action) if action is not None else None
+    # An action with problems of its own is still read as written, for what only reads text:
+    # its JSON body is checked beside its other problems, not after they are fixed.
+    lenient = _lenient_action(entry) if action is None else None
+    checked = action or lenient
+    body_problem = json_body_problem(checked) if checked is not None else None
     if body_problem is not None:
         r.report(entry.value["action"].value.get("body", entry), "action.body", body_problem)
     on_error = _read_choice(r, fields.get("on_error"), "on_error", ERROR_POLICIES) or "log"
@@ -326,6 +338,18 @@ def read_hook(
             'got "fail", which needs blocking: true (only a blocking hook can abort a transition)',
         )
     if r.problems or name is None or action is None:
+        if partial is not None and name is not None:
+            partial.append(
+                HookSpec(
+                    name=name, on=events, action=checked or HookAction(type="script"),
+                    on_error=on_error,  # type: ignore[arg-type]
+                    timeout=timeout, blocking=blocking, debounce=debounce, condition=condition,
+                    enabled=enabled, position=entry.position, rate_limit=rate_limit,
+                    field_positions=field_positions(entry), entry_index=index,
+                )
+            )  # fmt: skip
+            if action is None and isinstance(partial, PartialHooks):
+                partial.lenient.add(id(partial[-1]))
         return None, r.problems
     hook = HookSpec(
         name=name,
@@ -343,6 +367,60 @@ def read_hook(
         entry_index=index,
     )
     return hook, []
+
+
+class PartialHooks(list[HookSpec]):
+    """The hooks with problems of their own, as `read_hook` keeps them aside: never run, only
+    looked at. `lenient` holds the ids of those whose action had problems too, read as its
+    strings were written (`_lenient_action`): text checks and warnings may read them, the
+    trust rules may not (they reason about a valid URL and command)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lenient: set[int] = set()
+
+    def with_valid_actions(self) -> list[HookSpec]:
+        return [hook for hook in self if id(hook) not in self.lenient]
+
+
+def _lenient_action(entry: Located) -> HookAction | None:
+    """An action that failed its rules, as its strings were written (url, body, headers,
+    command, env), for the checks that only read text; None without a known type."""
+    located = entry.value.get("action")
+    if located is None or not located.is_mapping:
+        return None
+    fields: dict[str, Located] = located.value
+    action_type = fields.get("type")
+    if action_type is None or action_type.value not in ACTION_TYPES:
+        return None
+
+    def text(key: str) -> str | None:
+        value = fields.get(key)
+        return value.value if value is not None and isinstance(value.value, str) else None
+
+    def strings(key: str) -> Mapping[str, str]:
+        value = fields.get(key)
+        if value is None or not value.is_mapping:
+            return MappingProxyType({})
+        return MappingProxyType(
+            {name: item.value for name, item in value.value.items() if isinstance(item.value, str)}
+        )
+
+    command = fields.get("command")
+    argv = (
+        tuple(item.text() for item in command.value if item.is_scalar)
+        if command is not None and command.is_list
+        else ()
+    )
+    return HookAction(
+        type=action_type.value,
+        method=(text("method") or "POST").upper(),
+        url=text("url"),
+        headers=strings("headers"),
+        body=text("body"),
+        command=argv,
+        env=strings("env"),
+    )
 
 
 def field_positions(entry: Located) -> Mapping[str, Position]:

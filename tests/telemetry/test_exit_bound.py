@@ -45,7 +45,10 @@ def test_an_unreachable_collector_is_one_line_naming_it_and_the_bound(
     assert done.returncode == 0, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"telemetry not exported at exit: the collector at {endpoint}")
+    # A line of run's, as its hook lines are.
+    assert lines[0].startswith(
+        f"otel-lifecycle-hooks: telemetry not exported at exit: the collector at {endpoint}"
+    )
     assert "within 0.5s" in lines[0] and "connection refused" in lines[0]
     assert "(LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT, in ms," in lines[0]  # the name to set
     assert "Transient error" not in done.stderr and "HTTPConnectionPool" not in done.stderr

@@ -208,8 +208,10 @@ def test_a_session_sampled_out_is_still_recorded_for_span_processors(tmp_path: P
 
 
 def _span_exporters(telemetry: setup.Telemetry) -> list[object]:
+    """The exporters spans go to (made now, as the first span's end would make them)."""
     processors = telemetry.tracer_provider._active_span_processor._span_processors  # type: ignore[attr-defined]
-    return [processor.span_exporter for processor in processors]
+    batched = [p for later in processors for p in later.processors()]
+    return [processor.span_exporter for processor in batched]
 
 
 def test_grpc_and_http_exporters_are_built_from_the_environment(tmp_path: Path) -> None:

@@ -1,0 +1,59 @@
+"""The journal `run` opens at its first use, not before the agent starts.
+
+Nothing the journal holds decides whether the agent may start: its session row, crash
+recovery of earlier runs, the heartbeat and retention come right after the agent's start
+(supervisor/run.py), and a hook that runs before it (pre-start, a phase change) opens the
+journal when it records its execution. What the agent's start no longer waits for: SQLite's
+import, the package's journal modules and the file's opening (about 3 ms of each `run`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+
+class DeferredJournal:
+    """Stands for the journal at `explicit` (`--journal`; None: the environment's or the
+    default location): every attribute is the opened journal's, opened once, by whichever
+    thread asks first."""
+
+    def __init__(self, explicit: Any, environ: Mapping[str, str]) -> None:
+        self._explicit = explicit
+        self._environ = environ
+        self._journal: Any = None
+        self._lock = threading.Lock()
+
+    def opened(self) -> Any:
+        journal = self._journal
+        if journal is None:
+            with self._lock:
+                if self._journal is None:
+                    from ..journal import journal_location, open_journal
+
+                    location = journal_location(self._explicit or None, self._environ)
+                    self._journal = open_journal(location)
+                journal = self._journal
+        return journal
+
+    @property
+    def is_open(self) -> bool:
+        return self._journal is not None
+
+    def update_execution(self, *args: Any, **kwargs: Any) -> Any:
+        # Defined, not looked up: the engine asks whether the journal has it (both kinds do)
+        # when it is built, before the agent starts, which must not open the journal.
+        return self.opened().update_execution(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocol probes (hasattr(j, "__fspath__")) open nothing
+            raise AttributeError(name)
+        return getattr(self.opened(), name)
+
+    def close(self) -> None:
+        """Close the journal, if it was opened."""
+        with self._lock:
+            journal = self._journal
+        if journal is not None:
+            journal.close()
