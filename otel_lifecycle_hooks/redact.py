@@ -73,6 +73,9 @@ class Redactor:
         # Longest first, so that a secret containing another is replaced whole.
         alternatives = sorted(self._replacements, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+        # The last URL redacted and its result: an attempt's URL is redacted for its span, its
+        # execution's record and its journal row, three times running.
+        self._last_url: tuple[str, str] = ("", "")
 
     def with_values(
         self, secret_values: Iterable[str] = (), secret_header_names: Iterable[str] = ()
@@ -104,6 +107,14 @@ class Redactor:
 
     def redact_url(self, url: str) -> str:
         """Userinfo and secret-looking query values replaced, then known values taken out."""
+        last = self._last_url
+        if last[0] == url and url:
+            return last[1]
+        redacted = self._redact_url(url)
+        self._last_url = (url, redacted)
+        return redacted
+
+    def _redact_url(self, url: str) -> str:
         try:
             parts = urlsplit(url)
         except ValueError:

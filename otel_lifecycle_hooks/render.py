@@ -34,6 +34,7 @@ Script
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +56,8 @@ _HOST_TEXT = re.compile(r"[A-Za-z0-9.\-:\[\]]*")
 _HEADER_BREAKERS = ("\r", "\n", "\0")
 _URL_BREAKERS = re.compile(r"[\x00-\x20\x7f]")
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
+# What json.dumps(value, ensure_ascii=False) uses, made once: dumps builds one per call.
+_JSON_UNICODE = json.JSONEncoder(ensure_ascii=False)
 
 
 class RenderedRequest(NamedTuple):
@@ -155,6 +158,11 @@ def _check_absolute_http_url(url: str, template: str) -> None:
     where = " (check the variable it starts with)" if starts_with_variable else ""
     if _URL_BREAKERS.search(url):
         raise RenderError(f"url: holds whitespace or a control character{where}")
+    authority = _literal_authority(template)
+    if authority is not None and url.startswith(authority):
+        # Scheme, host and port are all in the template's own text, already found good:
+        # what follows it cannot change them.
+        return
     try:
         parts = urlsplit(url)
         port_ok = parts.port is None or parts.port > 0
@@ -162,6 +170,25 @@ def _check_absolute_http_url(url: str, template: str) -> None:
         raise RenderError(f"url: is not a valid URL{where}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
         raise RenderError(f"url: does not render to an absolute http(s) URL{where}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal_authority(template: str) -> str | None:
+    """The template's text before its first variable, when that holds a whole absolute
+    http(s) URL authority (ended by `/`, `?` or `#`) with a host and a valid port; else None.
+    Checked once per template: every rendering of it begins with this text."""
+    literal = template.partition("${")[0]
+    _, separator, rest = literal.partition("://")
+    if not separator or not any(mark in rest for mark in "/?#") or _URL_BREAKERS.search(literal):
+        return None
+    try:
+        parts = urlsplit(literal)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        return None
+    return literal
 
 
 # --- headers -----------------------------------------------------------------------------
@@ -242,15 +269,26 @@ def render_body(template: str, variables: Variables, *, content_type: str | None
     return text.encode("utf-8", "replace")
 
 
-def _render_json(template: str, variables: Variables) -> str:
-    parts: list[str] = []
+@functools.lru_cache(maxsize=1024)
+def _json_pieces(template: str) -> tuple[tuple[str | Reference, bool], ...]:
+    """The template's pieces, each with whether it stands inside a JSON string. Only the
+    template's own text decides that (inserted values are escaped and change nothing), so
+    it is worked out once per template, not on every rendering."""
+    pieces: list[tuple[str | Reference, bool]] = []
     in_string = False
     escaped = False
     for piece in parse_template(template):
+        pieces.append((piece, in_string))
+        if isinstance(piece, str):
+            in_string, escaped = json_string_state(piece, in_string, escaped)
+    return tuple(pieces)
+
+
+def _render_json(template: str, variables: Variables) -> str:
+    parts: list[str] = []
+    for piece, in_string in _json_pieces(template):
         if isinstance(piece, str):
             parts.append(piece)
-            # Track only the template's own text: inserted values are escaped and change nothing.
-            in_string, escaped = json_string_state(piece, in_string, escaped)
             continue
         value = _value(variables.resolve_reference(piece))
         if in_string:
@@ -267,7 +305,7 @@ def _json_string(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value)  # \u escapes keep a lone surrogate valid JSON
-    return json.dumps(value, ensure_ascii=False)
+    return _JSON_UNICODE.encode(value)
 
 
 def _value(resolved: Resolved | None) -> str:

@@ -293,7 +293,10 @@ def _redact_span_url(span: Any, request: Any) -> None:
     """The instrumentation's request hook: `url.full` as the engine's redactor shows it."""
     redact = request.extensions.get(_REDACT_EXTENSION)
     if redact is not None and span.is_recording():
-        span.set_attribute("url.full", redact(str(request.url)))
+        url = str(request.url)
+        shown = redact(url)
+        if shown != url:  # else the instrumentation's own (credential-free) value stands
+            span.set_attribute("url.full", shown)
 
 
 @contextmanager
@@ -445,7 +448,6 @@ def guard_request(
     or go elsewhere than the template's own text said. None when it may go."""
     url = request.url
     host = url.host.lower()
-    shown = f"{url.scheme}://{host}"
     if origin is not None:
         port = url.port or (443 if url.scheme == "https" else 80)
         if (url.scheme, host, port) != tuple(origin):
@@ -453,22 +455,24 @@ def guard_request(
                 "permanent",
                 0.0,
                 ORIGIN_REFUSED,
-                f"refusing to send to {shown}:{port}: the template's URL fixes "
+                f"refusing to send to {url.scheme}://{host}:{port}: the template's URL fixes "
                 f"{origin.scheme}://{origin.host}:{origin.port}",
             )
-    carries = (
-        credentialed
-        or bool(url.userinfo)
-        or "authorization" in request.headers
-        or "proxy-authorization" in request.headers
-    )
-    if carries and url.scheme != "https" and not is_loopback_host(host):
+    if url.scheme == "https":
+        return None  # credentials may go anywhere over TLS
+    # The header names in one pass (`name in headers` looks the name up, raising inside when
+    # it is absent: twice per request).
+    carries = credentialed or bool(url.userinfo)
+    if not carries:
+        names = request.headers.keys()
+        carries = "authorization" in names or "proxy-authorization" in names
+    if carries and not is_loopback_host(host):
         return _failure(
             "permanent",
             0.0,
             TRANSPORT_REFUSED,
-            f"refusing to send credentials to {shown}: use https://, or a loopback host "
-            "(127.0.0.1, [::1], localhost) for local testing",
+            f"refusing to send credentials to {url.scheme}://{host}: use https://, or a "
+            "loopback host (127.0.0.1, [::1], localhost) for local testing",
         )
     return None
 

@@ -115,10 +115,16 @@ class HookEngine:
         taken out first."""
         if not values:
             return {}
-        variables = Variables(
-            template_env=self.template.env,
-            environ=self.executor.environ,
-            secret_names=self._secret_names,
+        # With no secret-named variable there are no values to look up (tokens handed out
+        # are still the executor's to add): no resolver is built for every event.
+        variables = (
+            Variables(
+                template_env=self.template.env,
+                environ=self.executor.environ,
+                secret_names=self._secret_names,
+            )
+            if self._secret_names
+            else None
         )
         redactor = self.executor.redactor(variables)
         return {name: redactor.redact_text(value) for name, value in values.items()}

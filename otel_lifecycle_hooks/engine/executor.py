@@ -7,6 +7,7 @@ nothing in it raises into the caller: every failure becomes an `Execution` with 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ CAPTURE_LIMIT = 64 * 1024
 _STDIN_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 ExecutionSink = Callable[[Execution], None]
+_STATUS_OK = Status(StatusCode.OK)  # immutable: one for every successful execution
 
 
 @dataclass
@@ -50,6 +52,7 @@ class _Refusal(Exception):
     message: str
 
 
+@functools.lru_cache(maxsize=4096)  # a hook's name is the same on every execution
 def capture_prefix(hook_name: str) -> str:
     """`register-agent` -> `HOOK_REGISTER_AGENT` (seed 000's `${HOOK_<NAME>_RESPONSE}`)."""
     return "HOOK_" + "".join(c if c.isalnum() else "_" for c in hook_name.upper())
@@ -86,6 +89,10 @@ class HookExecutor:
         self.http_keep_alive = 20
         self._lazy_lock = threading.Lock()
         self._last_redactor: tuple[frozenset[str], Redactor] | None = None
+        # The hook span's parent, made once per session span (not once per execution).
+        self._last_parent: tuple[trace.SpanContext, Any] | None = None
+        # The last event's context variables: an event's hooks share them (read only).
+        self._last_context: tuple[LifecycleEvent, Mapping[str, str]] | None = None
         self.script_user = script_user
         # Set during shutdown: retry waits end early, so draining stays within its deadline.
         self.stopping = threading.Event()
@@ -115,6 +122,9 @@ class HookExecutor:
         return os.environ if self._environ is None else self._environ
 
     def http_client(self) -> Any:
+        client = self._http_client
+        if client is not None:  # made once; every attempt asks for it
+            return client
         with self._lazy_lock:
             if self._http_client is None:
                 from ..actions.http import make_client
@@ -146,20 +156,26 @@ class HookExecutor:
     def variables_for(
         self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo
     ) -> Variables:
-        context = dict(event.fields)
-        context["EVENT"] = event.name
-        context.setdefault("TIMESTAMP", _rfc3339(event.timestamp))
-        metadata = dict(session.metadata)
-        metadata.setdefault("SESSION_ID", session.session_id)
-        metadata["HOOK_NAME"] = hook.name
         return Variables(
-            event=context,
-            metadata=metadata,
+            event=self._event_context(event),
+            metadata=_hook_metadata(session, hook.name),
             captured=session.captured_snapshot(),
             template_env=self.template.env,
             environ=self.environ,
             secret_names=self._secret_names,
         )
+
+    def _event_context(self, event: LifecycleEvent) -> Mapping[str, str]:
+        """The event's context variables, made once for all the hooks of the event (a
+        thousand hooks on one event would each format its timestamp); nothing writes to it."""
+        last = self._last_context
+        if last is not None and last[0] is event:
+            return last[1]
+        context = dict(event.fields)
+        context["EVENT"] = event.name
+        context.setdefault("TIMESTAMP", _rfc3339(event.timestamp))
+        self._last_context = (event, context)
+        return context
 
     def redactor(self, variables: Variables | None) -> Redactor:
         values: set[str] = set()
@@ -381,13 +397,18 @@ class HookExecutor:
         has_written_credentials = "authorization" in {k.lower() for k in request.headers}
         # Where the template's own text says the request goes; checked before any token is
         # made, and again by `send` on the request as httpx is about to send it.
-        origin = literal_origin(action.url)
-        if origin is not None and origin_of(request.url) != origin:
-            raise _Refusal(
-                ORIGIN_REFUSED,
-                f"the rendered URL leaves {origin.scheme}://{origin.host}:{origin.port}, "
-                "the origin the template's URL fixes; nothing was sent",
-            )
+        fixed = _fixed_origin(action.url)
+        origin = None
+        if fixed is not None:
+            literal, origin = fixed
+            # A rendered URL that begins with the template's literal text (the whole
+            # authority) has that text's origin: it is parsed again only when it does not.
+            if not request.url.startswith(literal) and origin_of(request.url) != origin:
+                raise _Refusal(
+                    ORIGIN_REFUSED,
+                    f"the rendered URL leaves {origin.scheme}://{origin.host}:{origin.port}, "
+                    "the origin the template's URL fixes; nothing was sent",
+                )
         try:
             # Credentials only over https (loopback excepted), checked on the rendered URL:
             # a URL from a variable cannot be checked at load time.
@@ -586,9 +607,7 @@ class HookExecutor:
     # -- spans --
 
     def _start_span(self, hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> Span:
-        parent = None
-        if session.span_context is not None and session.span_context.is_valid:
-            parent = trace.set_span_in_context(NonRecordingSpan(session.span_context))
+        parent = self._parent_context(session.span_context)
         try:
             return self.tracer.start_span(
                 ev.HOOK_SPAN_NAME,
@@ -608,24 +627,52 @@ class HookExecutor:
             log.debug("could not start hook span", exc_info=True)
             return NonRecordingSpan(session.span_context or trace.INVALID_SPAN_CONTEXT)
 
+    def _parent_context(self, span_context: trace.SpanContext | None) -> Any:
+        """The context whose span is the session's: the same for every execution of a
+        session, so made once (a context is immutable)."""
+        if span_context is None or not span_context.is_valid:
+            return None
+        last = self._last_parent
+        if last is not None and last[0] is span_context:
+            return last[1]
+        parent = trace.set_span_in_context(NonRecordingSpan(span_context))
+        self._last_parent = (span_context, parent)
+        return parent
+
     def _end_span(self, span: Span, execution: Execution) -> None:
         try:
-            span.set_attribute(ev.HOOK_ATTR_ATTEMPTS, execution.attempts)
-            span.set_attribute(ev.HOOK_ATTR_OUTCOME, execution.outcome)
+            # Set together: one call (and one lock of the span's) instead of one for each.
+            attributes: dict[str, Any] = {
+                ev.HOOK_ATTR_ATTEMPTS: execution.attempts,
+                ev.HOOK_ATTR_OUTCOME: execution.outcome,
+            }
             if execution.status_code is not None:
-                span.set_attribute("http.response.status_code", execution.status_code)
+                attributes["http.response.status_code"] = execution.status_code
             if execution.exit_code is not None:
-                span.set_attribute("process.exit.code", execution.exit_code)
+                attributes["process.exit.code"] = execution.exit_code
             if execution.hook.action.type == "script":
-                span.set_attribute("process.command", execution.hook.action.command[0])
-            if execution.outcome in ("failed", "timeout", "refused"):
-                span.set_attribute("error.type", execution.error_type or execution.outcome)
+                attributes["process.command"] = execution.hook.action.command[0]
+            failed = execution.outcome in ("failed", "timeout", "refused")
+            if failed:
+                attributes["error.type"] = execution.error_type or execution.outcome
+            span.set_attributes(attributes)
+            if failed:
                 span.set_status(Status(StatusCode.ERROR, execution.message[:256]))
             elif execution.outcome == "success":
-                span.set_status(Status(StatusCode.OK))
+                span.set_status(_STATUS_OK)
             span.end()
         except Exception:
             log.debug("could not end hook span", exc_info=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_origin(url_template: str | None) -> tuple[str, Any] | None:
+    """(the literal text before the URL template's first `${`, the origin it fixes), once per
+    template: every execution of a hook checks its rendered URL against it."""
+    origin = literal_origin(url_template)
+    if origin is None or url_template is None:
+        return None
+    return url_template.partition("${")[0], origin
 
 
 def literal_origin(url_template: str | None) -> Any:
@@ -643,6 +690,13 @@ def literal_origin(url_template: str | None) -> Any:
     if not separator or not any(mark in rest for mark in "/?#"):
         return None
     return origin_of(literal)
+
+
+def _hook_metadata(session: SessionInfo, hook_name: str) -> dict[str, str]:
+    metadata = dict(session.metadata)
+    metadata.setdefault("SESSION_ID", session.session_id)
+    metadata["HOOK_NAME"] = hook_name
+    return metadata
 
 
 def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:

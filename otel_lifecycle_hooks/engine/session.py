@@ -84,6 +84,7 @@ class AgentSession:
         self._seen = seen_event_ids(self.engine)
         self._logger_provider = logger_provider
         self._event_logger: Any = None
+        self._span_in_context: Any = None
         # Seed 004's in-process hooks (a LifecycleHookRegistry or a list of hooks), if any.
         self.in_process: Any = None
         if in_process_hooks is not None:
@@ -137,10 +138,12 @@ class AgentSession:
             if self._event_logger is None:
                 provider = self._logger_provider or get_logger_provider()
                 self._event_logger = provider.get_logger("otel_lifecycle_hooks")
+                # The session span's context, for every record: a context is immutable.
+                self._span_in_context = trace.set_span_in_context(self.span)
             self._event_logger.emit(
                 LogRecord(
                     timestamp=int(timestamp * 1e9),
-                    context=trace.set_span_in_context(self.span),
+                    context=self._span_in_context,
                     severity_number=SeverityNumber.INFO,
                     attributes=attributes,
                     event_name=ev.span_event_name(event),

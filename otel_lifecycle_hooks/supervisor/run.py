@@ -113,7 +113,9 @@ class Supervisor:
         self.phase = "created"
         self.activity = "idle"
         self.exit_code: int | None = None
-        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        # SimpleQueue: its put may be called from the signal handler (it is reentrant), and
+        # each event crosses it, at a fraction of queue.Queue's locking.
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._message_slots = threading.BoundedSemaphore(MAX_PENDING_MESSAGES)
         self._stop_requested: str | None = None
         self._stop_signal: int | None = None  # a stop signal that arrived before the agent started

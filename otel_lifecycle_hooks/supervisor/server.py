@@ -40,13 +40,14 @@ _READ_SIZE = 65536
 
 
 class _Connection:
-    __slots__ = ("buffer", "deadline", "order", "sock")
+    __slots__ = ("buffer", "deadline", "order", "registered", "sock")
 
     def __init__(self, sock: socket.socket, order: int, deadline: float) -> None:
         self.sock = sock
         self.order = order  # accept order: ready connections are read in this order
         self.buffer = bytearray()
         self.deadline = deadline
+        self.registered = False  # in the selector: it outlived the round that accepted it
 
 
 class EventServer:
@@ -129,6 +130,12 @@ class EventServer:
                 started = self._clock()
                 for connection in sorted(connections, key=lambda c: c.order):
                     self._read(connection)
+                    if not connection.registered and connection.sock.fileno() >= 0:
+                        # Still open after its first round: the selector tells of what
+                        # comes next. One that ended in that round (a `hook` client's
+                        # usual whole life) never enters it: two system calls fewer.
+                        self._selector.register(connection.sock, selectors.EVENT_READ, connection)
+                        connection.registered = True
                 # Time spent delivering (the supervisor applying backpressure) is ours, not the
                 # clients': it does not count against their deadlines.
                 busy = self._clock() - started
@@ -163,7 +170,6 @@ class EventServer:
             sock.setblocking(False)
             connection = _Connection(sock, next(self._order), self._clock() + MESSAGE_DEADLINE)
             self._connections[sock.fileno()] = connection
-            self._selector.register(sock, selectors.EVENT_READ, connection)
             accepted.append(connection)
         # At the bound: further clients wait in the listen backlog (and, when it is full,
         # retry within their budget) until a connection ends; each idle one ends at its
@@ -227,10 +233,11 @@ class EventServer:
 
     def _drop(self, connection: _Connection) -> None:
         self._connections.pop(connection.sock.fileno(), None)
-        try:
-            self._selector.unregister(connection.sock)
-        except (KeyError, ValueError):
-            pass
+        if connection.registered:
+            try:
+                self._selector.unregister(connection.sock)
+            except (KeyError, ValueError):
+                pass
         connection.sock.close()
         if self._paused and len(self._connections) < MAX_CONNECTIONS:
             self._selector.register(self._sock, selectors.EVENT_READ, None)

@@ -19,6 +19,8 @@ with every attribute's dots written as underscores (`agent_lifecycle_hook_name`)
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from opentelemetry import metrics
@@ -62,6 +64,93 @@ DURATION_BUCKETS_S: Sequence[float] = (
 )
 
 
+class _Totals:
+    """Running totals per attribute set, reported by an observable counter when metrics are
+    collected. Every execution and every event is counted: through an SDK counter each `add`
+    is a measurement (its attributes cleaned, hashed and aggregated, some microseconds);
+    here it is a dictionary update, and the SDK sees one observation per attribute set per
+    collection. What is exported is the same monotonic sum."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[object, tuple[dict[str, str], list[int]]] = {}
+
+    def add(self, key: object, attributes: dict[str, str]) -> None:
+        with self._lock:
+            entry = self._totals.get(key)
+            if entry is None:
+                self._totals[key] = (attributes, [1])
+            else:
+                entry[1][0] += 1
+
+    def observe(self, options: CallbackOptions) -> Iterator[Observation]:
+        with self._lock:
+            totals = [(total[0], attributes) for attributes, total in self._totals.values()]
+        for total, attributes in totals:
+            yield Observation(total, attributes)
+
+
+class _Observed:
+    """The state behind a meter provider's observable instruments: the totals and the queues
+    of every HookMetrics on it. The SDK keeps the callbacks of an instrument's first creation
+    only (a second HookMetrics on the same provider is handed the same instrument), so this
+    is one per provider, shared."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.executions = _Totals()
+        self.events = _Totals()
+        self.queue_sources: list[Callable[[], Iterable[tuple[str, int]]]] = []
+        self._queue_attributes: dict[str, dict[str, str]] = {}
+        meter.create_observable_counter(
+            EXECUTIONS,
+            callbacks=[self.executions.observe],
+            unit="{execution}",
+            description="Lifecycle hook executions, by outcome.",
+        )
+        # Observed when metrics are collected, from the queues themselves: an up-down counter
+        # moved on every enqueue and dequeue cost every event two metric updates.
+        meter.create_observable_up_down_counter(
+            QUEUE_DEPTH,
+            callbacks=[self._observe_queue_depths],
+            unit="{event}",
+            description="Events waiting in a hook's queue.",
+        )
+        meter.create_observable_counter(
+            LIFECYCLE_EVENTS,
+            callbacks=[self.events.observe],
+            unit="{event}",
+            description="Lifecycle events recorded, by type.",
+        )
+
+    def _observe_queue_depths(self, options: CallbackOptions) -> Iterator[Observation]:
+        for source in list(self.queue_sources):
+            try:
+                depths = list(source())
+            except Exception:
+                logger.debug("reading hook queue depths failed", exc_info=True)
+                continue
+            for hook, depth in depths:
+                attributes = self._queue_attributes.get(hook)
+                if attributes is None:
+                    attributes = self._queue_attributes[hook] = {events.HOOK_ATTR_NAME: hook}
+                yield Observation(depth, attributes)
+
+
+_OBSERVED: weakref.WeakKeyDictionary[object, _Observed] = weakref.WeakKeyDictionary()
+_OBSERVED_LOCK = threading.Lock()
+
+
+def _observed_for(provider: MeterProvider, meter: metrics.Meter) -> _Observed:
+    with _OBSERVED_LOCK:
+        try:
+            observed = _OBSERVED.get(provider)
+        except TypeError:  # a provider that cannot be weakly referenced: one each time
+            return _Observed(meter)
+        if observed is None:
+            observed = _OBSERVED[provider] = _Observed(meter)
+        return observed
+
+
 class HookMetrics:
     """Records hook executions, retries, debounced and dropped events, and queue depth.
 
@@ -71,9 +160,10 @@ class HookMetrics:
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         meter = provider.get_meter(METER_NAME)
-        self._executions = meter.create_counter(
-            EXECUTIONS, unit="{execution}", description="Lifecycle hook executions, by outcome."
-        )
+        observed = _observed_for(provider, meter)
+        self._executions = observed.executions
+        self._lifecycle_events = observed.events
+        self._queue_sources = observed.queue_sources
         self._duration = meter.create_histogram(
             DURATION,
             unit="s",
@@ -91,22 +181,10 @@ class HookMetrics:
         self._dropped = meter.create_counter(
             DROPPED, unit="{event}", description="Events a hook never ran for, by reason."
         )
-        # Observed when metrics are collected, from the queues themselves: an up-down counter
-        # moved on every enqueue and dequeue cost every event two metric updates.
-        self._queue_sources: list[Callable[[], Iterable[tuple[str, int]]]] = []
-        meter.create_observable_up_down_counter(
-            QUEUE_DEPTH,
-            callbacks=[self._observe_queue_depths],
-            unit="{event}",
-            description="Events waiting in a hook's queue.",
-        )
-        self._lifecycle_events = meter.create_counter(
-            LIFECYCLE_EVENTS, unit="{event}", description="Lifecycle events recorded, by type."
-        )
-        # One attribute dict per (hook, event, action, outcome), built once: a template has a
-        # handful of those, and every execution would otherwise build its own.
+        # One attribute dict per (hook, event, action, outcome) and per event, built once: a
+        # template has a handful of those, and every execution would otherwise build its own.
         self._execution_attributes: dict[tuple[str, str, str, str], dict[str, str]] = {}
-        self._queue_attributes: dict[str, dict[str, str]] = {}
+        self._event_attributes: dict[str, dict[str, str]] = {}
 
     def record_execution(
         self, hook: str, event: str, action: str, outcome: str, duration_s: float
@@ -123,7 +201,7 @@ class HookMetrics:
             }
             self._execution_attributes[key] = attributes
         try:
-            self._executions.add(1, attributes)
+            self._executions.add(key, attributes)
             self._duration.record(max(duration_s, 0.0), attributes)
         except Exception:
             logger.debug("recording a hook execution failed", exc_info=True)
@@ -150,22 +228,12 @@ class HookMetrics:
         metrics are collected."""
         self._queue_sources.append(depths)
 
-    def _observe_queue_depths(self, options: CallbackOptions) -> Iterator[Observation]:
-        for source in list(self._queue_sources):
-            try:
-                depths = list(source())
-            except Exception:
-                logger.debug("reading hook queue depths failed", exc_info=True)
-                continue
-            for hook, depth in depths:
-                attributes = self._queue_attributes.get(hook)
-                if attributes is None:
-                    attributes = self._queue_attributes[hook] = {events.HOOK_ATTR_NAME: hook}
-                yield Observation(depth, attributes)
-
     def record_event(self, event: str) -> None:
         """Count one lifecycle event recorded on a session."""
-        self._add(self._lifecycle_events, 1, {events.ATTR_EVENT: event})
+        attributes = self._event_attributes.get(event)
+        if attributes is None:
+            attributes = self._event_attributes[event] = {events.ATTR_EVENT: event}
+        self._lifecycle_events.add(event, attributes)
 
     @staticmethod
     def _add(

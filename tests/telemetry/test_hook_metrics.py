@@ -120,3 +120,53 @@ def test_an_engine_reports_each_hooks_queue_depth_when_metrics_are_collected() -
 
     by_hook = {p.attributes["agent.lifecycle_hook.name"]: p.value for p in depth.data.data_points}
     assert by_hook == {"announce": 0, "status": 0}
+
+
+def test_counts_are_running_totals_across_collections() -> None:
+    reader = InMemoryMetricReader()
+    metrics = HookMetrics(MeterProvider(metric_readers=[reader]))
+    metrics.record_execution("register", "post-start", "http", "success", 0.2)
+    metrics.record_event("tool-start")
+    first = _collect(reader)
+    for _ in range(3):
+        metrics.record_execution("register", "post-start", "http", "success", 0.2)
+        metrics.record_event("tool-start")
+    second = _collect(reader)
+
+    def value(collected: dict[str, Any], name: str) -> int:
+        (point,) = collected[name].data.data_points
+        return int(point.value)
+
+    assert value(first, "agent.lifecycle_hook.executions") == 1
+    assert value(second, "agent.lifecycle_hook.executions") == 4
+    assert value(first, "agent.lifecycle.events") == 1
+    assert value(second, "agent.lifecycle.events") == 4
+    assert second["agent.lifecycle_hook.executions"].data.is_monotonic
+    assert second["agent.lifecycle_hook.duration"].data.data_points[0].count == 4
+
+
+def test_two_recorders_on_one_provider_both_count() -> None:
+    # The SDK hands a second creation of an instrument the first one, callbacks and all.
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    first, second = HookMetrics(provider), HookMetrics(provider)
+    first.record_execution("a", "tool-start", "http", "success", 0.1)
+    second.record_execution("b", "tool-start", "http", "success", 0.1)
+    second.record_execution("b", "tool-start", "http", "success", 0.1)
+    first.observe_queues(lambda: [("a", 2)])
+    second.observe_queues(lambda: [("b", 5)])
+    second.record_event("tool-start")
+
+    collected = _collect(reader)
+    executions = {
+        p.attributes["agent.lifecycle_hook.name"]: p.value
+        for p in collected["agent.lifecycle_hook.executions"].data.data_points
+    }
+    depths = {
+        p.attributes["agent.lifecycle_hook.name"]: p.value
+        for p in collected["agent.lifecycle_hook.queue.depth"].data.data_points
+    }
+    assert executions == {"a": 1, "b": 2}
+    assert depths == {"a": 2, "b": 5}
+    (event,) = collected["agent.lifecycle.events"].data.data_points
+    assert event.value == 1
