@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from ..harness.reported import AGENT_CONTROLLED
 from ..template.model import HookSpec, Template
-from ..template.trust import LOADER_ENV
+from ..template.trust import LOADER_ENV, url_state_after
 from ..variables import (
     METADATA_ENV,
     METADATA_VARIABLES,
@@ -239,10 +239,5 @@ def _origin(pieces: list[str | _Leaf]) -> list[_Leaf]:
             if state == "scheme":
                 state = "authority"
             continue
-        text = piece
-        if state == "scheme" and "://" in text:
-            text = text.split("://", 1)[1]
-            state = "authority"
-        if state == "authority" and any(mark in text for mark in "/?#"):
-            state = "rest"
+        state = url_state_after(state, piece)
     return leaves

@@ -240,6 +240,17 @@ def _problem(hook: HookSpec, field: str, message: str) -> Problem:
     return Problem(position, hook.name, field, message, hook.entry_index)
 
 
+def url_state_after(state: str, text: str) -> str:
+    """Where in a URL ("scheme", "authority" or "rest") the literal `text`, met in `state`,
+    leaves the reader: past "://" the authority starts, past "/", "?" or "#" the rest."""
+    if state == "scheme" and "://" in text:
+        text = text.split("://", 1)[1]
+        state = "authority"
+    if state == "authority" and any(mark in text for mark in "/?#"):
+        state = "rest"
+    return state
+
+
 def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
     """The agent-controlled pieces that stand in the scheme or the authority."""
     state = "scheme"
@@ -252,12 +263,7 @@ def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
             if state == "scheme":
                 state = "authority"  # configuration that starts the URL: its scheme and host
         else:
-            text = piece
-            if state == "scheme" and "://" in text:
-                text = text.split("://", 1)[1]
-                state = "authority"
-            if state == "authority" and any(mark in text for mark in "/?#"):
-                state = "rest"
+            state = url_state_after(state, piece)
 
 
 def _command_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
