@@ -241,8 +241,15 @@ class HookExecutor:
         except RenderError as exc:
             outcome, error_type, message = "refused", "RenderError", str(exc)
         except Exception as exc:  # a hook never takes the agent down
-            log.exception("hook %s failed unexpectedly", hook.name)
-            outcome, error_type, message = "failed", type(exc).__name__, str(exc)
+            if self.interrupted.is_set():
+                # The operator's second signal, raised out of what the main thread was doing
+                # for a blocking hook (a retry wait): interrupted, replayable, not a fault.
+                outcome, error_type = "failed", "interrupted"
+                message = f"run interrupted after attempt {len(attempt_log)}"
+            else:
+                log.exception("hook %s failed unexpectedly", hook.name)
+                outcome, error_type, message = "failed", type(exc).__name__, str(exc)
+        attempts = max(attempts, len(attempt_log))  # those made before an exception too
         # An event context variable this event does not carry is simply empty (TOOL_NAME on
         # an activity change to idle): only a name no event could define is worth a warning.
         unresolved = sorted(

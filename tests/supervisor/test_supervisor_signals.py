@@ -229,3 +229,42 @@ def test_a_second_signal_during_a_blocking_post_start_hook_ends_the_run(
     assert [(row.error_type, row.message) for row in rows] == [
         ("interrupted", "run interrupted during attempt 1")
     ]
+
+
+def test_a_second_signal_during_a_blocking_hooks_retry_wait_journals_its_attempts_as_interrupted(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    # A blocking session-end hook against a receiver that answers 503 waits 1 s, 2 s, 4 s
+    # between attempts; the second signal, raised out of that wait, must leave the attempt it
+    # made journaled, as interrupted (replayable), not as the hook's own unexpected failure.
+    from tests.support.target_server import Reply
+
+    target_server.always("/end", Reply.json(503, '{"error": "unavailable"}'))
+    ready = workspace.root / "ready"
+    template = workspace.template(
+        "  - name: end-retry\n"
+        "    on: [session-end]\n"
+        "    blocking: true\n"
+        "    on_error: retry\n"
+        "    timeout: 5s\n"
+        "    action:\n"
+        "      type: http\n"
+        "      method: POST\n"
+        f'      url: "{target_server.url("/end")}"\n'
+        "      body: '{}'\n"
+    )
+    run = workspace.start(
+        template, workspace.agent_command(ready_file=str(ready), on_term=0), *GRACE
+    )
+    wait_until(ready.exists, what="the agent to start")
+
+    run.signal(signal.SIGINT)
+    # run says so as the wait between the first two attempts starts
+    wait_until(lambda: "retrying in" in run.stderr, what="the first retry wait")
+    run.signal(signal.SIGTERM)
+    run.wait(timeout=SLACK)  # a hang bound: the retries alone would take 7 s and more
+
+    assert "failed unexpectedly" not in run.stderr
+    [row] = [row for row in Journal(workspace.journal).executions() if row.hook == "end-retry"]
+    assert row.error_type == "interrupted", (row.error_type, row.message)
+    assert row.attempts == len(target_server.wait_for(1)) >= 1
