@@ -5,19 +5,16 @@ that says so, ids never cut; a wide terminal shows every column; a pipe without 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
+
+from tests.support.terminal import run_on_a_terminal
 
 FIXTURE = Path(__file__).parent / "template" / "fixtures" / "scion-agent.yaml"
 ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
@@ -145,36 +142,12 @@ def test_history_follow_fits_80_columns(journaled: Path) -> None:
 
 def test_history_reads_the_width_of_its_terminal(journaled: Path) -> None:
     """No COLUMNS: an 80-column terminal is what the table fits."""
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "otel_lifecycle_hooks", "history"],
-            env=_env(journaled),
-            stdin=subprocess.DEVNULL,
-            stdout=terminal,
-            stderr=subprocess.DEVNULL,
-        )
-        os.close(terminal)
-        terminal = -1
-        output = b""
-        while True:
-            ready, _, _ = select.select([controller], [], [], 60)
-            if not ready:
-                raise AssertionError(f"no output; so far {output!r}")
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # EIO: the process closed the terminal
-                break
-            if not chunk:
-                break
-            output += chunk
-        process.wait(timeout=30)
-    finally:
-        os.close(controller)
-        if terminal >= 0:
-            os.close(terminal)
-    text = output.decode().replace("\r\n", "\n")
+    _, text = run_on_a_terminal(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "history"],
+        _env(journaled),
+        columns=80,
+        stderr=False,
+    )
     assert "not shown at 80 columns" in text.replace("\n", " ")
     assert max(_widths(text)) <= 80, text
 

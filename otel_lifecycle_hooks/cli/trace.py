@@ -261,7 +261,10 @@ def _wrap(text: str, width: int) -> list[str]:
     indent = text[: len(text) - len(text.lstrip())] + "  "
     body = escape_control(text.strip())
     room = max(width - len(indent), 20)
-    parts = [body[i : i + room] for i in range(0, len(body), room)] or [""]
+    import textwrap  # only a failure's message pays for it
+
+    # Between words; a word longer than the line (a URL) is cut where the line ends.
+    parts = textwrap.wrap(body, room, break_on_hyphens=False) or [""]
     return [indent + part for part in parts]
 
 

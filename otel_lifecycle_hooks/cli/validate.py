@@ -17,6 +17,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .console import GREEN, RED, YELLOW, paint, wants_colour
+
 if TYPE_CHECKING:
     from ..template.loader import TemplateReading
     from ..template.model import Position
@@ -58,14 +60,15 @@ def run(args: argparse.Namespace) -> int:
                 report["not_checked"] = [_not_checked_view(where) for where in reading.unread]
             print(json.dumps(report, indent=2))
             return 1
-        for line in _diagnostics(reading.problems, warnings):
+        colour = wants_colour(sys.stderr)
+        for line in _diagnostics(reading.problems, warnings, colour):
             print(line, file=sys.stderr)
         for where in reading.unread:
             if where.line:  # a file read up to a point; one not read at all says so itself
                 print(_not_checked(where), file=sys.stderr)
         count = len(reading.problems)
         noun = "problem" if count == 1 else "problems"
-        print(f"{count} {noun} in {', '.join(files)}", file=sys.stderr)
+        print(paint(f"{count} {noun} in {', '.join(files)}", RED, colour), file=sys.stderr)
         return 1
     template = reading.template
     assert template is not None  # no problems: every file was read
@@ -86,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
     noun = "hook" if count == 1 else "hooks"
     suffix = f" ({disabled} disabled)" if disabled else ""
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"ok: {count} {noun}{suffix} in {', '.join(files)}")
+        print(f"{paint('warning:', YELLOW, wants_colour(sys.stderr))} {warning}", file=sys.stderr)
+    ok = paint("ok:", GREEN, wants_colour(sys.stdout))
+    print(f"{ok} {count} {noun}{suffix} in {', '.join(files)}")
     return 0
 
 
@@ -115,13 +119,16 @@ def _warnings(reading: TemplateReading) -> list[Problem]:
     )
 
 
-def _diagnostics(problems: tuple[Problem, ...], warnings: list[Problem]) -> list[str]:
-    """Problems and warnings, one line each, in the problems' order (file, line, column)."""
+def _diagnostics(
+    problems: tuple[Problem, ...], warnings: list[Problem], colour: bool = False
+) -> list[str]:
+    """Problems and warnings, one line each, in the problems' order (file, line, column);
+    on a terminal problems in red and the warnings' label in yellow, as `history` colours."""
     files: dict[str, int] = {}
     for problem in problems:
         files.setdefault(problem.position.file, len(files))
-    lines = [(problem, str(problem)) for problem in problems]
-    lines += [(warning, f"warning: {warning}") for warning in warnings]
+    lines = [(problem, paint(str(problem), RED, colour)) for problem in problems]
+    lines += [(warning, f"{paint('warning:', YELLOW, colour)} {warning}") for warning in warnings]
 
     def key(item: tuple[Problem, str]) -> tuple[int, int, int]:
         position = item[0].position

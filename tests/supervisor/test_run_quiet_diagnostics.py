@@ -5,14 +5,12 @@ either way. The in-process `hook` keeps warnings off its harness's stderr."""
 
 from __future__ import annotations
 
-import os
-import pty
-import select
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.supervisor.supervised import Workspace, script_hook
+from tests.support.terminal import run_on_a_terminal
 
 UNRESOLVED = "hook renders-empty: unresolved variables NOPE_UNSET rendered empty"
 
@@ -68,44 +66,14 @@ def test_a_warning_waits_until_an_interactive_agent_has_left_the_terminal(
         )
     )  # fmt: skip
     agent = "print('AGENT FIRST'); print('AGENT LAST')"
-    controller, terminal = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template),
-             "--", sys.executable, "-c", agent],
-            env={**workspace.env, "NO_COLOR": "1"},
-            cwd=workspace.root,
-            stdin=terminal,
-            stdout=terminal,
-            stderr=terminal,
-            start_new_session=True,
-        )  # fmt: skip
-        os.close(terminal)
-        terminal = -1
-        screen = _read_until_exit(controller, process).decode(errors="replace")
-    finally:
-        os.close(controller)
-        if terminal >= 0:
-            os.close(terminal)
-    assert process.returncode == 0
+    code, screen = run_on_a_terminal(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template),
+         "--", sys.executable, "-c", agent],
+        {**workspace.env, "NO_COLOR": "1"},
+        cwd=workspace.root, stdin=True, new_session=True,
+    )  # fmt: skip
+    assert code == 0
     assert screen.index("AGENT LAST") < screen.index(UNRESOLVED), screen
-
-
-def _read_until_exit(fd: int, process: subprocess.Popen[bytes]) -> bytes:
-    output = b""
-    while True:
-        ready, _, _ = select.select([fd], [], [], 30)
-        if not ready:
-            raise AssertionError(f"no output and no exit; so far: {output!r}")
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # EIO: every holder of the terminal closed it
-            break
-        if not chunk:
-            break
-        output += chunk
-    process.wait(timeout=30)
-    return output
 
 
 def test_the_in_process_hook_keeps_warnings_off_the_harness_stderr(workspace: Workspace) -> None:

@@ -3,10 +3,7 @@ history id, and a summary at the end; held back while an interactive agent owns 
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -15,6 +12,7 @@ from pathlib import Path
 from otel_lifecycle_hooks.journal import Journal
 from tests.supervisor.supervised import Workspace, script_hook, wait_until
 from tests.support.target_server import Reply, TargetServer
+from tests.support.terminal import run_on_a_terminal
 
 
 def _http_hook(name: str, event: str, url: str, **options: str) -> str:
@@ -81,7 +79,9 @@ def test_verbose_shows_every_execution_and_quiet_shows_nothing(
     verbose = workspace.start(template, workspace.agent_command(exit=0), "-v")
     assert verbose.wait() == 0, verbose.stderr
     loud = verbose.stderr
-    assert re.search(r"hook register \(post-start\) success in \S+(?: \(history \d+\))?: 200", loud), loud
+    assert re.search(
+        r"hook register \(post-start\) success in \S+(?: \(history \d+\))?: 200", loud
+    ), loud
     assert "hook audit (pre-start) success in" in loud, loud
     quiet = workspace.start(template, workspace.agent_command(exit=0), "--quiet")
     assert quiet.wait() == 0, quiet.stderr
@@ -111,23 +111,6 @@ def test_a_refused_hook_and_a_missing_script_are_reported_on_the_terminal(
     assert target_server.requests == []  # refused: nothing was sent
 
 
-def _read_until_exit(fd: int, process: subprocess.Popen[bytes]) -> bytes:
-    output = b""
-    while True:
-        ready, _, _ = select.select([fd], [], [], 30)
-        if not ready:
-            raise AssertionError(f"no output and no exit; so far: {output!r}")
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # EIO: every holder of the terminal closed it
-            break
-        if not chunk:
-            break
-        output += chunk
-    process.wait(timeout=30)
-    return output
-
-
 def test_lines_wait_until_an_interactive_agent_has_left_the_terminal(
     workspace: Workspace,
 ) -> None:
@@ -137,36 +120,25 @@ def test_lines_wait_until_an_interactive_agent_has_left_the_terminal(
         script_hook("fails-early", ["pre-start"], ["sh", "-c", "exit 4"], blocking="true")
     )
     agent = "print('AGENT FIRST'); print('AGENT LAST')"
-    controller, terminal = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_lifecycle_hooks",
-                "run",
-                "--template",
-                str(template),
-                "--",
-                sys.executable,
-                "-c",
-                agent,
-            ],
-            env={**workspace.env, "NO_COLOR": "1"},
-            cwd=workspace.root,
-            stdin=terminal,
-            stdout=terminal,
-            stderr=terminal,
-            start_new_session=True,
-        )
-        os.close(terminal)
-        terminal = -1
-        screen = _read_until_exit(controller, process).decode(errors="replace")
-    finally:
-        os.close(controller)
-        if terminal >= 0:
-            os.close(terminal)
-    assert process.returncode == 0
+    code, screen = run_on_a_terminal(
+        [
+            sys.executable,
+            "-m",
+            "otel_lifecycle_hooks",
+            "run",
+            "--template",
+            str(template),
+            "--",
+            sys.executable,
+            "-c",
+            agent,
+        ],
+        {**workspace.env, "NO_COLOR": "1"},
+        cwd=workspace.root,
+        stdin=True,
+        new_session=True,
+    )
+    assert code == 0
     failure = screen.index("hook fails-early (pre-start) failed in ")
     assert screen.index("AGENT LAST") < failure, screen
     assert screen.index("1 delivery: 0 ok, 1 failed: fails-early exit 4") > failure

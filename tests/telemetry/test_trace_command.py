@@ -327,3 +327,17 @@ def test_a_short_id_is_found_in_any_trace_file_of_the_default_directory(tmp_path
     )
     assert missing.returncode == 1 and "no trace 'deadbeef'" in missing.stderr
     assert "worker.jsonl" in missing.stderr  # the hint names the newest file's sessions
+
+
+def test_a_long_failure_message_wraps_between_words_at_80_columns(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    words = "the receiver at 127.0.0.1 answered 503 Service Unavailable before the hook runs " * 2
+    _record_sessions(path, ["reviewer"], failure=words.strip())
+    lines = _run_cli(str(path), "--width", "80").stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    first = next(i for i, line in enumerate(lines) if "✗ the receiver" in line)
+    message = lines[first : first + 3]
+    assert " ".join(line.strip() for line in message).startswith("✗ " + words.strip())
+    # Every line ends at a word's end: the next starts a new word.
+    assert all(part.endswith(tuple("abcdefghijklmnopqrstuvwxyz0123456789.")) for part in message)
+    assert {word for line in message for word in line.split()} <= {"✗", *words.split()}

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.cli.main import main
+from tests.support.terminal import run_on_a_terminal
 
 HERE = Path(__file__).parent
 EXAMPLE = HERE / "fixtures" / "scion-agent.yaml"
@@ -304,3 +305,26 @@ def test_list_reads_the_real_journal(
         "  1970-01-02 00:00:00Z  pre-stop  failed  0.250s  attempts=1  http=503\n"
     ) in out
     assert "notify-slack:\n  (none)" in out
+
+
+def _validate_on_a_terminal(path: Path, **env: str) -> str:
+    """What `validate` writes on its stderr when that is a terminal (stdout too)."""
+    environ = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    return run_on_a_terminal(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "validate", str(path)], {**environ, **env}
+    )[1]
+
+
+def test_validate_colours_on_a_terminal_as_history_does_and_honours_no_color(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "lifecycle_hooks:\n  - {name: a, on: [post-strat], action: {type: script, command: [x]}}\n"
+    )
+    coloured = _validate_on_a_terminal(path)
+    assert f"\x1b[31m{path}:2:" in coloured  # the problem, in red
+    assert "\x1b[33mwarning:\x1b[0m" in coloured
+    plain = _validate_on_a_terminal(path, NO_COLOR="1")
+    assert "\x1b[" not in plain and f"{path}:2:" in plain
+    assert "\x1b[32mok:\x1b[0m 5 hooks" in _validate_on_a_terminal(EXAMPLE)
