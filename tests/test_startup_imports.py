@@ -3,7 +3,8 @@ httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
 `sys.modules`; the post-start webhook, after it, brings httpx in. Nor the journal (SQLite and
 the package's journal modules) nor crash recovery: they come right after the agent's start.
 Nor the span exporters and their batch processors (the SDK's export module, the local trace
-file's exporter, OTLP's exporter): they are made when the first span ends."""
+file's exporter, OTLP's exporter): they are made when the first span ends. Nor the console
+module: the report imports it with its first line."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ sys.exit(main())
 
 
 def noted_imports(
-    tmp_path: Path, url: str, modules: tuple[str, ...], **environ: str
+    tmp_path: Path, url: str, modules: tuple[str, ...], *run_options: str, **environ: str
 ) -> dict[str, list[str]]:
     """Which of `modules` `run` had imported when it spawned its agent, and at its exit, with
     a template whose post-start webhook goes to `url`."""
@@ -81,7 +82,7 @@ def noted_imports(
     env.update(environ)
     done = subprocess.run(
         [sys.executable, "-c", RUN_NOTING_IMPORTS, json.dumps(modules), str(noted),
-         "run", "--template", str(template), "--", "sh", "-c", "echo agent-marker"],
+         "run", *run_options, "--template", str(template), "--", "sh", "-c", "echo agent-marker"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -134,3 +135,14 @@ def test_with_otlp_traces_the_exporter_is_made_after_the_agent_is_started(
     assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in seen["at-exit"]
     paths = [request.path for request in target_server.wait_for(2)]
     assert sorted(paths) == ["/started", "/v1/traces"]
+
+
+def test_the_console_is_imported_with_the_reports_first_line_not_before_the_agent(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), ("otel_lifecycle_hooks.cli",),
+                         "--verbose")  # fmt: skip
+    assert "otel_lifecycle_hooks.cli.console" not in seen["at-spawn"]
+    # The check can see it: with --verbose the webhook's success was a line, which escaped
+    # the hook's name through it.
+    assert "otel_lifecycle_hooks.cli.console" in seen["at-exit"]

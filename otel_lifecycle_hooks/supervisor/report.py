@@ -15,7 +15,6 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING
 
-from ..cli.console import RED, YELLOW, escape_control, paint, wants_colour
 from ..engine.recording import ExecutionWatcher
 
 if TYPE_CHECKING:
@@ -32,6 +31,8 @@ SUMMARY_FAILURES_LIMIT = 5
 # A message (which may quote a response) is cut to this in a line.
 MESSAGE_LIMIT = 160
 PROBLEM_OUTCOMES = ("failed", "timeout", "refused")
+# How a line is painted: a problem red, a warning (a retry, a drop) yellow.
+PROBLEM, WARNING = "problem", "warning"
 
 
 def agent_owns_terminal(
@@ -57,7 +58,7 @@ class RunReport(ExecutionWatcher):
         self.verbosity = verbosity
         self._stream = stream if stream is not None else sys.stderr
         self._hold = agent_owns_terminal() if hold is None else hold
-        self._colour = wants_colour(self._stream)
+        self._colour: bool | None = None  # decided at the first line painted
         self._lock = threading.Lock()
         self._held: list[str] = []
         self._held_over = 0
@@ -74,7 +75,7 @@ class RunReport(ExecutionWatcher):
             if outcome in PROBLEM_OUTCOMES:
                 self.failures.append(_failure_summary(execution, history_id))
         if outcome in PROBLEM_OUTCOMES:
-            self._line(_execution_line(execution, history_id), RED)
+            self._line(_execution_line(execution, history_id), PROBLEM)
         elif self.verbosity >= VERBOSE:
             self._line(_execution_line(execution, history_id), None)
 
@@ -91,19 +92,19 @@ class RunReport(ExecutionWatcher):
             f"{_who(hook.name, event.name)} attempt {attempt} of {max_attempts} failed: "
             f"{_reason(result.status_code, result.exit_code, result.error_type, result.message)}"
             f"; retrying in {_seconds(delay)}",
-            YELLOW,
+            WARNING,
         )
 
     def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None:
         with self._lock:
             self.dropped_count += 1
-        self._line(f"{_who(hook.name, event.name)} dropped: {reason}", YELLOW)
+        self._line(f"{_who(hook.name, event.name)} dropped: {reason}", WARNING)
 
     def diagnostic(self, text: str, is_error: bool) -> None:
         """A warning or error the package logged (an unresolved variable, a journal that
         cannot be written): a line like the others, held while the agent owns the terminal.
         `-q` keeps only the errors."""
-        self._line(escape_control(text), RED if is_error else YELLOW, always=is_error)
+        self._line(_escaped(text), PROBLEM if is_error else WARNING, always=is_error)
 
     # -- the end --
 
@@ -120,9 +121,8 @@ class RunReport(ExecutionWatcher):
             return
         summary = self.summary()
         if summary:
-            self._write(
-                paint(PREFIX + summary, RED, self._colour) if self.failures else PREFIX + summary
-            )
+            line = PREFIX + summary
+            self._write(self._painted(line, PROBLEM) if self.failures else line)
 
     def summary(self) -> str:
         """ "5 deliveries: 4 ok, 1 failed: notify-slack 503 after 4 attempts, history 42"."""
@@ -151,12 +151,12 @@ class RunReport(ExecutionWatcher):
 
     # -- output --
 
-    def _line(self, text: str, colour: str | None, always: bool = False) -> None:
+    def _line(self, text: str, kind: str | None, always: bool = False) -> None:
         if self.verbosity <= QUIET and not always:
             return
         line = PREFIX + text
-        if colour is not None:
-            line = paint(line, colour, self._colour)
+        if kind is not None:
+            line = self._painted(line, kind)
         with self._lock:
             if self._hold:
                 if len(self._held) < HELD_LINES_LIMIT:
@@ -166,6 +166,15 @@ class RunReport(ExecutionWatcher):
                 return
         self._write(line)
 
+    def _painted(self, line: str, kind: str) -> str:
+        # The console module (its escape tables, the tables' layouts) is imported with the
+        # first line made, after the agent's start: a run with nothing to say never pays for it.
+        from ..cli.console import RED, YELLOW, paint, wants_colour
+
+        if self._colour is None:
+            self._colour = wants_colour(self._stream)
+        return paint(line, RED if kind == PROBLEM else YELLOW, self._colour)
+
     def _write(self, line: str) -> None:
         try:
             self._stream.write(line + "\n")
@@ -174,8 +183,15 @@ class RunReport(ExecutionWatcher):
             pass
 
 
+def _escaped(text: object) -> str:
+    """`text` as `cli.console` escapes agent-controlled text (imported at the first line)."""
+    from ..cli.console import escape_control
+
+    return escape_control(text)
+
+
 def _who(hook: str, event: str) -> str:
-    return f"hook {escape_control(hook)} ({event})"
+    return f"hook {_escaped(hook)} ({event})"
 
 
 def _execution_line(execution: Execution, history_id: int | None) -> str:
@@ -191,7 +207,7 @@ def _execution_line(execution: Execution, history_id: int | None) -> str:
         if execution.status_code is not None:
             text += f": {execution.status_code}"
     elif outcome == "skipped":
-        text += f": {escape_control(_cut(execution.message))}" if execution.message else ""
+        text += f": {_escaped(_cut(execution.message))}" if execution.message else ""
     else:
         text += ": " + _reason(
             execution.status_code, execution.exit_code, execution.error_type, execution.message
@@ -205,8 +221,8 @@ def _failure_summary(execution: Execution, history_id: int | None) -> str:
     elif execution.exit_code is not None:
         reason = f"exit {execution.exit_code}"
     else:
-        reason = escape_control(execution.error_type or execution.outcome)
-    text = f"{escape_control(execution.hook.name)} {reason}"
+        reason = _escaped(execution.error_type or execution.outcome)
+    text = f"{_escaped(execution.hook.name)} {reason}"
     if execution.attempts > 1:
         text += f" after {execution.attempts} attempts"
     if history_id is not None:
@@ -229,7 +245,7 @@ def _reason(
         parts.append(error_type)
     if message and message != f"exited with code {exit_code}":
         parts.append(_cut(message))
-    return escape_control(" ".join(parts) or "failed")
+    return _escaped(" ".join(parts) or "failed")
 
 
 def _cut(text: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from otel_lifecycle_hooks.actions.base import AttemptResult
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent
 from otel_lifecycle_hooks.supervisor.report import HELD_LINES_LIMIT, QUIET, VERBOSE, RunReport
@@ -92,3 +94,34 @@ def test_what_an_endpoint_wrote_is_escaped_in_a_line() -> None:
         None,
     )
     assert "\x1b" not in stream.getvalue() and "\\x1b]0;x\\x07" in stream.getvalue()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_a_failure_is_red_a_retry_yellow_and_no_color_turns_both_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal = _Terminal()
+    report = RunReport(stream=terminal, hold=False)
+    hook = HookSpec(name="h", on=("session-end",), action=HookAction(type="webhook"))
+    result = AttemptResult("transient", 0.1, status_code=503, message="HTTP 503")
+    report.retrying(hook, EVENT, 1, 4, 1.0, result)
+    report.recorded(_execution("bad", "failed", exit_code=3), None)
+    retry, failure = terminal.getvalue().splitlines()
+    assert retry.startswith("\x1b[33motel-lifecycle-hooks: hook h (session-end) attempt 1 of 4")
+    assert retry.endswith("; retrying in 1s\x1b[0m")
+    assert failure == (
+        "\x1b[31motel-lifecycle-hooks: hook bad (session-end) failed in 250ms: exit 3\x1b[0m"
+    )
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _Terminal()
+    report = RunReport(stream=plain, hold=False)
+    report.recorded(_execution("bad", "failed", exit_code=3), None)
+    assert plain.getvalue() == (
+        "otel-lifecycle-hooks: hook bad (session-end) failed in 250ms: exit 3\n"
+    )
