@@ -421,20 +421,37 @@ class _EventReader:
                 merged.extend(value.value if value.is_list else [value])
                 continue
             text = _key_text(key)
-            if text in located.value:
-                message = _duplicate_message(
-                    text, located.key_positions[text], key_styles[text], key.style
-                )
-                located.duplicate_keys.append((text, key.position, message))
-                continue
-            located.value[text] = value
-            located.key_positions[text] = key.position
-            key_styles[text] = key.style
-        for source in merged:
-            for name, value in list(source.value.items()):
-                if name not in located.value:
-                    located.value[name] = value
-                    located.key_positions[name] = source.key_positions[name]
+            if _claim_key(located, text, key.position, key.style, key_styles):
+                located.value[text] = value
+        _merge_into(located, merged)
+
+
+def _claim_key(
+    located: Located,
+    key: str,
+    position: Position,
+    style: str | None,
+    key_styles: dict[str, str | None],
+) -> bool:
+    """Take `key` for the mapping `located`, at `position`: False, and the repeat noted as a
+    duplicate, when the mapping already has it (its value is then not the mapping's)."""
+    if key in located.key_positions:
+        message = _duplicate_message(key, located.key_positions[key], key_styles[key], style)
+        located.duplicate_keys.append((key, position, message))
+        return False
+    located.key_positions[key] = position
+    key_styles[key] = style
+    return True
+
+
+def _merge_into(located: Located, merged: list[Located]) -> None:
+    """`<<: *defaults`: the merged mappings' keys the mapping does not have itself (explicit
+    keys win over merged ones, as in YAML's merge key)."""
+    for source in merged:
+        for key, value in list(source.value.items()):
+            if key not in located.value:
+                located.value[key] = value
+                located.key_positions[key] = source.key_positions[key]
 
 
 def _construct_scalar(loader: yaml.CSafeLoader, node: yaml.ScalarNode) -> Any:
@@ -543,22 +560,9 @@ class _NodeReader:
                 merged.extend(self._merge_sources(value_node))
                 continue
             key = self._key_text(key_node)
-            key_position = self._position(key_node)
-            if key in located.value:
-                message = _duplicate_message(
-                    key, located.key_positions[key], key_styles[key], _style(key_node)
-                )
-                located.duplicate_keys.append((key, key_position, message))
-                continue
-            located.value[key] = self.read(value_node)
-            located.key_positions[key] = key_position
-            key_styles[key] = _style(key_node)
-        # `<<: *defaults`: explicit keys win over merged ones, as in YAML's merge key.
-        for source in merged:
-            for key, value in list(source.value.items()):
-                if key not in located.value:
-                    located.value[key] = value
-                    located.key_positions[key] = source.key_positions[key]
+            if _claim_key(located, key, self._position(key_node), _style(key_node), key_styles):
+                located.value[key] = self.read(value_node)
+        _merge_into(located, merged)
 
     @staticmethod
     def _is_merge_source(node: yaml.Node) -> bool:
