@@ -98,7 +98,7 @@ class WorkerPool:
             raise ValueError(f"a worker pool needs at least one worker, not {size}")
         self.size = size
         self._clock = clock
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._ready: deque[Served] = deque()
         self._urgent: deque[Served] = deque()
         self._ready_set: set[Served] = set()
@@ -107,14 +107,19 @@ class WorkerPool:
         self._timer_for: dict[Served, float] = {}
         self._order = itertools.count()
         self._workers: list[threading.Thread] = []
-        self._idle = 0  # workers waiting for work
+        self._idle = 0  # workers waiting for work (woken or not)
+        # The idle workers not yet woken, the one idle the shortest last: it is woken first,
+        # so the work stays on the fewest threads (their stacks and allocator arenas warm)
+        # and the rest sleep on.
+        self._sleepers: list[threading.Condition] = []
         self._fresh = 0  # workers started that have not looked for work yet
         self._spare = 0  # blocking-work threads between two queues
         self._serving = 0  # workers running an execution or going straight to the next
         self._most_serving = 0
         # Real seconds, whatever the engine's clock: this is about threads making progress.
         self._last_take = 0.0  # when a worker last took a queue from the line
-        self._taken_at: dict[int, float] = {}  # serving worker -> when it took its queue
+        # Serving worker -> when it took its queue, in the order they began serving.
+        self._taken_at: dict[int, float] = {}
         self._watched = False  # an idle worker waits to see whether the line moves
         self._stopped = False
 
@@ -124,7 +129,7 @@ class WorkerPool:
         """`queue` has work that may run now: serve it when a worker is free (`urgent`:
         before any other, and at once). `from_worker`: asked by a worker that looks for work
         right after, so no other is needed for it."""
-        with self._cond:
+        with self._lock:
             if self._stopped:
                 return
             if urgent:
@@ -142,7 +147,7 @@ class WorkerPool:
 
     def at(self, when: float, queue: Served) -> None:
         """Wake `queue` at `when` (the clock's monotonic seconds), unless it is woken earlier."""
-        with self._cond:
+        with self._lock:
             if self._stopped:
                 return
             current = self._timer_for.get(queue)
@@ -151,13 +156,13 @@ class WorkerPool:
             self._timer_for[queue] = when
             heapq.heappush(self._timers, (when, next(self._order), queue))
             if self._idle:
-                self._cond.notify()  # an idle worker sleeps until the earliest timer
+                self._wake_idle()  # an idle worker sleeps until the earliest timer
             elif not self._fresh and len(self._workers) < self.size:
                 self._start_worker()  # someone must keep the time
 
     def stop(self) -> None:
         """No more work: idle workers end; busy ones end after their execution."""
-        with self._cond:
+        with self._lock:
             self._stopped = True
             self._ready.clear()
             self._ready_set.clear()
@@ -165,19 +170,19 @@ class WorkerPool:
             self._urgent_set.clear()
             self._timers.clear()
             self._timer_for.clear()
-            self._cond.notify_all()
+            self._wake_idle(len(self._sleepers))
 
     @property
     def threads(self) -> int:
         """Worker threads started (blocking-work threads not counted)."""
-        with self._cond:
+        with self._lock:
             return len(self._workers)
 
     @property
     def most_serving(self) -> int:
         """The most workers that were ever serving at once (blocking-work threads not
         counted)."""
-        with self._cond:
+        with self._lock:
             return self._most_serving
 
     # -- the workers --
@@ -187,8 +192,7 @@ class WorkerPool:
         if self._urgent:
             # A blocking hook does not wait: any idle worker takes it at once.
             waiting = len(self._urgent)
-            if self._idle:
-                self._cond.notify(min(waiting, self._idle))
+            self._wake_idle(waiting)
             available = self._idle + self._fresh
             if waiting > available and len(self._workers) < self.size:
                 self._start_worker()
@@ -202,7 +206,7 @@ class WorkerPool:
         if self._serving == 0:
             # Nobody serves the line: one worker, now.
             if self._idle:
-                self._cond.notify()
+                self._wake_idle()
             elif not self._fresh:
                 self._start_worker()
         else:
@@ -214,9 +218,14 @@ class WorkerPool:
         if self._watched or not self._ready:
             return
         if self._idle:
-            self._cond.notify()  # no idle worker is watching: the one woken will
+            self._wake_idle()  # no idle worker is watching: the one woken will
         elif not self._fresh and len(self._workers) < self.size:
             self._start_worker()
+
+    def _wake_idle(self, count: int = 1) -> None:
+        """(lock held) Wake up to `count` idle workers, the one idle the shortest first."""
+        for _ in range(min(count, len(self._sleepers))):
+            self._sleepers.pop().notify()
 
     def _start_worker(self) -> None:
         thread = threading.Thread(
@@ -228,23 +237,24 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.get_ident()
-        with self._cond:
+        wakeup = threading.Condition(self._lock)
+        with self._lock:
             self._fresh -= 1
         serving = False
         while True:
-            queue = self._next(me, serving)
+            queue = self._next(me, wakeup, serving)
             if queue is None:
                 return
             serving = True
             self._serve(queue)
 
-    def _next(self, me: int, serving: bool) -> Served | None:
+    def _next(self, me: int, wakeup: threading.Condition, serving: bool) -> Served | None:
         """The next queue for worker `me` to serve, blocking ones first; None once the pool
         stopped. `serving`: the worker comes from an execution. It goes on to the next
         unless its execution was short and another serving worker's is too (that one keeps
         the line moving: two would only take turns at the interpreter). A worker that was
         idle joins when nobody serves the line, or it has not moved for STARVED_AFTER."""
-        with self._cond:
+        with self._lock:
             while True:
                 # Timers first: a steady stream of ready queues must not hold a debounced
                 # event past its window.
@@ -279,21 +289,28 @@ class WorkerPool:
                     until_starved = self._last_take + STARVED_AFTER - now
                     timeout = until_starved if timeout is None else min(timeout, until_starved)
                 self._idle += 1
+                self._sleepers.append(wakeup)
                 try:
-                    self._cond.wait(timeout)
+                    wakeup.wait(timeout)
                 finally:
                     self._idle -= 1
+                    if wakeup in self._sleepers:  # its time came: nobody woke it
+                        self._sleepers.remove(wakeup)
                     if watching:
                         self._watched = False
 
     def _moved_by_another(self, me: int, now: float) -> bool:
-        """(lock held) Worker `me` just ended a short execution, and another serving worker
-        took its queue less than STARVED_AFTER ago: the line moves without `me`."""
+        """(lock held) Worker `me` just ended a short execution, and a worker serving since
+        before `me` took its queue less than STARVED_AFTER ago: the line moves without `me`.
+        The later one leaves, so a burst's work stays on the same thread."""
         if now - self._taken_at[me] >= STARVED_AFTER:
             return False  # `me` was held: its endpoint is slow, more workers help
-        return any(
-            now - taken < STARVED_AFTER for worker, taken in self._taken_at.items() if worker != me
-        )
+        for worker, taken in self._taken_at.items():  # in the order they began serving
+            if worker == me:
+                return False
+            if now - taken < STARVED_AFTER:
+                return True
+        return False
 
     def _leave(self, me: int) -> bool:
         """(lock held) Worker `me` stops serving; returns False (no longer serving)."""
@@ -320,7 +337,7 @@ class WorkerPool:
 
     def _serve_blocking(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 if not self._urgent or self._stopped:
                     self._spare -= 1
                     return
@@ -328,7 +345,7 @@ class WorkerPool:
                 self._urgent_set.discard(queue)
                 self._spare -= 1
             self._serve(queue)
-            with self._cond:
+            with self._lock:
                 self._spare += 1
 
     @staticmethod
