@@ -12,8 +12,11 @@ line for STARVED_AFTER (every worker serving is held by an execution that waits,
 hanging endpoint). Executions are mostly the interpreter's work, so on fast endpoints more
 threads than that only take turns at the interpreter lock, each turn a futex wake-up and a
 system call: with a thousand loopback hooks on two cores, eight workers serving at once cost
-half again the CPU per delivery of one. Workers are started as they are first needed and then
-kept; those not serving wait, one of them keeping the time.
+half again the CPU per delivery of one. A serving worker whose execution was short leaves when
+one that began serving before it keeps the line moving, and the idle worker woken first is the
+one idle the shortest: a burst's work stays on one thread (work moving between threads grew
+each one's malloc arena in turn, 4 MiB more at the peak). Workers are started as they are
+first needed and then kept; those not serving wait, one of them keeping the time.
 
 A blocking hook's queue (its caller waits; a pre-stop hook spends the grace period) goes
 before every other, and never waits for a worker: an idle one takes it at once, and when none
