@@ -31,8 +31,6 @@ log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 _FIELD_BY_ATTRIBUTE = {attr: name for name, attr in ev.EVENT_ATTRIBUTES.items()}
 _METADATA_BY_ATTRIBUTE = {attr: name for name, attr in ev.METADATA_ATTRIBUTES.items()}
-# A session span's name: `invoke_agent`, or this before its agent's name.
-_SESSION_NAME_PREFIX = ev.OPERATION_INVOKE_AGENT + " "
 
 
 class SeenEventIds:
@@ -112,8 +110,7 @@ def _is_session(span: Any) -> bool:
     raises and catches for a span without the attribute), which was most of what the processor
     cost a host's span. `is None` rather than truthiness: an SDK span's mapping is never None,
     and its length is one more call in Python."""
-    name = span.name
-    if not name.startswith(_SESSION_NAME_PREFIX) and name != ev.OPERATION_INVOKE_AGENT:
+    if not ev.names_a_session(span.name):
         return False
     attributes = span.attributes
     return (
