@@ -110,8 +110,9 @@ def _is_session(span: Any) -> bool:
     raises and catches for a span without the attribute), which was most of what the processor
     cost a host's span. `is None` rather than truthiness: an SDK span's mapping is never None,
     and its length is one more call in Python."""
-    if not ev.names_a_session(span.name):
-        return False
+    name = span.name
+    if not name.startswith(ev.OPERATION_INVOKE_AGENT) or not ev.names_a_session(name):
+        return False  # the first test alone rules out a host's span, without a call
     attributes = span.attributes
     return (
         attributes is not None
