@@ -254,9 +254,9 @@ class WorkerPool:
     def _next(self, me: int, wakeup: threading.Condition, serving: bool) -> Served | None:
         """The next queue for worker `me` to serve, blocking ones first; None once the pool
         stopped. `serving`: the worker comes from an execution. It goes on to the next
-        unless its execution was short and another serving worker's is too (that one keeps
-        the line moving: two would only take turns at the interpreter). A worker that was
-        idle joins when nobody serves the line, or it has not moved for STARVED_AFTER."""
+        unless its execution was short and a worker serving since before it keeps the line
+        moving (two would only take turns at the interpreter). A worker that was idle joins
+        when nobody serves the line, or it has not moved for STARVED_AFTER."""
         with self._lock:
             while True:
                 # Timers first: a steady stream of ready queues must not hold a debounced
