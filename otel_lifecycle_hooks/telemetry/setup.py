@@ -88,7 +88,8 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.sdk._shared_internal",
     "opentelemetry.sdk.metrics._internal.export",
 )
-_OS_ERROR = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+# Compiled by `re` at the first export failure, not at import.
+_OS_ERROR = r"\[Errno -?\d+\] ([^'\")\]]+)"
 
 
 # --- pure decisions from the environment ----------------------------------------------
@@ -471,7 +472,7 @@ class _ExportFailures(logging.Filter):
             return True
         self.count += 1
         if self.reason is None:
-            found = _OS_ERROR.search(record.getMessage())
+            found = re.search(_OS_ERROR, record.getMessage())
             if found:
                 self.reason = found.group(1).strip().lower()
         return False
