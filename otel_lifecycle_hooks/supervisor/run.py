@@ -193,6 +193,8 @@ class Supervisor:
             metadata=self.metadata,
             tracer_provider=self._telemetry.tracer_provider,
         )
+        # The first phases' log records wait for the agent's start (their timestamps kept).
+        self.session.hold_event_records()
         try:
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
@@ -230,6 +232,8 @@ class Supervisor:
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__)
         self._child_started = time.monotonic()
+        if self.session is not None:
+            self.session.release_event_records()
         self._processes = AgentProcesses(self._child.pid, self._agent_tag)
         self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()
