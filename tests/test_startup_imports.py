@@ -5,7 +5,8 @@ the package's journal modules) nor crash recovery: they come right after the age
 Nor the span exporters and their batch processors (the SDK's export module, the local trace
 file's exporter, OTLP's exporter): they are made when the first span ends. Nor the console
 module: the report imports it with its first line. Nor the Logs API: the first phases' event
-records are emitted once the agent has started."""
+records are emitted once the agent has started. Nor, with a metrics exporter, the metrics SDK
+and OTLP's metric exporter: the meter provider is made once the agent has started."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ SPAN_EXPORT = ("opentelemetry.sdk.trace.export", "otel_lifecycle_hooks.telemetry
                "opentelemetry.exporter.otlp", "google.protobuf")  # fmt: skip
 # The phases' event records before the agent's start are held until it has started
 # (engine/session.py's hold_event_records).
+# Made once the agent has started (telemetry/meter_later.py).
+METRICS_EXPORT = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp", "google.protobuf",
+                  "requests")  # fmt: skip
 LOGS_API = ("opentelemetry._logs", "opentelemetry.logs", "otel_lifecycle_hooks.telemetry.logs_api")
 
 # `run` as the console script starts it, with a note of the HTTP client modules imported at
@@ -159,3 +163,16 @@ def test_the_logs_api_is_imported_after_the_agent_is_started(
     assert seen["at-spawn"] == []
     # The check can see it: the held records were emitted once the agent had started.
     assert "otel_lifecycle_hooks.telemetry.logs_api" in seen["at-exit"]
+
+
+def test_with_otlp_metrics_the_meter_provider_is_made_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), METRICS_EXPORT,
+        OTEL_EXPORTER_OTLP_ENDPOINT=target_server.url(""), OTEL_TRACES_EXPORTER="none",
+    )  # fmt: skip
+    assert seen["at-spawn"] == []
+    assert "opentelemetry.exporter.otlp.proto.http.metric_exporter" in seen["at-exit"]
+    paths = [request.path for request in target_server.wait_for(2)]
+    assert sorted(paths) == ["/started", "/v1/metrics"]

@@ -171,6 +171,7 @@ class Supervisor:
             options.environ,
             resource_attributes=resource,
             session_id=self.metadata["AGENT_SLUG"],
+            metrics_later=True,  # made once the agent has started (start_metrics)
         )
         self._telemetry.quiet_session_export_failures()
         self.engine = HookEngine(
@@ -234,6 +235,7 @@ class Supervisor:
         self._child_started = time.monotonic()
         if self.session is not None:
             self.session.release_event_records()
+        self._telemetry.start_metrics()
         self._processes = AgentProcesses(self._child.pid, self._agent_tag)
         self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()

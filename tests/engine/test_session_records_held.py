@@ -85,7 +85,8 @@ def test_held_records_are_emitted_on_release_in_order_with_their_own_timestamps(
     ]
     (session_span,) = [s for s in spans.get_finished_spans() if s.name == "invoke_agent held"]
     assert {r.span_id for r in emitted} == {session_span.context.span_id}
-    assert [dict(r.attributes) for r in emitted] == [dict(e.attributes) for e in session_span.events]
+    span_events = [dict(event.attributes) for event in session_span.events]
+    assert [dict(r.attributes) for r in emitted] == span_events
 
 
 def test_a_session_that_ends_while_holding_still_emits_its_records(
