@@ -94,6 +94,8 @@ ATTR_EVENT_ID = "agent.lifecycle.event_id"
 
 ATTR_OPERATION_NAME = "gen_ai.operation.name"
 OPERATION_INVOKE_AGENT = "invoke_agent"
+_SESSION_SPAN_NAME_PREFIX = OPERATION_INVOKE_AGENT + " "
+
 ATTR_AGENT_NAME = "gen_ai.agent.name"
 ATTR_AGENT_ID = "gen_ai.agent.id"
 ATTR_CONVERSATION_ID = "gen_ai.conversation.id"
@@ -158,3 +160,10 @@ def event_from_span_event_name(name: str) -> str | None:
         return None
     event = name[len(SPAN_EVENT_PREFIX) :].replace("_", "-")
     return event if event in ALL_EVENTS else None
+
+
+def names_a_session(span_name: str) -> bool:
+    """Whether a span's name is a session span's: `invoke_agent`, or `invoke_agent {agent
+    name}`, as the GenAI conventions name the span whose `gen_ai.operation.name` is
+    `invoke_agent`. A session has both."""
+    return span_name.startswith(_SESSION_SPAN_NAME_PREFIX) or span_name == OPERATION_INVOKE_AGENT

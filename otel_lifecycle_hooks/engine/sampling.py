@@ -41,6 +41,7 @@ class SessionRecordingSampler(Sampler):
             result.decision is Decision.DROP
             and attributes is not None
             and attributes.get(ev.ATTR_OPERATION_NAME) == ev.OPERATION_INVOKE_AGENT
+            and ev.names_a_session(name)
         ):
             return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
         return result

@@ -142,6 +142,8 @@ def test_plain_add_event_on_a_sampled_out_session_fires_under_the_session_record
         span.add_event("agent.lifecycle.activity_change", {"agent.activity": "thinking"})
         with tracer.start_as_current_span("some app work") as other:
             assert not other.is_recording()  # only sessions are kept recording
+        with tracer.start_as_current_span("plan", attributes=session_attributes()) as other:
+            assert not other.is_recording()  # marked as a session, but not named as one
     processor.force_flush()
     provider.shutdown()
     assert len(target_server.requests) == 1

@@ -93,3 +93,29 @@ def test_a_session_after_host_spans_with_none_live_is_seen_as_the_first_was(
         "thinking",
         "executing",
     ]
+
+
+def test_a_session_is_a_span_named_invoke_agent_that_says_so_in_its_operation_name(
+    target_server: TargetServer,
+) -> None:
+    """The GenAI conventions' session span: `invoke_agent` or `invoke_agent {agent name}`, with
+    `gen_ai.operation.name: invoke_agent`. Either alone is a host's span: its events fire
+    nothing."""
+    provider = TracerProvider()
+    processor = processor_for(target_server.url("/a"), provider)
+    tracer = provider.get_tracer("host.agent")
+    for name, attributes, activity in (
+        ("plan the release", SESSION, "named otherwise"),
+        ("invoke_agent reviewer", HOST_SPAN, "no operation name"),
+        ("invoke_agentic", SESSION, "another name"),
+        ("invoke_agent", SESSION, "unnamed agent"),
+        ("invoke_agent reviewer", SESSION, "named agent"),
+    ):
+        with tracer.start_as_current_span(name, attributes=attributes) as span:
+            span.add_event(EVENT, {"agent.activity": activity})
+    processor.force_flush()
+    provider.shutdown()
+    assert [json.loads(r.body)["activity"] for r in target_server.requests] == [
+        "unnamed agent",
+        "named agent",
+    ]
