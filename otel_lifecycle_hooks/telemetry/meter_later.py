@@ -113,14 +113,24 @@ class _MeterLater(NoOpMeter):
         self._provider = provider
         self._attributes = attributes
         self._instruments: list[_SyncLater | _ObservableLater] = []
+        self._real: Meter | None = None
 
     def hand_over(self, provider: MeterProvider) -> None:
+        """Called with the provider's lock held."""
         meter = provider.get_meter(self.name, self.version, self.schema_url, self._attributes)
         for instrument in self._instruments:
             instrument.make(meter)
+        self._instruments = []
+        self._real = meter
 
     def _add(self, instrument: Any) -> Any:
-        self._instruments.append(instrument)
+        # An instrument asked of this meter after the hand-over (a library that kept the
+        # meter) is made on the real one at once.
+        with self._provider._lock:
+            if self._real is None:
+                self._instruments.append(instrument)
+            else:
+                instrument.make(self._real)
         return instrument
 
     def create_counter(self, name: str, unit: str = "", description: str = "") -> Counter:

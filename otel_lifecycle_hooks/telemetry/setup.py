@@ -35,7 +35,10 @@ With no metrics exporter the meter provider is the API's no-op one: the metrics 
 of `run`'s start-up) is imported only when some reader will collect what it aggregates. The
 span exporters (the local trace file's, OTLP's with protobuf and its HTTP client) and their
 batch processors are made when the first span ends (`_ExportLater`): `run` starts its agent
-before any span ends, so the agent's start does not wait for their imports.
+before any span ends, so the agent's start does not wait for their imports. With a metrics
+exporter, `run` asks for the meter provider later too (`metrics_later`): a
+`MeterProviderLater` (meter_later.py) until `Telemetry.start_metrics()`, right after the
+agent's spawn, makes the readers, their exporters and the SDK's provider.
 """
 
 from __future__ import annotations

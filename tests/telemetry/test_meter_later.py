@@ -49,6 +49,7 @@ def test_measurements_before_the_hand_over_are_recorded_into_the_real_provider()
     later.hand_over(real)
     counter.add(3, {"phase": "provisioning"})  # an instrument made before, measured after
     later.get_meter("test").create_counter("made.after").add(1)
+    meter.create_counter("kept.meter").add(4)  # a meter asked for before, used after
 
     found = points(reader)
     real.shutdown()
@@ -56,6 +57,7 @@ def test_measurements_before_the_hand_over_are_recorded_into_the_real_provider()
     assert [(p.count, p.sum) for p in found["took.before"]] == [(1, 0.5)]  # type: ignore[attr-defined]
     assert [p.value for p in found["observed.before"]] == [7]  # type: ignore[attr-defined]
     assert [p.value for p in found["made.after"]] == [1]  # type: ignore[attr-defined]
+    assert [p.value for p in found["kept.meter"]] == [4]  # type: ignore[attr-defined]
     assert (later.held, later.dropped) == (2, 0)
 
 
