@@ -32,7 +32,8 @@ Script
 `RenderError` messages name the field and the variable, never the value (it may be a secret).
 """
 
-from __future__ import annotations
+# Not `from __future__ import annotations`: its NamedTuples are made from evaluated
+# annotations (see template/model.py).
 
 import functools
 import json

@@ -26,7 +26,8 @@ trusted too); values from events, metadata and captured responses come from the 
 network and are not. Rendering uses this to decide how much structure a value may carry.
 """
 
-from __future__ import annotations
+# Not `from __future__ import annotations`: its NamedTuples are made from evaluated
+# annotations (see template/model.py).
 
 import functools
 import json
@@ -175,7 +176,7 @@ def format_timestamp(moment: datetime) -> str:
     return text.replace("+00:00", "Z")
 
 
-def secret_names_for(template: Template) -> frozenset[str]:
+def secret_names_for(template: "Template") -> frozenset[str]:
     """Every variable whose value must be redacted for this template.
 
     The `secrets:` block, the variables the auth and signing settings name, and any `env:` key
