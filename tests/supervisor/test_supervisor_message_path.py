@@ -105,7 +105,14 @@ def test_messages_sent_while_post_start_blocks_are_handled_after_it_in_the_order
     workspace: Workspace, target_server: TargetServer
 ) -> None:
     sent = workspace.root / "sent"
-    wait_for_agent = ["sh", "-c", f'while [ ! -e "{sent}" ]; do sleep 0.02; done']
+    notes = workspace.root / "notes"
+    # post-start holds the supervisor until the agent has spoken, and a while after: a message
+    # handled before post-start is over would leave its note before post-start's.
+    wait_for_agent = [
+        "sh", "-c",
+        f'while [ ! -e "{sent}" ]; do sleep 0.02; done; sleep 0.5; echo post-start >> "{notes}"',
+    ]  # fmt: skip
+    note_tool = ["sh", "-c", f'echo tool-start >> "{notes}"']
     template = workspace.template(
         recorder_hook(
             target_server.url("/events"),
@@ -113,10 +120,12 @@ def test_messages_sent_while_post_start_blocks_are_handled_after_it_in_the_order
         )
         + script_hook("wait-for-agent", ["post-start"], wait_for_agent,
                       blocking="true", timeout="20s")
+        + script_hook("note-tool", ["tool-start"], note_tool, blocking="true")
     )  # fmt: skip
     run = workspace.start(template, [sys.executable, "-S", "-c", EARLY_SPEAKER, str(sent)])
     assert run.wait(timeout=60) == 0, run.stderr
 
+    assert notes.read_text().split() == ["post-start", "tool-start", "tool-start"]
     assert [(e["EVENT"], e["TOOL_NAME"]) for e in recorded(target_server)] == [
         ("post-start", ""),
         ("tool-start", "first"),
