@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import os
@@ -34,10 +35,20 @@ LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
 # C0 controls and DEL, except tab, become visible escapes.
 _ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
 _ESCAPES.update({0x0A: "\\n", 0x0D: "\\r"})
-# Most lines hold none of them: one search is cheaper than translating every character.
-_NEEDS_ESCAPES = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
-# A value holding any of these is written JSON-quoted.
-_NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
+
+
+# Compiled at their first use (for `run`, the first line written, after its agent's start), not
+# at import: about 0.07 ms each.
+@functools.cache
+def _needs_escapes() -> re.Pattern[str]:
+    """Most lines hold none of them: one search is cheaper than translating every character."""
+    return re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
+@functools.cache
+def _needs_quotes() -> re.Pattern[str]:
+    """A value holding any of these is written JSON-quoted."""
+    return re.compile(r"[\s\"'=\\]")
 
 
 def default_hook_log_path(environ: Mapping[str, str]) -> Path:
@@ -101,7 +112,7 @@ def format_execution(
 
 def _value(value: Any) -> str:
     text = str(value)
-    if text and _NEEDS_QUOTES.search(text) is None:
+    if text and _needs_quotes().search(text) is None:
         return text
     return json.dumps(text, ensure_ascii=False)
 
@@ -168,7 +179,7 @@ class HookLog:
                 # Only the exception's type: its message may quote the secret.
                 self._report("redact a line", type(exc).__name__)
                 return
-        if _NEEDS_ESCAPES.search(line) is not None:
+        if _needs_escapes().search(line) is not None:
             line = line.translate(_ESCAPES)
         self._append((line + "\n").encode("utf-8", "replace"))
 

@@ -4,7 +4,9 @@ httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
 the package's journal modules) nor crash recovery: they come right after the agent's start.
 Nor the span exporters and their batch processors (the SDK's export module, the local trace
 file's exporter, OTLP's exporter): they are made when the first span ends. Nor the console
-module: the report imports it with its first line."""
+module: the report imports it with its first line. Nor the Logs API: the first phases' event
+records are emitted once the agent has started. Nor, with a metrics exporter, the metrics SDK
+and OTLP's metric exporter: the meter provider is made once the agent has started."""
 
 from __future__ import annotations
 
@@ -26,6 +28,12 @@ JOURNAL = ("sqlite3", "_sqlite3", "otel_lifecycle_hooks.journal",
 # Made when the first span ends (telemetry/setup.py's _ExportLater).
 SPAN_EXPORT = ("opentelemetry.sdk.trace.export", "otel_lifecycle_hooks.telemetry.tracefile",
                "opentelemetry.exporter.otlp", "google.protobuf")  # fmt: skip
+# The phases' event records before the agent's start are held until it has started
+# (engine/session.py's hold_event_records).
+# Made once the agent has started (telemetry/meter_later.py).
+METRICS_EXPORT = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp", "google.protobuf",
+                  "requests")  # fmt: skip
+LOGS_API = ("opentelemetry._logs", "opentelemetry.logs", "otel_lifecycle_hooks.telemetry.logs_api")
 
 # `run` as the console script starts it, with a note of the HTTP client modules imported at
 # the moment the agent is spawned (the first Popen of the agent's own command) and at exit.
@@ -146,3 +154,25 @@ def test_the_console_is_imported_with_the_reports_first_line_not_before_the_agen
     # The check can see it: with --verbose the webhook's success was a line, which escaped
     # the hook's name through it.
     assert "otel_lifecycle_hooks.cli.console" in seen["at-exit"]
+
+
+def test_the_logs_api_is_imported_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), LOGS_API)
+    assert seen["at-spawn"] == []
+    # The check can see it: the held records were emitted once the agent had started.
+    assert "otel_lifecycle_hooks.telemetry.logs_api" in seen["at-exit"]
+
+
+def test_with_otlp_metrics_the_meter_provider_is_made_after_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), METRICS_EXPORT,
+        OTEL_EXPORTER_OTLP_ENDPOINT=target_server.url(""), OTEL_TRACES_EXPORTER="none",
+    )  # fmt: skip
+    assert seen["at-spawn"] == []
+    assert "opentelemetry.exporter.otlp.proto.http.metric_exporter" in seen["at-exit"]
+    paths = [request.path for request in target_server.wait_for(2)]
+    assert sorted(paths) == ["/started", "/v1/metrics"]

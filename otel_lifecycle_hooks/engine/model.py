@@ -1,7 +1,9 @@
 """The values that flow through the engine: an event, the session it belongs to, and the
 record of one hook execution."""
 
-from __future__ import annotations
+# Not `from __future__ import annotations`: a NamedTuple compiles each field's string
+# annotation when its class is made (about 5 us a field), paid by every `run` before its
+# agent starts; evaluated annotations cost less.
 
 import random
 import threading

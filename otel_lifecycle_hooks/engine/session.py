@@ -85,6 +85,8 @@ class AgentSession:
         self._logger_provider = logger_provider
         self._event_logger: Any = None
         self._span_in_context: Any = None
+        # The event records held back by hold_event_records(): (event, attributes, timestamp).
+        self._held_records: list[tuple[str, dict[str, Any], float]] | None = None
         # Seed 004's in-process hooks (a LifecycleHookRegistry or a list of hooks), if any.
         self.in_process: Any = None
         if in_process_hooks is not None:
@@ -130,8 +132,25 @@ class AgentSession:
             self.in_process.observe(event, values)
         return result
 
+    def hold_event_records(self) -> None:
+        """Hold the log records of the events recorded from now on until
+        `release_event_records()` (or `end()`), each with its own timestamp: `run` records its
+        first phases before its agent starts, which need not wait for the Logs API's import
+        (about 0.5 ms). Their hooks and span events are not held."""
+        if self._held_records is None:
+            self._held_records = []
+
+    def release_event_records(self) -> None:
+        """Emit the records held back, in order, and the next ones as they are recorded."""
+        held, self._held_records = self._held_records, None
+        for event, attributes, timestamp in held or ():
+            self._emit_event_record(event, attributes, timestamp)
+
     def _emit_event_record(self, event: str, attributes: dict[str, Any], timestamp: float) -> None:
         """The event as a log record, correlated with the session span; never raises."""
+        if self._held_records is not None:
+            self._held_records.append((event, attributes, timestamp))
+            return
         try:
             from ..telemetry.logs_api import LogRecord, SeverityNumber, get_logger_provider
 
@@ -156,6 +175,7 @@ class AgentSession:
         self.span.set_attribute(key, value)
 
     def end(self) -> None:
+        self.release_event_records()
         if self.in_process is not None:
             self.in_process.close()  # their errors still land on the span
         LIVE_SESSIONS.remove(self._span_id)

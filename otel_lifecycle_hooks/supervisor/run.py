@@ -171,6 +171,7 @@ class Supervisor:
             options.environ,
             resource_attributes=resource,
             session_id=self.metadata["AGENT_SLUG"],
+            metrics_later=True,  # made once the agent has started (start_metrics)
         )
         self._telemetry.quiet_session_export_failures()
         self.engine = HookEngine(
@@ -193,6 +194,8 @@ class Supervisor:
             metadata=self.metadata,
             tracer_provider=self._telemetry.tracer_provider,
         )
+        # The first phases' log records wait for the agent's start (their timestamps kept).
+        self.session.hold_event_records()
         try:
             code = self._lifecycle()
         except Exception as exc:  # the supervisor's own failure
@@ -230,6 +233,9 @@ class Supervisor:
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__)
         self._child_started = time.monotonic()
+        if self.session is not None:
+            self.session.release_event_records()
+        self._telemetry.start_metrics()
         self._processes = AgentProcesses(self._child.pid, self._agent_tag)
         self._processes.scan()
         threading.Thread(target=self._wait_child, name="child-wait", daemon=True).start()

@@ -35,7 +35,10 @@ With no metrics exporter the meter provider is the API's no-op one: the metrics 
 of `run`'s start-up) is imported only when some reader will collect what it aggregates. The
 span exporters (the local trace file's, OTLP's with protobuf and its HTTP client) and their
 batch processors are made when the first span ends (`_ExportLater`): `run` starts its agent
-before any span ends, so the agent's start does not wait for their imports.
+before any span ends, so the agent's start does not wait for their imports. With a metrics
+exporter, `run` asks for the meter provider later too (`metrics_later`): a
+`MeterProviderLater` (meter_later.py) until `Telemetry.start_metrics()`, right after the
+agent's spawn, makes the readers, their exporters and the SDK's provider.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.sdk._shared_internal",
     "opentelemetry.sdk.metrics._internal.export",
 )
-_OS_ERROR = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+# Compiled by `re` at the first export failure, not at import.
+_OS_ERROR = r"\[Errno -?\d+\] ([^'\")\]]+)"
 
 
 # --- pure decisions from the environment ----------------------------------------------
@@ -343,6 +347,10 @@ class Telemetry:
         self._lock = threading.Lock()
         self._session_failures: _SessionExportFailures | None = None
         self._export_later: _ExportLater | None = None  # the span exporters, once made
+        # configure_telemetry(metrics_later=True): makes the readers and the SDK's meter
+        # provider, which `meter_provider` (a MeterProviderLater) hands over to.
+        self._make_metrics: Callable[[], MeterProvider] | None = None
+        self._meter_later: Any = None  # that MeterProviderLater
 
     @property
     def trace_file(self) -> Path | None:
@@ -358,11 +366,35 @@ class Telemetry:
             f"meter_provider={self.meter_provider!r})"
         )
 
+    def start_metrics(self) -> None:
+        """Make the metric readers, their exporters and the SDK's meter provider, when
+        `configure_telemetry(metrics_later=True)` left them for later, and hand the
+        instruments made meanwhile (and what they measured) over to it. Once; `run` calls it
+        when its agent has started, and the exit does when nothing did."""
+        with self._lock:
+            make, self._make_metrics = self._make_metrics, None
+        if make is None:
+            return
+        try:
+            real = make()
+        except Exception:  # telemetry never stops the run: the instruments stay no-ops
+            logger.warning("could not make the metric readers", exc_info=True)
+            return
+        if self._meter_later is not None:
+            self._meter_later.hand_over(real)
+
+    def _sdk_meter_provider(self) -> MeterProvider:
+        """The meter provider that aggregates: the one handed over to, once it was."""
+        if self._meter_later is not None and self._meter_later.real is not None:
+            real: MeterProvider = self._meter_later.real
+            return real
+        return self.meter_provider
+
     def force_flush(self, timeout: float = 5.0) -> bool:
         """Push out buffered spans and metrics; False when something did not finish in time."""
         millis = int(timeout * 1000)
         done = True
-        for provider in (self.tracer_provider, self.meter_provider):
+        for provider in (self.tracer_provider, self._sdk_meter_provider()):
             flush = getattr(provider, "force_flush", None)
             if flush is None:
                 continue
@@ -416,9 +448,11 @@ class Telemetry:
 
     def _close_all(self, bound: float) -> None:
         millis = int(bound * 1000)
+        self.start_metrics()  # a run that ended before its agent started: still exported
+        meter_provider = self._sdk_meter_provider()
         closers: list[Callable[[], None]] = [self.tracer_provider.shutdown]  # type: ignore[attr-defined]
-        if _is_sdk_meter_provider(self.meter_provider):  # the no-op one has nothing to close
-            closers.append(lambda: self.meter_provider.shutdown(timeout_millis=millis))  # type: ignore[attr-defined]
+        if _is_sdk_meter_provider(meter_provider):  # the no-op one has nothing to close
+            closers.append(lambda: meter_provider.shutdown(timeout_millis=millis))  # type: ignore[attr-defined]
         for close in (*closers, *self._closers):
             try:
                 close()
@@ -471,7 +505,7 @@ class _ExportFailures(logging.Filter):
             return True
         self.count += 1
         if self.reason is None:
-            found = _OS_ERROR.search(record.getMessage())
+            found = re.search(_OS_ERROR, record.getMessage())
             if found:
                 self.reason = found.group(1).strip().lower()
         return False
@@ -513,12 +547,15 @@ def configure_telemetry(
     trace_file: Path | None = None,
     resource_attributes: Mapping[str, str] | None = None,
     session_id: str | None = None,
+    metrics_later: bool = False,
 ) -> Telemetry:
     """Build new SDK providers from `OTEL_*` (see the module docstring). They are not made
     global; `attach_or_configure(set_global=True)` does that.
 
     With no traces exporter configured, spans go to `trace_file`, else to
-    `default_trace_path(environ, session_id)`.
+    `default_trace_path(environ, session_id)`. `metrics_later`: with a metrics exporter
+    configured, the meter provider is a `MeterProviderLater` until `start_metrics()` makes
+    the readers, their exporters and the SDK's provider (`run`: once its agent has started).
     """
     env_source = os.environ if environ is None else environ
     env = merge_otel_env(template_env, env_source)
@@ -541,8 +578,20 @@ def configure_telemetry(
         file_path = _TraceFilePath(trace_file, path_env, session_id) if not trace_names else None
         later = _ExportLater(lambda: _span_exporters(env, trace_names, file_path), exporters)
         tracer_provider.add_span_processor(later)
-        readers, closers = _metric_readers(env, exporters)
-    meter_provider = _meter_provider(readers, resource)
+        if not metrics_later:
+            readers, closers = _metric_readers(env, exporters)
+    make_metrics: Callable[[], MeterProvider] | None = None
+    if metrics_later and not disabled and _wants_metrics(env):
+        from .meter_later import MeterProviderLater
+
+        meter_provider: MeterProvider = MeterProviderLater()
+
+        def make_metrics() -> MeterProvider:
+            made, made_closers = _metric_readers(env, exporters)
+            closers.extend(made_closers)
+            return _meter_provider(made, resource)
+    else:
+        meter_provider = _meter_provider(readers, resource)
     telemetry = Telemetry(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
@@ -555,8 +604,16 @@ def configure_telemetry(
     if not disabled:
         telemetry._trace_file_later = file_path
         telemetry._export_later = later
+    telemetry._make_metrics = make_metrics
+    if make_metrics is not None:
+        telemetry._meter_later = meter_provider
     atexit.register(telemetry.shutdown)
     return telemetry
+
+
+def _wants_metrics(env: Mapping[str, str]) -> bool:
+    """Whether some metrics exporter is configured (a reader would be made)."""
+    return any(name != "none" for name in exporter_names("metrics", env))
 
 
 class _TraceFilePath:

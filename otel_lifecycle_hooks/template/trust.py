@@ -26,7 +26,8 @@ The checks run on the merged template, since a child's `env:` can change what a 
 refers to. Pure functions: no I/O.
 """
 
-from __future__ import annotations
+# Not `from __future__ import annotations`: its NamedTuples are made from evaluated
+# annotations (see template/model.py).
 
 import os.path
 import re

@@ -14,7 +14,6 @@ import json
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +88,8 @@ CREDENTIAL_HEADERS: frozenset[str] = frozenset(
 )
 
 HOOK_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-VARIABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Compiled by `re` at its first use (a script's env:, an auth's variable), not at import.
+VARIABLE_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 # RFC 9110 token characters.
 HEADER_NAME_PATTERN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -146,17 +146,45 @@ class Located:
         return self.source if self.source is not None else str(self.value)
 
 
-@dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a template, and where."""
+    """One thing wrong with a template, and where. Not changed once made."""
 
-    position: Position
-    hook: str | None
-    field: str | None
-    message: str
-    # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry (also
-    # points at a hook that has no usable name); None for the rest of the file.
-    index: int | None = None
+    # A plain class: a frozen dataclass costs about half a millisecond to create, paid at
+    # import by every `run`, whose template has no problem at all.
+    __slots__ = ("field", "hook", "index", "message", "position")
+
+    def __init__(
+        self,
+        position: Position,
+        hook: str | None,
+        field: str | None,
+        message: str,
+        # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry
+        # (also points at a hook that has no usable name); None for the rest of the file.
+        index: int | None = None,
+    ) -> None:
+        self.position = position
+        self.hook = hook
+        self.field = field
+        self.message = message
+        self.index = index
+
+    def _key(self) -> tuple[Position, str | None, str | None, str, int | None]:
+        return (self.position, self.hook, self.field, self.message, self.index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Problem):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Problem(position={self.position!r}, hook={self.hook!r}, field={self.field!r}, "
+            f"message={self.message!r}, index={self.index!r})"
+        )
 
     def __str__(self) -> str:
         parts = [str(self.position) if self.position.line else self.position.file]
@@ -830,7 +858,7 @@ def _read_string_map(
     for key, value in located.value.items():
         key_path = f"{field_path}.{key}"
         pattern = VARIABLE_NAME_PATTERN if key_kind == "variable" else HEADER_NAME_PATTERN
-        if not pattern.fullmatch(key):
+        if not re.fullmatch(pattern, key):
             valid = (
                 "a variable name holds letters, digits and '_' and does not start with a digit"
                 if key_kind == "variable"
@@ -880,7 +908,7 @@ def _read_variable_name(
 ) -> str | None:
     if located is None:
         return None
-    if isinstance(located.value, str) and VARIABLE_NAME_PATTERN.fullmatch(located.value):
+    if isinstance(located.value, str) and re.fullmatch(VARIABLE_NAME_PATTERN, located.value):
         return located.value
     # The value is not shown: it may be the secret itself, written where its name belongs.
     r.report(
@@ -1059,7 +1087,11 @@ def _read_url(
 def _authority_problem(url: str) -> str | None:
     """What is wrong with a literal URL's host or port (`http://[::1/x`, port 99999), if
     anything; a variable in the authority is checked when the URL is rendered."""
-    authority = re.split(r"[/?#]", url.split("://", 1)[-1], maxsplit=1)[0]
+    rest = url.split("://", 1)[-1]
+    # Up to the first of / ? #, found without a pattern: this runs for every HTTP hook of every
+    # `run` before its agent starts.
+    ends = [end for end in map(rest.find, "/?#") if end != -1]
+    authority = rest[: min(ends)] if ends else rest
     if "${" in authority:
         return None
     try:
@@ -1119,7 +1151,8 @@ _EVENT_SPAN: dict[str, tuple[int, int]] = {
     "phase-change": (0, _SESSION_END),
     "error": (0, _SESSION_END),
 }
-_CAPTURE_NAME = re.compile(r"HOOK_([A-Z0-9_]+)_(?:RESPONSE|STATUS)")
+# Compiled by `re` when `validate` looks for warnings, not at import.
+_CAPTURE_NAME = r"HOOK_([A-Z0-9_]+)_(?:RESPONSE|STATUS)"
 
 
 def capture_warnings(template: Template) -> list[Problem]:
@@ -1168,13 +1201,13 @@ def _capture_references(hook: HookSpec, env: Mapping[str, str]) -> list[tuple[st
         while names:  # follow env: entries, each once
             name = names.pop()
             seen.add(name)
-            if _CAPTURE_NAME.fullmatch(name) and name not in env:
+            if re.fullmatch(_CAPTURE_NAME, name) and name not in env:
                 found.append((field_path, name))
             elif name in env:
                 names |= referenced_names(env[name]) - seen
     if hook.condition is not None:
         read = hook.condition.variables
-        found += [("condition", name) for name in read if _CAPTURE_NAME.fullmatch(name)]
+        found += [("condition", name) for name in read if re.fullmatch(_CAPTURE_NAME, name)]
     return sorted(set(found))
 
 

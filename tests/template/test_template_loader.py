@@ -312,6 +312,26 @@ def test_a_file_that_is_not_utf8_is_a_problem_at_the_bad_byte(tmp_path: Path) ->
     assert str(caught.value) == f"{path}:2:10: is not UTF-8 text; save the template as UTF-8"
 
 
+def test_a_byte_order_mark_is_dropped_and_bad_bytes_after_it_are_placed_in_the_file(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "lifecycle_hooks:\n  - name: a\n    on: [post-start]\n"
+        '    action: {type: script, command: ["true"]}\n'
+    )
+    plain, marked = tmp_path / "plain.yaml", tmp_path / "marked.yaml"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (from_marked,), (from_plain,) = load_templates([marked]).hooks, load_templates([plain]).hooks
+    assert from_marked.action == from_plain.action
+    assert from_marked.position == from_plain.position._replace(file=str(marked))
+    bad = tmp_path / "marked-latin1.yaml"
+    bad.write_bytes(b"\xef\xbb\xbflifecycle_hooks: []\nname: caf\xe9\n")
+    with pytest.raises(TemplateError) as caught:
+        load_templates([bad])
+    assert str(caught.value) == f"{bad}:2:10: is not UTF-8 text; save the template as UTF-8"
+
+
 def test_a_condition_error_points_inside_the_condition_string() -> None:
     found = problems(
         """
