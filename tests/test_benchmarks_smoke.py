@@ -41,7 +41,8 @@ def test_a_benchmark_runs_quick_and_reports_figures_against_a_baseline(
     figures = json.loads(results.read_text())
     assert figures
     for figure in figures:
-        assert figure["value"] > 0
+        # A count of what may rightly not happen (connections opened once warm) may be 0.
+        assert figure["value"] > 0 or figure["unit"] == "connections", figure
         assert figure["baseline"] and figure["baseline"] > 0, figure
         # Whole-process figures are judged by the median of their interleaved pairs' ratios.
         expected = figure["paired_ratio"] or figure["value"] / figure["baseline"]

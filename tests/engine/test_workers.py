@@ -214,6 +214,7 @@ def test_each_hook_runs_its_events_one_at_a_time_in_the_order_they_came(
     blocking_hooks = sum(1 for _, blocking in subscriptions if blocking)
     assert executor.most_at_once <= workers + min(blocking_hooks, 1)
     assert dispatcher.pool.threads <= workers
+    assert dispatcher.pool.most_serving <= workers
 
 
 def test_over_real_http_every_hooks_requests_arrive_all_and_in_order(engines):
@@ -244,10 +245,10 @@ def test_a_thousand_hooks_on_one_event_share_the_pools_threads(engines):
         assert engine.force_flush(WAIT)
 
     assert len({(a.path, a.body) for a in arrivals}) == 3000
-    # Eight workers and the attempts' one deadline watchdog, whatever the number of hooks
-    # (a thread per hook made it a thousand).
+    # At most eight workers and the attempts' one deadline watchdog, whatever the number of
+    # hooks (a thread per hook made it a thousand).
     assert max(a.threads for a in arrivals) <= before + 8 + 1
-    assert engine.dispatcher.pool.threads == 8
+    assert 1 <= engine.dispatcher.pool.threads <= 8
 
 
 def test_a_pool_starts_no_more_workers_than_the_work_needs(engines):
