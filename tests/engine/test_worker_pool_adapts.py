@@ -13,60 +13,18 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
-from collections.abc import Iterator
-
-import pytest
 
 from otel_lifecycle_hooks.engine import workers
 from otel_lifecycle_hooks.engine.clock import SYSTEM_CLOCK
 from otel_lifecycle_hooks.engine.dispatch import Dispatcher
-from otel_lifecycle_hooks.engine.engine import HookEngine
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent, SessionInfo
-from otel_lifecycle_hooks.template.loader import load_template_text
 from otel_lifecycle_hooks.template.model import HookSpec, Template
 from tests.engine.counting_server import CountingServer
+from tests.engine.pool_hooks import hooks_yaml, http_hook, new_engine
 
 WAIT = 60.0  # seconds: a bound for hang checks only
 SESSION = SessionInfo(session_id="s-adapt")
 AN_HOUR = 3600.0
-
-
-def hooks_yaml(entries: list[str]) -> Template:
-    return load_template_text("lifecycle_hooks:\n" + "".join(entries))
-
-
-def http_hook(name: str, url: str, *, on: str = "tool-start", extra: str = "") -> str:
-    return textwrap.indent(
-        textwrap.dedent(
-            f"""
-            - name: {name}
-              on: [{on}]
-              action:
-                type: http
-                method: POST
-                url: "{url}"
-                body: '{{"seq": "${{TOOL_NAME}}"}}'
-            """
-        )
-        + extra,
-        "  ",
-    )
-
-
-@pytest.fixture
-def engines() -> Iterator[list[HookEngine]]:
-    built: list[HookEngine] = []
-    yield built
-    for engine in built:
-        engine.shutdown(1.0)
-
-
-def new_engine(engines: list[HookEngine], template: Template, **options: object) -> HookEngine:
-    options.setdefault("journal", False)
-    options.setdefault("hook_log", False)
-    engine = HookEngine(template, **options)  # type: ignore[arg-type]
-    engines.append(engine)
-    return engine
 
 
 class HeldExecutor:

@@ -16,7 +16,6 @@ import sqlite3
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from hypothesis import strategies as st
 
 from otel_lifecycle_hooks.engine.clock import SYSTEM_CLOCK
 from otel_lifecycle_hooks.engine.dispatch import Dispatcher
-from otel_lifecycle_hooks.engine.engine import HookEngine
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent, SessionInfo
 from otel_lifecycle_hooks.engine.workers import (
     DEFAULT_WORKERS,
@@ -33,36 +31,13 @@ from otel_lifecycle_hooks.engine.workers import (
     WorkerPool,
     workers_from,
 )
-from otel_lifecycle_hooks.template.loader import load_template_text
-from otel_lifecycle_hooks.template.model import HookSpec, Template
+from otel_lifecycle_hooks.template.model import HookSpec
 from tests.engine.counting_server import CountingServer
+from tests.engine.pool_hooks import hooks_yaml, http_hook, new_engine
 
 WAIT = 60.0  # seconds: a bound for hang checks only
 SESSION = SessionInfo(session_id="s-pool")
 EVENTS = ("tool-start", "tool-end", "notification", "task-completed")
-
-
-def hooks_yaml(entries: list[str]) -> Template:
-    return load_template_text("lifecycle_hooks:\n" + "".join(entries))
-
-
-def http_hook(name: str, url: str, *, on: str = "tool-start", extra: str = "") -> str:
-    """A non-blocking POST of the event's TOOL_NAME (the test's sequence number) to `url`."""
-    return textwrap.indent(
-        textwrap.dedent(
-            f"""
-            - name: {name}
-              on: [{on}]
-              action:
-                type: http
-                method: POST
-                url: "{url}"
-                body: '{{"seq": "${{TOOL_NAME}}"}}'
-            """
-        )
-        + extra,
-        "  ",
-    )
 
 
 class Completions:
@@ -83,23 +58,6 @@ class Completions:
                 f"{len(self.executions)} of {count} executions ended"
             )
             return list(self.executions)
-
-
-@pytest.fixture
-def engines() -> Iterator[list[HookEngine]]:
-    """Engines a test builds, shut down after it even when it fails."""
-    built: list[HookEngine] = []
-    yield built
-    for engine in built:
-        engine.shutdown(1.0)
-
-
-def new_engine(engines: list[HookEngine], template: Template, **options: object) -> HookEngine:
-    options.setdefault("journal", False)
-    options.setdefault("hook_log", False)
-    engine = HookEngine(template, **options)  # type: ignore[arg-type]
-    engines.append(engine)
-    return engine
 
 
 # -- the size setting ---------------------------------------------------------------------------
