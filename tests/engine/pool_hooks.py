@@ -39,3 +39,21 @@ def new_engine(engines: list[HookEngine], template: Template, **options: object)
     engine = HookEngine(template, **options)  # type: ignore[arg-type]
     engines.append(engine)
     return engine
+
+
+def pre_stop_check(url: str) -> str:
+    """A blocking pre-stop POST to `url`: what a worker held by other hooks must not delay."""
+    return textwrap.indent(
+        textwrap.dedent(
+            f"""
+            - name: pre-stop-check
+              on: [pre-stop]
+              blocking: true
+              action:
+                type: http
+                method: POST
+                url: "{url}"
+            """
+        ),
+        "  ",
+    )

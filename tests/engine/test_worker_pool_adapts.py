@@ -11,7 +11,6 @@ out "the line stood still" it sets STARVED_AFTER to an hour, so no result depend
 from __future__ import annotations
 
 import json
-import textwrap
 import threading
 
 from otel_lifecycle_hooks.engine import workers
@@ -20,7 +19,7 @@ from otel_lifecycle_hooks.engine.dispatch import Dispatcher
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent, SessionInfo
 from otel_lifecycle_hooks.template.model import HookSpec, Template
 from tests.engine.counting_server import CountingServer
-from tests.engine.pool_hooks import hooks_yaml, http_hook, new_engine
+from tests.engine.pool_hooks import hooks_yaml, http_hook, new_engine, pre_stop_check
 
 WAIT = 60.0  # seconds: a bound for hang checks only
 SESSION = SessionInfo(session_id="s-adapt")
@@ -147,20 +146,7 @@ def test_a_blocking_hook_is_served_at_once_even_while_the_line_is_said_to_move(
         hooks = [
             http_hook("hangs", server.url("/hang"), extra="  timeout: 120s\n"),
             http_hook("waits", server.url("/waits")),
-            textwrap.indent(
-                textwrap.dedent(
-                    f"""
-                    - name: pre-stop-check
-                      on: [pre-stop]
-                      blocking: true
-                      action:
-                        type: http
-                        method: POST
-                        url: "{server.url("/ok")}"
-                    """
-                ),
-                "  ",
-            ),
+            pre_stop_check(server.url("/ok")),
         ]
         engine = new_engine(engines, hooks_yaml(hooks), workers=4)
         engine.fire("tool-start", SESSION, {"TOOL_NAME": "0"})

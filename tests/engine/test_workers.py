@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from otel_lifecycle_hooks.engine.workers import (
 )
 from otel_lifecycle_hooks.template.model import HookSpec
 from tests.engine.counting_server import CountingServer
-from tests.engine.pool_hooks import hooks_yaml, http_hook, new_engine
+from tests.engine.pool_hooks import hooks_yaml, http_hook, new_engine, pre_stop_check
 
 WAIT = 60.0  # seconds: a bound for hang checks only
 SESSION = SessionInfo(session_id="s-pool")
@@ -282,22 +281,7 @@ def test_a_blocking_hook_does_not_wait_for_workers_held_by_hanging_hooks(engines
         hooks = [
             http_hook(f"slow-{i}", server.url("/hang"), extra="  timeout: 120s\n") for i in range(3)
         ]
-        hooks.append(
-            textwrap.indent(
-                textwrap.dedent(
-                    f"""
-                    - name: pre-stop-check
-                      on: [pre-stop]
-                      blocking: true
-                      action:
-                        type: http
-                        method: POST
-                        url: "{server.url("/ok")}"
-                    """
-                ),
-                "  ",
-            )
-        )
+        hooks.append(pre_stop_check(server.url("/ok")))
         engine = new_engine(engines, hooks_yaml(hooks), workers=2)
         engine.fire("tool-start", SESSION, {"TOOL_NAME": "0"})
         server.wait_for(2)  # both workers now hang on a request that is never answered
