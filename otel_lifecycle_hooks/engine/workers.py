@@ -210,7 +210,7 @@ class WorkerPool:
             # Nobody serves the line: one worker, now.
             if self._idle:
                 self._wake_idle()
-            elif not self._fresh:
+            elif not self._fresh and len(self._workers) < self.size:
                 self._start_worker()
         else:
             self._watch()
@@ -241,23 +241,28 @@ class WorkerPool:
     def _work(self) -> None:
         me = threading.get_ident()
         wakeup = threading.Condition(self._lock)
-        with self._lock:
-            self._fresh -= 1
-        serving = False
+        serving, fresh = False, True
         while True:
-            queue = self._next(me, wakeup, serving)
+            queue = self._next(me, wakeup, serving, fresh)
             if queue is None:
                 return
-            serving = True
+            serving, fresh = True, False
             self._serve(queue)
 
-    def _next(self, me: int, wakeup: threading.Condition, serving: bool) -> Served | None:
+    def _next(
+        self, me: int, wakeup: threading.Condition, serving: bool, fresh: bool = False
+    ) -> Served | None:
         """The next queue for worker `me` to serve, blocking ones first; None once the pool
         stopped. `serving`: the worker comes from an execution. It goes on to the next
         unless its execution was short and a worker serving since before it keeps the line
         moving (two would only take turns at the interpreter). A worker that was idle joins
-        when nobody serves the line, or it has not moved for STARVED_AFTER."""
+        when nobody serves the line, or it has not moved for STARVED_AFTER. `fresh`: its first
+        look for work, which ends its count as started (in the same hold of the lock: between
+        two, the worker would be neither fresh, idle nor serving, and work arriving then would
+        start another past `size`)."""
         with self._lock:
+            if fresh:
+                self._fresh -= 1
             while True:
                 # Timers first: a steady stream of ready queues must not hold a debounced
                 # event past its window.

@@ -174,6 +174,41 @@ def test_each_hook_runs_its_events_one_at_a_time_in_the_order_they_came(
     assert dispatcher.pool.most_serving <= workers
 
 
+class CountingQueue:
+    """A hook queue whose every serve() is one execution, counted."""
+
+    def __init__(self) -> None:
+        self.served = threading.Event()
+
+    def serve(self) -> None:
+        self.served.set()
+
+
+def test_work_arriving_while_a_new_worker_starts_never_starts_one_past_the_bound(monkeypatch):
+    """A worker just started has not looked for work yet (here it is held right there, as a
+    thread the scheduler set aside would be): work arriving then must wait for it, not start
+    a second worker in a pool of one."""
+    about_to_look, go_on = threading.Event(), threading.Event()
+    look_for_work = WorkerPool._next
+
+    def held_before_looking(self: WorkerPool, *args: object) -> object:
+        about_to_look.set()
+        assert go_on.wait(WAIT)
+        return look_for_work(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WorkerPool, "_next", held_before_looking)
+    pool = WorkerPool(size=1)
+    first, second = CountingQueue(), CountingQueue()
+    pool.wake(first)
+    assert about_to_look.wait(WAIT)
+    pool.wake(second)
+    assert pool.threads == 1
+    go_on.set()
+    assert first.served.wait(WAIT) and second.served.wait(WAIT)
+    assert pool.threads == 1
+    pool.stop()
+
+
 def test_over_real_http_every_hooks_requests_arrive_all_and_in_order(engines):
     with CountingServer() as server:
         hooks = [http_hook(f"h{i}", server.url(f"/h{i}")) for i in range(40)]
