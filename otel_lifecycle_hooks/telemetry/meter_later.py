@@ -222,15 +222,16 @@ class _SyncLater:
         self.real = real
 
     def _measure(self, amount: float, attributes: Attributes, context: Any) -> None:
-        real = self.real
-        if real is None and self._provider.hold(self, amount, attributes, context):
+        if self.real is None and self._provider.hold(self, amount, attributes, context):
             return
         self._record(self.real, amount, attributes, context)
 
     _record: Callable[[Any, float, Attributes, Any], None]
 
 
-class _CounterLater(_SyncLater, NoOpCounter):
+class _AddLater(_SyncLater):
+    """A counter or up-down counter: measured with `add`."""
+
     @staticmethod
     def _record(real: Any, amount: float, attributes: Attributes, context: Any) -> None:
         real.add(amount, attributes, context)
@@ -239,13 +240,12 @@ class _CounterLater(_SyncLater, NoOpCounter):
         self._measure(amount, attributes, context)
 
 
-class _UpDownCounterLater(_SyncLater, NoOpUpDownCounter):
-    @staticmethod
-    def _record(real: Any, amount: float, attributes: Attributes, context: Any) -> None:
-        real.add(amount, attributes, context)
+class _CounterLater(_AddLater, NoOpCounter):
+    pass
 
-    def add(self, amount: float, attributes: Attributes = None, context: Any = None) -> None:
-        self._measure(amount, attributes, context)
+
+class _UpDownCounterLater(_AddLater, NoOpUpDownCounter):
+    pass
 
 
 class _HistogramLater(_SyncLater, NoOpHistogram):
