@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.supervisor.supervised import Workspace, wait_until
+from tests.harnesses.session import REPO_ROOT
+from tests.supervisor.supervised import Workspace, recorded, recorder_hook, wait_until
+from tests.support.target_server import TargetServer
 
 CALLS = 12
 
@@ -119,3 +124,58 @@ def test_a_rewritten_pointer_file_sends_no_event_to_another_socket(
         assert f"served by pid {os.getpid()}" in stderr, stderr
         assert f"not by supervisor pid {stolen['pid']}" in stderr, stderr
     assert all("not delivered" in stderr for stderr in results[:CALLS])
+
+
+# As `nobody`, with an interpreter outside root's directories and this checkout on its path:
+# `status` with our socket variables removed, so that only the pointer file can lead to the
+# supervisor; its stderr goes to the file named first.
+USER_AGENT = r"""
+import os, subprocess, sys, time
+env = {k: v for k, v in os.environ.items() if not k.endswith("LIFECYCLE_HOOKS_SOCKET")}
+done = subprocess.run([sys.executable, "-m", "otel_lifecycle_hooks", "status",
+                       "task_completed", "through the pointer"], env=env,
+                      capture_output=True, text=True, timeout=60)
+with open(sys.argv[1], "w") as handle:
+    handle.write(done.stderr)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the agent as nobody")
+def test_an_agent_of_another_user_reaches_its_root_supervisor_through_the_pointer_file(
+    target: TargetServer,
+) -> None:
+    """The pointer written by root for `nobody` (the folder made by nobody, the file handed
+    over through its descriptor) is found, and the peer check passes across users: the
+    supervisor's pid is what the kernel reports for its socket."""
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 for the agent running as nobody")
+    shared = Path(tempfile.mkdtemp(prefix="olh-pointer-"))
+    space = Workspace(shared)
+    try:
+        shared.chmod(0o755)
+        runtime = shared / "run-user"
+        runtime.mkdir(mode=0o700)
+        os.chown(runtime, 65534, 65534)
+        stderr_file = shared / "status.stderr"
+        stderr_file.touch()
+        os.chown(stderr_file, 65534, 65534)
+        template = space.template(recorder_hook(target.url("/events"), ["task-completed"]))
+        run = space.start(
+            template, [python, "-c", USER_AGENT, str(stderr_file)], "--user", "nobody",
+            env={"XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(REPO_ROOT)},
+        )
+        [event] = wait_until(lambda: recorded(target), what="the status through the pointer")
+        assert (event["EVENT"], event["TASK_SUMMARY"]) == ("task-completed", "through the pointer")
+        assert stderr_file.read_text() == ""
+        [pointer] = (runtime / "otel-lifecycle-hooks").glob("supervisor-*.json")
+        assert (pointer.stat().st_uid, (runtime / "otel-lifecycle-hooks").stat().st_uid) == (
+            65534, 65534
+        )
+        run.signal(signal.SIGTERM)
+        run.wait(timeout=30)
+        assert not pointer.exists()
+    finally:
+        space.cleanup()
+        shutil.rmtree(shared, ignore_errors=True)
