@@ -189,11 +189,21 @@ def test_full_runs_as_root_for_nobody_hand_no_root_file_over(stage: Stage, tmp_p
         "XDG_RUNTIME_DIR": str(stage.runtime),
         "LIFECYCLE_HOOKS_HTTP": "1",
     }
+    # The agent lives until the attacker has swapped a link in over its session's pointer
+    # file: every run is raced, not only those the attacker happened to catch.
+    pointers = stage.runtime / "otel-lifecycle-hooks"
+    wait_for_a_swap = (
+        'until find "$1" -maxdepth 1 -type l -name "supervisor-*" | grep -q .; do sleep 0.01; done'
+    )
+    agent = ["/bin/sh", "-c", wait_for_a_swap, "agent", str(pointers)]
     attacker = start_attacker(stage)
     wins = 0
     try:
         for _ in range(FULL_RUNS):
-            run = space.start(None, ["/bin/true"], "--user", "nobody", env=env)
+            # A link the attacker left from the run before must not stand for this run's.
+            for stale in pointers.glob("supervisor-*") if pointers.exists() else ():
+                stale.unlink(missing_ok=True)
+            run = space.start(None, agent, "--user", "nobody", env=env)
             assert run.wait(timeout=60) == 0, run.stderr
             wins += stage.canary.changed()
     finally:
