@@ -1,8 +1,12 @@
 """The supervisor's event socket: a Unix stream socket through which `hook --dialect` and
 `status` hand runtime events to the running session (one JSON object per line).
 
-The socket lives in a private directory (mode 0700) so that only the agent's user can feed
-events in; its path reaches the child as `LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
+The socket lives in a private directory of the supervisor's, which nobody else can write
+(mode 0700; 0711 when a root supervisor serves an agent of another user), and the socket
+itself (mode 0600) is the agent's user's, so that only that user can feed events in: the
+agent can reach the socket but never rename or replace anything beside it, so nothing root
+does there can be turned by a planted link (private_files.py). Its path reaches the child as
+`LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
 the agent, so it is untrusted: no client can stall the others, and nothing a client sends can
 raise out of the server (docs/security.md).
 """
@@ -16,6 +20,7 @@ import os
 import random
 import selectors
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +40,7 @@ MAX_CONNECTIONS = 64
 # holds up the others (connections are served concurrently).
 MESSAGE_DEADLINE = 5.0  # seconds
 LISTEN_BACKLOG = 128
+SOCKET_NAME = "events.sock"
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
 _READ_SIZE = 65536
 
@@ -70,19 +76,22 @@ class EventServer:
         refuse: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`owner`: (uid, gid) to hand the socket and its directory to, when the agent runs
-        as another user than the supervisor (root). `refuse(reason)` counts what was refused
+        """`owner`: (uid, gid) to hand the socket to, when the agent runs as another user
+        than the supervisor (root); the directory stays the supervisor's. `refuse(reason)` counts what was refused
         (default: a log line)."""
         self._deliver = deliver
         self._refuse = refuse or _log_refusal
         self._clock = clock
-        self._dir = _private_directory(directory)
-        self.path = str(self._dir / "events.sock")
+        self._dir, self._dir_fd = _private_directory(directory, reachable=owner is not None)
+        self.path = str(self._dir / SOCKET_NAME)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.path)
-        if owner is not None:
-            os.chown(self._dir, *owner)
-            os.chown(self.path, *owner)
+        try:
+            self._sock.bind(self.path)
+            _hand_socket_to(self._dir_fd, owner)
+        except BaseException:
+            self._sock.close()
+            _remove_private_directory(self._dir, self._dir_fd)
+            raise
         self._sock.listen(LISTEN_BACKLOG)
         self._sock.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -300,21 +309,17 @@ class EventServer:
         self._sock.close()
         self._wake_r.close()
         self._wake_w.close()
-        try:
-            os.unlink(self.path)
-            os.rmdir(self._dir)
-        except OSError:  # something else was left in it (an agent running as its owner)
-            import shutil
-
-            shutil.rmtree(self._dir, ignore_errors=True)
+        _remove_private_directory(self._dir, self._dir_fd)
 
 
 def _log_refusal(reason: str) -> None:
     log.warning("event socket: a message was refused: %s", reason)
 
 
-def _private_directory(parent: str | None) -> Path:
-    """A new directory only we can enter, under `parent` or the temporary directory.
+def _private_directory(parent: str | None, reachable: bool) -> tuple[Path, int]:
+    """A new directory of ours under `parent` or the temporary directory, and a descriptor of
+    it: mode 0700, or 0711 when `reachable` (root serving another user's agent, who may go
+    through it to the socket but neither list nor change what is in it).
 
     What `tempfile.mkdtemp` does; importing tempfile (and the shutil, bz2 and lzma it pulls
     in) would cost every `run` about 2 ms.
@@ -326,6 +331,44 @@ def _private_directory(parent: str | None) -> Path:
             os.mkdir(path, 0o700)
         except FileExistsError:
             continue
-        os.chmod(path, 0o700)  # whatever the umask
-        return path
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            # What we opened is what mkdir made: ours, and changed through its descriptor.
+            if os.fstat(descriptor).st_uid != os.geteuid():
+                raise PermissionError(f"{path}: not the directory this process just made")
+            os.fchmod(descriptor, 0o711 if reachable else 0o700)  # whatever the umask
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return path, descriptor
     raise FileExistsError(f"no free directory name under {base}")
+
+
+def _hand_socket_to(directory: int, owner: tuple[int, int] | None) -> None:
+    """Make the socket just bound in `directory` (a descriptor) usable by `owner` alone.
+
+    Only this process can change what is in the directory (it is ours and writable by no
+    one else), so the name is the socket bind made; still, nothing here follows a link."""
+    info = os.stat(SOCKET_NAME, dir_fd=directory, follow_symlinks=False)
+    if not stat.S_ISSOCK(info.st_mode):
+        raise PermissionError(f"{SOCKET_NAME} in the socket directory is not the bound socket")
+    if owner is not None:
+        os.chown(SOCKET_NAME, *owner, dir_fd=directory, follow_symlinks=False)
+    # Connecting takes write permission on the socket: its owner's alone.
+    os.chmod(SOCKET_NAME, 0o600, dir_fd=directory)
+
+
+def _remove_private_directory(path: Path, directory: int) -> None:
+    """Empty the directory through its descriptor (only this process wrote in it: the
+    socket and the Claude Code settings file), remove it, close the descriptor."""
+    try:
+        for name in os.listdir(directory):
+            try:
+                os.unlink(name, dir_fd=directory)
+            except OSError:
+                pass
+        os.rmdir(path)
+    except OSError:
+        pass
+    finally:
+        os.close(directory)
