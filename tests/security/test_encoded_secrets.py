@@ -60,7 +60,7 @@ def test_the_forms_differ_so_that_each_test_below_tests_something() -> None:
         and "/" in FORMS["base64"]
         and "%2f" in FORMS["percent, lower-case hex"]
     )
-    # As the code stood, each of these survived redaction.
+    # None holds the secret as written: only knowing its encodings can find it.
     assert all(SECRET not in form for form in FORMS.values())
 
 
@@ -97,23 +97,21 @@ def test_a_secret_inside_a_longer_base64_value_is_redacted(before: int, after: i
 
 
 def _revealed(text: str) -> bool:
-    """Whether any base64 run left in `text` still decodes to something holding the secret
-    (or its longest part that base64 alone would carry)."""
+    """Whether any base64 run left in `text`, read from any of its first four characters,
+    still decodes to the secret's bytes but its first and last (the bits of those two that
+    share a character with their neighbours may stay)."""
     core = SECRET.encode()[1:-1]
     for run in re.findall(r"[A-Za-z0-9+/_-]{4,}", text):
         for offset in range(4):
-            chunk = run[offset:]
-            chunk = chunk[: len(chunk) - len(chunk) % 4]
-            try:
-                decoded = base64.b64decode(chunk.replace("-", "+").replace("_", "/"))
-            except ValueError:
-                continue
-            if core in decoded:
+            chunk = run[offset:].replace("-", "+").replace("_", "/")
+            if len(chunk) % 4 == 1:
+                chunk = chunk[:-1]
+            if core in base64.b64decode(chunk + "=" * (-len(chunk) % 4)):
                 return True
     return False
 
 
-def test_ordinary_text_and_other_secrets_base64_are_left_alone() -> None:
+def test_ordinary_text_and_unrelated_base64_are_left_alone() -> None:
     redactor = Redactor([SECRET])
     ordinary = f"status=503 body={_b64('service unavailable')} path=/v1/agents%2fx"
 
