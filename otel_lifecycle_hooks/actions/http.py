@@ -257,14 +257,13 @@ class _LoopbackConnector(httpcore.SyncBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
-        failure: httpcore.ConnectError | None = None
-        for address in loopback_addresses(host):
+        *first, last = loopback_addresses(host)
+        for address in first:
             try:
                 return super().connect_tcp(address, port, timeout, local_address, socket_options)
-            except httpcore.ConnectError as exc:
-                failure = exc  # localhost may listen on ::1 only: try the next address
-        assert failure is not None  # loopback_addresses names at least one address
-        raise failure
+            except httpcore.ConnectError:
+                continue  # localhost may listen on ::1 only: try the next address
+        return super().connect_tcp(last, port, timeout, local_address, socket_options)
 
 
 class _LoopbackTransport(httpx.HTTPTransport):

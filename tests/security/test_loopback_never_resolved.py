@@ -104,6 +104,20 @@ def test_a_loopback_host_is_connected_to_without_a_lookup(
     assert [name for name in lookups if not _numeric(name)] == []
 
 
+def test_localhost_reaches_a_server_on_ipv6_loopback_alone_without_a_lookup(
+    client: http.HttpClient, lookups: list[str]
+) -> None:
+    with TargetServer(host="::1") as server:
+        server.always("/hook", Reply(204))
+        url = server.url("/hook", host="localhost")
+        result = http.send(client, _credentialed(url), 10.0, credentialed=True)
+
+        assert result.ok, result.message
+        assert len(server.requests) == 1
+    assert [name for name in lookups if not _numeric(name)] == []
+    assert "::1" in lookups  # 127.0.0.1 was tried first and refused
+
+
 @pytest.mark.parametrize("host", ODD)
 def test_an_odd_loopback_spelling_is_not_loopback(host: str) -> None:
     assert loopback.is_loopback_host(host) is False
