@@ -39,6 +39,8 @@ import shutil
 import stat
 from collections.abc import Mapping, Sequence
 
+from ..template.trust import is_loader_variable
+
 # How each interpreter is told where its program is:
 #   inline   options whose value is program text (nothing to check)
 #   valued   options that take the next argument as their value
@@ -121,7 +123,8 @@ def unsafe_as_root(
     checked: set[str] = set()
     try:
         _refuse_code_options(command)
-        for path in (*files_run(command, env, cwd), *files_named(command, cwd)):
+        named = (*files_run(command, env, cwd), *files_named(command, cwd))
+        for path in (*named, *files_loaded(env, cwd)):
             _check_file(path, checked)
     except _Unsafe as refusal:
         return f"{refusal}: refusing to run it as root; {_REMEDY}"
@@ -134,9 +137,7 @@ _REMEDY = (
 )
 
 
-def files_run(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None
-) -> list[str]:
+def files_run(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> list[str]:
     """The files `argv` makes the system execute or an interpreter read as its program:
     the program, its `#!` interpreter, and the interpreter's script, through wrappers."""
     found: list[str] = []
@@ -178,6 +179,42 @@ def files_named(argv: Sequence[str], cwd: str | None = None) -> list[str]:
             if not candidate or "\0" in candidate:
                 continue
             path = _absolute(candidate, cwd)
+            try:
+                mode = os.lstat(path).st_mode
+            except (OSError, ValueError):
+                # Not there yet: whoever can write the directory it would be in can make it.
+                if "/" in candidate:
+                    found.extend(_nearest_directory(path))
+                continue
+            # Devices, sockets and pipes (/dev/null) hold no code; a symlink is followed.
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+                found.append(path)
+    return found
+
+
+def _nearest_directory(path: str) -> list[str]:
+    """The closest existing directory above the missing `path` (none: an empty list)."""
+    parent = os.path.dirname(path)
+    while parent and parent != "/":
+        if os.path.isdir(parent):
+            return [parent]
+        parent = os.path.dirname(parent)
+    return []
+
+
+def files_loaded(env: Mapping[str, str], cwd: str | None = None) -> list[str]:
+    """The existing files and directories the environment's loader variables name
+    (`BASH_ENV=/x/rc`, `PYTHONPATH=/a:/b`, `LD_PRELOAD=/x.so`, ...; PATH is the programs',
+    checked where they are found): the shell, the loader or the interpreter reads code from
+    them before the program's own."""
+    found: list[str] = []
+    for name, value in env.items():
+        if name == "PATH" or not is_loader_variable(name):
+            continue
+        for part in value.replace(" ", ":").split(":"):
+            if not part or "\0" in part:
+                continue
+            path = _absolute(part, cwd)
             if os.path.lexists(path):
                 found.append(path)
     return found
@@ -192,11 +229,24 @@ def _refuse_code_options(argv: Sequence[str]) -> None:
         if family is None:
             continue
         options = CODE_OPTIONS.get(family, frozenset())
-        for following in argv[index + 1 :]:
-            if following == "--" or not following.startswith("-"):
+        rest = argv[index + 1 :]
+        for offset, following in enumerate(rest):
+            if following == "--":
                 break
-            option = following.partition("=")[0] if following.startswith("--") else following
-            if option in options or (len(option) > 2 and option[:2] in options):
+            if not following.startswith("-"):
+                continue  # an option's value, or an operand: options may follow either
+            option, _, value = (
+                following.partition("=")
+                if following.startswith("--")
+                else (following[:2], "", following[2:])
+            )
+            if option not in options:
+                continue
+            if not value and offset + 1 < len(rest):
+                value = rest[offset + 1]
+            # A path is checked with every other argument (`files_named`); a name is looked
+            # up where this guard cannot follow, and env -S's string is a whole command.
+            if family == "env" or not value.startswith("/"):
                 raise _Unsafe(
                     f"{following!r} makes {name} load code found on a search path (or a "
                     "command line it splits), which this guard cannot check"
@@ -392,7 +442,7 @@ def _check_owned_by_root(path: str, info: os.stat_result, what: str) -> None:
 
 
 def _check_directory(directory: str, info: os.stat_result, of: str) -> None:
-    what = f"the directory above {of!r}, "
+    what = "the directory " if of == directory else f"the directory above {of!r}, "
     if info.st_uid != 0:
         raise _Unsafe(f"{what}{directory!r}, is owned by uid {info.st_uid}, not root")
     writable = _writable_by(info.st_mode)

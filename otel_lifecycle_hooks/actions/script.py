@@ -190,9 +190,7 @@ def confined_env(env: Mapping[str, str]) -> dict[str, str]:
     BASH_ENV, ENV, NODE_OPTIONS, PERL5LIB, GCONV_PATH, ...). PATH stays: it is the
     operator's, and the program it finds is checked by the root guard."""
     return {
-        name: value
-        for name, value in env.items()
-        if name == "PATH" or not is_loader_variable(name)
+        name: value for name, value in env.items() if name == "PATH" or not is_loader_variable(name)
     }
 
 
