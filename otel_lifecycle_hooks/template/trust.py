@@ -8,11 +8,16 @@ message naming the variable and the safe form, where it would stand in:
 
 - a URL's scheme, userinfo, host or port (it may stand in the path, query and fragment, where
   it is percent-encoded), or a `Host` header;
-- the program of a script (`command[0]`), the script text of a shell's `-c` (sh, bash, zsh,
-  dash, ksh, ash, fish, also behind `env`, `nohup`, `setsid`, `exec`, `timeout`, `sudo`, ...)
-  or of an interpreter's `-c` / `-e` (python, perl, ruby, node), the command line of
-  `env -S`, or an environment variable that chooses what a program loads (`PATH`,
-  `LD_PRELOAD`, `BASH_ENV`, `PYTHONPATH`, ...).
+- any element of a script's `command:` (an allow-list: the value reaches a script through
+  its environment, `env: {TOOL_NAME: "${TOOL_NAME}"}`, and its stdin JSON only; no list of
+  shells, interpreters and wrappers that run an argument as code could be complete);
+- with the hook's explicit `agent_values_in_args: true`, still the program (`command[0]`, or
+  what a wrapper runs), the program text of a shell's `-c` or an interpreter's `-c` / `-e`,
+  the command line of `env -S`, an option or an option's value before a literal `--`, and
+  any argument of a program in `COMMAND_RUNNERS`;
+- an environment variable that chooses what a program loads (`PATH`, `LD_PRELOAD`,
+  `BASH_ENV`, `PYTHONPATH`, ...: `is_loader_variable`); a `run_as: root` hook may not set
+  one at all.
 
 Header names cannot hold a variable at all (validate.HEADER_NAME_PATTERN). What another hook's
 endpoint answered (`HOOK_<NAME>_RESPONSE`) is refused in the program places too; in a URL's

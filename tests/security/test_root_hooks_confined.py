@@ -8,9 +8,9 @@ supervisor builds (its user: nobody):
 - by default the hook runs as uid 65534: whatever it runs has the agent's rights only;
 - with `run_as: root` it is refused before it starts, or runs without the agent's code;
 - with no agent user at all (root runs everything, as before), the guard still refuses.
-A real root `run` with `user: nobody` then shows every kind of hook (pre-start, post-start,
-a runtime event, pre-stop, session-end, seed 003's hook_scripts) and `test --execute` running
-as the agent's user.
+A real root `run` with `user: nobody` then shows the hooks of every lifecycle event
+(pre-start, post-start, pre-stop, session-end) running as the agent's user, and so do
+`test --execute` and seed 003's `hook_scripts` (through an engine given no user).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.engine import Execution, HookEngine, SessionInfo
-from otel_lifecycle_hooks.template.loader import load_template_text
+from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
 from otel_lifecycle_hooks.template.model import HookAction, HookSpec, Template
 from otel_lifecycle_hooks.template.validate import TemplateError
 from tests.supervisor.supervised import Workspace, wait_until
@@ -298,4 +298,29 @@ def test_test_execute_runs_the_script_as_the_templates_user(tmp_path: Path) -> N
         [seen] = [json.loads(line) for line in uids.read_text().splitlines()]
         assert seen["uid"] == NOBODY
     finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_seed_003_hook_scripts_run_as_the_templates_user() -> None:
+    """`hook_scripts:` become script hooks of the same executor: the template's user too."""
+    directory = Path(tempfile.mkdtemp(prefix="olh-hook-scripts-"))
+    shared = Path(tempfile.mkdtemp(prefix="olh-uids-"))
+    try:
+        os.chmod(directory, 0o755)
+        os.chmod(shared, 0o1777)
+        uids = shared / "uids"
+        script = directory / "hooks" / "record.sh"
+        script.parent.mkdir(mode=0o755)
+        script.write_text(f"#!/bin/sh\nid -u >> {uids}\necho '{{\"stages\": []}}'\n")
+        script.chmod(0o755)
+        template = directory / "scion-agent.yaml"
+        template.write_text("user: nobody\nharness: hrns\nhook_scripts:\n  - hooks/record.sh\n")
+        engine = HookEngine(load_templates([template]), journal=False, hook_log=False)
+        try:
+            engine.fire("pre-start", SessionInfo("session-1"))
+        finally:
+            engine.shutdown(5)
+        assert uids.read_text().split() == [str(NOBODY)]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
