@@ -208,12 +208,12 @@ def files_loaded(env: Mapping[str, str], cwd: str | None = None) -> list[str]:
     checked where they are found): the shell, the loader or the interpreter reads code from
     them before the program's own."""
     found: list[str] = []
-    for name, value in env.items():
+    for name in env:  # names first: a value of os.environ costs a decode to read
         if name == "PATH" or not is_loader_variable(name):
             continue
-        for part in value.replace(" ", ":").split(":"):
-            if not part or "\0" in part:
-                continue
+        for part in env[name].replace(" ", ":").split(":"):
+            if "/" not in part or "\0" in part:
+                continue  # not a path (PYTHONUNBUFFERED=1); "./x" and "lib/x" are
             path = _absolute(part, cwd)
             if os.path.lexists(path):
                 found.append(path)

@@ -34,6 +34,7 @@ refers to. Pure functions: no I/O.
 # Not `from __future__ import annotations`: its NamedTuples are made from evaluated
 # annotations (see template/model.py).
 
+import functools
 import os.path
 import re
 from collections.abc import Iterator, Mapping
@@ -402,6 +403,7 @@ def _argument_problems(hook: HookSpec, argv: list[list[_Piece]]) -> list[Problem
     return problems
 
 
+@functools.lru_cache(maxsize=1024)  # asked of every variable of a root script's environment
 def is_loader_variable(name: str) -> bool:
     """Whether the environment variable `name` makes a program (the dynamic loader, a shell,
     an interpreter) load or run code from where its value says."""
