@@ -10,7 +10,7 @@ supervisor builds (its user: nobody):
 - with no agent user at all (root runs everything, as before), the guard still refuses.
 A real root `run` with `user: nobody` then shows the hooks of every lifecycle event
 (pre-start, post-start, pre-stop, session-end) running as the agent's user, and so do
-`test --execute` and seed 003's `hook_scripts` (through an engine given no user).
+`test --execute`, seed 003's `hook_scripts` and core-agent hooks (through an engine given no user).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.engine import Execution, HookEngine, SessionInfo
+from otel_lifecycle_hooks.engine import AgentSession, Execution, HookEngine, SessionInfo
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
 from otel_lifecycle_hooks.template.model import HookAction, HookSpec, Template
 from otel_lifecycle_hooks.template.validate import TemplateError
@@ -318,6 +318,32 @@ def test_seed_003_hook_scripts_run_as_the_templates_user() -> None:
         engine = HookEngine(load_templates([template]), journal=False, hook_log=False)
         try:
             engine.fire("pre-start", SessionInfo("session-1"))
+        finally:
+            engine.shutdown(5)
+        assert uids.read_text().split() == [str(NOBODY)]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_core_agent_hooks_run_as_the_templates_user() -> None:
+    """A core-agent `.agents/config.json` hook (seed 001) beside a template with `user:`."""
+    directory = Path(tempfile.mkdtemp(prefix="olh-core-agent-"))
+    shared = Path(tempfile.mkdtemp(prefix="olh-uids-"))
+    try:
+        os.chmod(shared, 0o1777)
+        uids = shared / "uids"
+        template = directory / "scion-agent.yaml"
+        template.write_text("user: nobody\n")
+        config = directory / ".agents" / "config.json"
+        config.parent.mkdir()
+        hooks = {"tool-start": [{"command": f"id -u >> {uids}"}]}
+        config.write_text(json.dumps({"model": "m", "hooks": hooks}))
+        engine = HookEngine(load_templates([template, config]), journal=False, hook_log=False)
+        try:
+            session = AgentSession(engine, agent_name="core-agent", session_id="session-1")
+            session.record("tool-start", {"TOOL_NAME": "run_shell"})
+            session.end()
         finally:
             engine.shutdown(5)
         assert uids.read_text().split() == [str(NOBODY)]
