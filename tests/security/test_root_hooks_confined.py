@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -349,4 +350,51 @@ def test_core_agent_hooks_run_as_the_templates_user() -> None:
         assert uids.read_text().split() == [str(NOBODY)]
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_recovery_of_a_killed_root_supervisor_runs_its_hooks_as_the_agents_user(
+    reachable_workspace: Workspace,
+) -> None:
+    """The next `run` ends the session a SIGKILLed supervisor left open (pre-stop and
+    session-end, recovered): as the agent's user too."""
+    shared = Path(tempfile.mkdtemp(prefix="olh-uids-"))
+    os.chmod(shared, 0o1777)
+    try:
+        uids = shared / "uids.jsonl"
+        hooks = (
+            "  - name: registry\n"
+            "    on: [post-start, pre-stop, session-end]\n"
+            "    blocking: true\n"
+            "    action:\n"
+            "      type: script\n"
+            f"      command: {json.dumps(uid_recorder(uids))}\n"
+        )
+        template = reachable_workspace.template(hooks, extra="user: nobody\n")
+        reachable_workspace.agent.chmod(0o644)
+
+        def agent(number: int, **plan: object) -> list[str]:
+            command = reachable_workspace.agent_command(
+                pid_file=str(shared / f"agent-{number}.pid"), **plan
+            )
+            return [SYSTEM_PYTHON, *command[1:]]
+
+        killed = reachable_workspace.start(template, agent(1))
+        wait_until(lambda: uids.exists() and uids.read_text(), what="post-start")
+        wait_until((shared / "agent-1.pid").exists, what="the agent's pid file")
+        killed.signal(signal.SIGKILL)
+        killed.wait(timeout=10)
+        # The orphaned agent goes too, as it would with its container.
+        try:
+            os.killpg(int((shared / "agent-1.pid").read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        second = reachable_workspace.start(template, agent(2, exit=0))
+        assert second.wait(timeout=60) == 0, second.stderr
+        seen = [json.loads(line) for line in uids.read_text().splitlines()]
+        events = [item["event"] for item in seen]
+        # post-start; recovered pre-stop and session-end; the second run's own.
+        assert events[:3] == ["post-start", "pre-stop", "session-end"], (events, second.stderr)
+        assert {item["uid"] for item in seen} == {NOBODY}, seen
+    finally:
         shutil.rmtree(shared, ignore_errors=True)
