@@ -366,7 +366,12 @@ def _argument_problems(hook: HookSpec, argv: list[list[_Piece]]) -> list[Problem
 
     program_at = _program_index(command)
     program = _base_name(command[program_at]) if program_at is not None else "env"
-    runs_arguments = program in COMMAND_RUNNERS or program_at is None
+    # A wrapper in front (`timeout ${X} prog`) takes its own arguments too: none for agents.
+    runs_arguments = (
+        program_at is None
+        or program in COMMAND_RUNNERS
+        or _base_name(command[0]) in COMMAND_RUNNERS
+    )
     script_at = _program_text_index(command, program_at)
     if script_at is None:
         script_at = _env_split_index(command)

@@ -135,6 +135,8 @@ def test_the_opt_in_for_data_arguments_never_admits_these_forms(form: str) -> No
         (["/opt/notify", "-t", "${TOOL_NAME}"], "option"),
         (["${TOOL_NAME}", "--", "x"], "names the program"),
         (["env", "${TOOL_NAME}"], "names the program"),
+        (["timeout", "${TOOL_NAME}", "/opt/notify"], "runs its arguments"),
+        (["/usr/bin/nice", "/opt/notify", "--", "${TOOL_NAME}"], "runs its arguments"),
         (["/opt/notify", "--", "${HOOK_REGISTER_RESPONSE.cmd}"], None),
     ],
 )
