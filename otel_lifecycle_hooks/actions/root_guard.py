@@ -10,18 +10,20 @@ command makes root execute must be root's alone to change:
 - so must every directory above it, on the path as written and on the resolved one (whoever
   can write a directory can rename what is in it and put another file in its place), with one
   exception: a directory that is sticky and owned by root (`/tmp`, mode 1777), since there
-  only an entry's owner can rename or remove it, and the entry itself must be root's.
-
+  only an entry's owner can rename or remove it, and the entry itself must be root's;
 - every other argument that names an existing file or directory, whole or as an option's
   attached value (`awk -f /x/a.awk`, `node -r /x/m.js`, `flock /x/lock`, `--rcfile=/x/rc`),
   follows the same rule: what root reads, runs or acts on must be root's alone (a root-owned
-  sticky directory such as `/tmp` may be named);
+  sticky directory such as `/tmp` may be named), and so must the directory an absolute path
+  that does not exist yet would be made in; so must what the environment's loader
+  variables name (`BASH_ENV`, `PYTHONPATH`, `LD_PRELOAD`, ...);
 - options that load code by a name looked up on a search path are refused: `python3 -m`
-  (also in a cluster, `-um`), `node -r/--require/--import/--loader`, `perl -M/-m`,
-  `ruby -r`, `lua -l`, gawk's `-i/-l`, and `env -S`, which splits a string into a command.
+  (also in a cluster, `-um`), and, unless their value is an absolute path (then checked as
+  above), `node -r/--require/--import/--loader`, `perl -M/-m`, `ruby -r`, `lua -l`, gawk's
+  `-i/-l`; so is `env -S`, which splits a string into a command.
 
 Inline code (`sh -c '...'`, `python3 -c`, `node -e`) is the template's own text, not a file,
-and is not checked here. A file that does not exist passes: starting it reports that.
+and is not checked here. A program that does not exist passes: starting it reports that.
 
 This is a guard, not a proof: a program may still read a file it finds by itself (a config
 in HOME, a plugin directory, what an inline script opens). Root hooks also run confined
@@ -183,7 +185,8 @@ def files_named(argv: Sequence[str], cwd: str | None = None) -> list[str]:
                 mode = os.lstat(path).st_mode
             except (OSError, ValueError):
                 # Not there yet: whoever can write the directory it would be in can make it.
-                if "/" in candidate:
+                # (A relative word that names nothing is no path: "-W ignore", a URL.)
+                if candidate.startswith("/"):
                     found.extend(_nearest_directory(path))
                 continue
             # Devices, sockets and pipes (/dev/null) hold no code; a symlink is followed.
