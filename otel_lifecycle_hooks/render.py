@@ -332,15 +332,57 @@ def _value(resolved: Resolved | None) -> str:
 # --- script ------------------------------------------------------------------------------
 
 
-def render_argv(command: Sequence[str], variables: Variables) -> tuple[str, ...]:
-    """Each element substituted; each stays one argv element. NUL raises `RenderError`."""
-    argv = tuple(
-        _substitute_no_nul(element, variables, f"command[{index}]")
-        for index, element in enumerate(command)
-    )
+def render_argv(
+    command: Sequence[str], variables: Variables, *, agent_values_in_args: bool = False
+) -> tuple[str, ...]:
+    """Each element substituted; each stays one argv element. NUL raises `RenderError`.
+
+    A value the agent chose (a reported field, a captured response, or an `env:` entry made
+    of one) is refused in any element, whatever built the template (validation refuses such
+    templates): it reaches a script through its environment and stdin only. With
+    `agent_values_in_args`, it may stand in an argument, but never in the program
+    (`command[0]`) nor at the start of an element before a literal `--`, where a value
+    starting with "-" would be read as an option.
+    """
+    argv: list[str] = []
+    options_ended = False
+    for index, element in enumerate(command):
+        field_name = f"command[{index}]"
+        from_agent = False
+        for piece in parse_template(element):
+            if not isinstance(piece, Reference):
+                continue
+            chosen = _agent_origin(piece, variables)
+            if chosen is None:
+                continue
+            from_agent = True
+            if not agent_values_in_args or index == 0:
+                raise RenderError(
+                    f"{field_name}: ${{{piece.text}}} takes its value from ${{{chosen}}}, which "
+                    "the agent (or a remote endpoint) chooses; pass it through the script's "
+                    "env: and read it there, or from the JSON on its stdin"
+                )
+        rendered = _substitute_no_nul(element, variables, field_name)
+        if from_agent and not options_ended and rendered.startswith("-"):
+            raise RenderError(
+                f"{field_name}: renders to an option (it starts with '-') from a value the "
+                'agent chose; put agent values after a literal "--"'
+            )
+        if element == "--":
+            options_ended = True
+        argv.append(rendered)
     if not argv or not argv[0]:
         raise RenderError("command[0]: renders to an empty program name")
-    return argv
+    return tuple(argv)
+
+
+def _agent_origin(reference: Reference, variables: Variables) -> str | None:
+    """The name of the agent-chosen value `reference` renders from, if any: a reported field
+    (harness/reported.py) from the event or metadata, or a captured response."""
+    for layer, name in variables.origins(reference):
+        if layer == "captured" or (layer in ("event", "metadata") and name in AGENT_CONTROLLED):
+            return name
+    return None
 
 
 def render_env(env: Mapping[str, str], variables: Variables) -> dict[str, str]:
@@ -374,7 +416,9 @@ def render_action(
     """
     if action.type == "script":
         return RenderedCommand(
-            argv=render_argv(action.command, variables),
+            argv=render_argv(
+                action.command, variables, agent_values_in_args=action.agent_values_in_args
+            ),
             env=render_env(action.env, variables),
             stdin=stdin,
         )

@@ -250,6 +250,32 @@ class Variables:
             return Resolved(reference.default, "default", True)
         return resolved
 
+    def origins(self, reference: Reference) -> list[tuple[str, str]]:
+        """(layer, name) of every value outside `env:` that `reference` takes its text from,
+        through the `env:` entries it expands (as `resolve` walks them): whom a rendered
+        value really comes from."""
+        return self._origins(reference.name, ())
+
+    def _origins(self, name: str, expanding: tuple[str, ...]) -> list[tuple[str, str]]:
+        for layer, mapping in self._layers:
+            if layer == "env" and name in expanding:
+                continue
+            value = mapping.get(name)
+            if value is None:
+                continue
+            if layer != "env":
+                return [(layer, name)]
+            if name in self._layers[-1][1] and name not in referenced_names(str(value)):
+                continue  # the process environment's value wins, as in `_resolve_name`
+            if len(expanding) >= MAX_ENV_DEPTH:
+                return []
+            found: list[tuple[str, str]] = []
+            for piece in parse_template(str(value)):
+                if isinstance(piece, Reference):
+                    found += self._origins(piece.name, (*expanding, name))
+            return found
+        return []
+
     def substitute(self, text: str) -> str:
         """Plain substitution: every reference replaced by its value, unresolved ones by ''."""
         return "".join(

@@ -270,9 +270,14 @@ def test_the_hook_id_header_joins_agent_hook_event_and_timestamp() -> None:
 
 
 def test_each_command_element_stays_one_argv_element() -> None:
-    variables = _event(TOOL_NAME="x; rm -rf / && echo $(id) `id` 'q' \"q\"\n*")
-    argv = render_argv(["${TOOL_NAME}-bin", "--tool", "${TOOL_NAME}", "${UNSET}"], variables)
-    assert argv == (variables.get("TOOL_NAME") + "-bin", "--tool", variables.get("TOOL_NAME"), "")
+    variables = Variables(environ={"TOOL": "x; rm -rf / && echo $(id) `id` 'q' \"q\"\n*"})
+    argv = render_argv(["${TOOL}-bin", "--tool", "${TOOL}", "${UNSET}"], variables)
+    assert argv == (variables.get("TOOL") + "-bin", "--tool", variables.get("TOOL"), "")
+
+
+def test_an_agent_value_in_a_command_is_refused_unless_the_hook_opts_in() -> None:
+    with pytest.raises(RenderError, match=r"command\[1\]: \$\{TOOL_NAME\}.*env:"):
+        render_argv(["/opt/notify", "${TOOL_NAME}"], _event(TOOL_NAME="Bash"))
 
 
 def test_a_script_receives_a_hostile_value_as_exactly_one_argument() -> None:
@@ -281,12 +286,13 @@ def test_a_script_receives_a_hostile_value_as_exactly_one_argument() -> None:
         sys.executable,
         "-c",
         "import json, sys; print(json.dumps(sys.argv[1:]))",
+        "--",
         "${TOOL_NAME}",
         "after",
     ]
-    argv = render_argv(command, _event(TOOL_NAME=value))
+    argv = render_argv(command, _event(TOOL_NAME=value), agent_values_in_args=True)
     completed = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
-    assert json.loads(completed.stdout) == [value, "after"]
+    assert json.loads(completed.stdout) == ["--", value, "after"]
 
 
 def test_nul_in_an_argument_or_env_value_is_refused() -> None:

@@ -247,7 +247,7 @@ lifecycle_hooks:
   - name: typo
     on: [activity-change]
     condition: HOOK_REGISTR_AGENT_STATUS == 200
-    action: {type: script, command: ["true", "${HOOK_AUDIT_RESPONSE}"]}
+    action: {type: script, command: ["true"], env: {AUDIT: "${HOOK_AUDIT_RESPONSE}"}}
   - name: audit
     on: [task-completed]
     action: {type: script, command: ["true"]}
@@ -271,7 +271,7 @@ def test_validation_warns_about_captures_of_later_or_missing_hooks() -> None:
             "the same event without blocking: make it blocking: true so that its response is there"
         ),
         (
-            'scion-agent.yaml:15:46: hook "typo": field "action.command[1]": uses '
+            'scion-agent.yaml:15:60: hook "typo": field "action.env.AUDIT": uses '
             '${HOOK_AUDIT_RESPONSE}, which will be empty: hook "audit" is a script; only HTTP '
             "hooks capture their response"
         ),

@@ -39,10 +39,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..render import RenderedCommand
+from ..template.trust import is_loader_variable
 from .base import AttemptKind, AttemptResult
 from .root_guard import unsafe_as_root
 
-__all__ = ["ScriptOutcome", "run_script", "unsafe_as_root", "user_process_options"]
+__all__ = [
+    "CONFINED_CWD",
+    "ScriptOutcome",
+    "confined_env",
+    "run_script",
+    "unsafe_as_root",
+    "user_process_options",
+]
 
 log = logging.getLogger("otel_lifecycle_hooks.actions.script")
 
@@ -85,6 +93,7 @@ def run_script(
     user: str | None = None,
     kill_grace: float = DEFAULT_KILL_GRACE,
     root_checked: bool = False,
+    confined: bool = False,
 ) -> ScriptOutcome:
     """Run `command` once and classify how it ended. Never raises.
 
@@ -92,7 +101,8 @@ def run_script(
     `user`: run as that account (needs root; HOME, USER and LOGNAME follow it). Without root,
     only the current user can be named. `root_checked`: the caller has just refused this
     command if `unsafe_as_root` objects to it (the engine does, to record a refusal), so it
-    is not checked twice.
+    is not checked twice. `confined` (a hook that runs as root on purpose, `run_as: root`):
+    it runs in `CONFINED_CWD` with no loader variable in its environment (`confined_env`).
     """
     started = time.monotonic()
 
@@ -109,12 +119,15 @@ def run_script(
     except _IdentityError as exc:
         return failed("permanent", exc.error_type, str(exc))
     env.update(command.env)
+    cwd = None
+    if confined:
+        env, cwd = confined_env(env), CONFINED_CWD
     program = command.argv[0]
-    refusal = None if root_checked else unsafe_as_root(command.argv, env, user)
+    refusal = None if root_checked else unsafe_as_root(command.argv, env, user, cwd)
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
     try:
-        process, pipes = _start(command.argv, env, identity)
+        process, pipes = _start(command.argv, env, identity, cwd)
     except FileNotFoundError:
         return failed("permanent", "FileNotFoundError", f"{program!r}: no such file")
     except PermissionError:
@@ -164,6 +177,21 @@ def run_script(
         result, pump.text("stdout"), pump.text("stderr"), pump.truncated, process.pid,
         pump.tail("stdout"), pump.tail("stderr"),
     )  # fmt: skip
+
+
+# A root hook's working directory: root's, and never the supervisor's own, which may be the
+# agent's workspace (where `python3 -c`, `node`, `.` and relative paths would find its files).
+CONFINED_CWD = "/"
+
+
+def confined_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without the variables that make a shell, the loader or an interpreter load code
+    from where their value says (template/trust.py `is_loader_variable`: LD_*, PYTHON*,
+    BASH_ENV, ENV, NODE_OPTIONS, PERL5LIB, GCONV_PATH, ...). PATH stays: it is the
+    operator's, and the program it finds is checked by the root guard."""
+    return {
+        name: value for name, value in env.items() if name == "PATH" or not is_loader_variable(name)
+    }
 
 
 def _timeout_result(duration: float, timeout: float, *, escalated: bool) -> AttemptResult:
@@ -275,7 +303,7 @@ class _Process(Protocol):
 
 
 def _start(
-    argv: Sequence[str], env: dict[str, str], identity: dict[str, Any]
+    argv: Sequence[str], env: dict[str, str], identity: dict[str, Any], cwd: str | None = None
 ) -> tuple[_Process, tuple[int, int, int]]:
     """Start `argv` as the leader of a new session (so of its own process group), its stdin,
     stdout and stderr on new pipes: the process, and our ends of those three pipes. Raises
@@ -290,13 +318,15 @@ def _start(
         # posix_spawn encodes the environment in C and keeps no Popen bookkeeping: the
         # cheaper start. subprocess remains for switching users, and for the rare process
         # whose stdin/out/err were closed (a pipe may then sit on 0-2, for dup2 to clobber).
-        if identity or not _CAN_SPAWN or min(pipes) <= 2:
+        # posix_spawn has no working directory: a confined root hook takes this path too.
+        if identity or cwd is not None or not _CAN_SPAWN or min(pipes) <= 2:
             process = subprocess.Popen(
                 list(argv),
                 stdin=stdin_read,
                 stdout=stdout_write,
                 stderr=stderr_write,
                 env=env,
+                cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
                 **identity,

@@ -94,6 +94,12 @@ class HookExecutor:
         self._last_parent: tuple[trace.SpanContext, Any] | None = None
         # The last event's context variables: an event's hooks share them (read only).
         self._last_context: tuple[LifecycleEvent, Mapping[str, str]] | None = None
+        # Scripts run as the agent's user by default: the one `run` was given (`--user`), else
+        # the template's `user:`, for every caller (`run`, recovery, `test --execute`,
+        # `reconcile`); a hook that must run as root says `run_as: root`. Without root no
+        # user can be switched to, and none needs to be: scripts run as this process.
+        if script_user is None and os.geteuid() == 0:
+            script_user = template.user
         self.script_user = script_user
         # Set during shutdown: retry waits end early, so draining stays within its deadline.
         self.stopping = threading.Event()
@@ -463,12 +469,17 @@ class HookExecutor:
         timeout: float,
         variables: Variables,
     ) -> AttemptResult:
-        from ..actions.script import run_script, unsafe_as_root
+        from ..actions.script import CONFINED_CWD, confined_env, run_script, unsafe_as_root
 
         env = dict(command.env)
+        user, confined = self.script_identity(hook)
         # Resolved on the PATH run_script will use: the hook's, else this process's (looked
         # up only when needed, as root, so the whole environment is not merged for it).
-        refusal = unsafe_as_root(command.argv, ChainMap(env, os.environ), self.script_user)
+        search: Mapping[str, str] = ChainMap(env, os.environ)
+        if confined:
+            search = confined_env(search)
+        cwd = CONFINED_CWD if confined else None
+        refusal = unsafe_as_root(command.argv, search, user, cwd)
         if refusal is not None:  # a script others can rewrite never runs as root
             raise _Refusal("UnsafeScript", refusal)
         traceparent = to_traceparent(span.get_span_context()) or to_traceparent(
@@ -490,11 +501,20 @@ class HookExecutor:
         outcome = run_script(
             RenderedCommand(argv=command.argv, env=env, stdin=stdin),
             timeout,
-            user=self.script_user,
+            user=user,
             on_output=self.output_listener(hook, redactor),
             root_checked=True,  # refused above
+            confined=confined,
         )
         return outcome.result._replace(output=(outcome.stdout_tail, outcome.stderr_tail))
+
+    def script_identity(self, hook: HookSpec) -> tuple[str | None, bool]:
+        """Who runs `hook`'s script (None: this process's user) and whether it is confined:
+        the agent's user unless the hook says `run_as: root`, which runs as this process,
+        confined (see actions/script.py `run_script`)."""
+        if hook.action.run_as == "root":
+            return None, True
+        return self.script_user, False
 
     def _host_script_attempt(
         self,
@@ -511,6 +531,8 @@ class HookExecutor:
         from ..actions.script import run_script
         from ..systems import host_protocol
 
+        user, confined = self.script_identity(hook)
+
         def run(
             stage: str, stdin: bytes, left: float, on_output: Callable[[str, str], None]
         ) -> AttemptResult:
@@ -518,9 +540,10 @@ class HookExecutor:
             return run_script(
                 RenderedCommand(argv=argv, env=env, stdin=stdin),
                 left,
-                user=self.script_user,
+                user=user,
                 on_output=on_output,
                 root_checked=True,  # refused in _script_attempt
+                confined=confined,
             ).result
 
         log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)

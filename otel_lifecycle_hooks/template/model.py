@@ -25,6 +25,9 @@ ACTION_TYPES: tuple[str, ...] = ("http", "webhook", "script")
 SYSTEM_ACTION_TYPES: tuple[str, ...] = ("python", "jsonrpc")
 # Script wire protocols: ours (None), core-agent's envelope (seed 001), the host-agnostic one (003).
 SCRIPT_PROTOCOLS: tuple[str, ...] = ("core-agent", "host-v1")
+# script `run_as:`: "agent" (the default: the agent's user, when the supervisor has one) or
+# "root" (the supervisor's own user, confined: see actions/script.py).
+RUN_AS: tuple[str, ...] = ("agent", "root")
 ERROR_POLICIES: tuple[str, ...] = ("log", "fail", "retry")
 AUTH_TYPES: tuple[str, ...] = (
     "none",
@@ -131,6 +134,11 @@ class HookAction(NamedTuple):
     signing_secret_env: str | None = None
     # script: the wire protocol its stdin/argv/stdout follow (SCRIPT_PROTOCOLS); None is ours.
     protocol: str | None = None
+    # script: who runs it (RUN_AS); "root" must be written, the agent's user is the default.
+    run_as: str = "agent"
+    # script: agent-chosen values may stand in plain data arguments of `command` (never the
+    # program, program text or an option: template/trust.py); otherwise env and stdin only.
+    agent_values_in_args: bool = False
     # python: where the executor lives (exactly one of module / path), which attribute names it,
     # and the keyword arguments it is constructed with.
     module: str | None = None

@@ -8,11 +8,16 @@ message naming the variable and the safe form, where it would stand in:
 
 - a URL's scheme, userinfo, host or port (it may stand in the path, query and fragment, where
   it is percent-encoded), or a `Host` header;
-- the program of a script (`command[0]`), the script text of a shell's `-c` (sh, bash, zsh,
-  dash, ksh, ash, fish, also behind `env`, `nohup`, `setsid`, `exec`, `timeout`, `sudo`, ...)
-  or of an interpreter's `-c` / `-e` (python, perl, ruby, node), the command line of
-  `env -S`, or an environment variable that chooses what a program loads (`PATH`,
-  `LD_PRELOAD`, `BASH_ENV`, `PYTHONPATH`, ...).
+- any element of a script's `command:` (an allow-list: the value reaches a script through
+  its environment, `env: {TOOL_NAME: "${TOOL_NAME}"}`, and its stdin JSON only; no list of
+  shells, interpreters and wrappers that run an argument as code could be complete);
+- with the hook's explicit `agent_values_in_args: true`, still the program (`command[0]`, or
+  what a wrapper runs), the program text of a shell's `-c` or an interpreter's `-c` / `-e`,
+  the command line of `env -S`, an option or an option's value before a literal `--`, and
+  any argument of a program in `COMMAND_RUNNERS`;
+- an environment variable that chooses what a program loads (`PATH`, `LD_PRELOAD`,
+  `BASH_ENV`, `PYTHONPATH`, ...: `is_loader_variable`); a `run_as: root` hook may not set
+  one at all.
 
 Header names cannot hold a variable at all (validate.HEADER_NAME_PATTERN). What another hook's
 endpoint answered (`HOOK_<NAME>_RESPONSE`) is refused in the program places too; in a URL's
@@ -29,6 +34,7 @@ refers to. Pure functions: no I/O.
 # Not `from __future__ import annotations`: its NamedTuples are made from evaluated
 # annotations (see template/model.py).
 
+import functools
 import os.path
 import re
 from collections.abc import Iterator, Mapping
@@ -68,15 +74,45 @@ WRAPPERS: Mapping[str, tuple[frozenset[str], int]] = {
     "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
     "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "-D", "-h", "-p", "-r", "-t"}), 0),
     "doas": (frozenset({"-u", "-C"}), 0),
+    "xargs": (frozenset({"-a", "-d", "-E", "-e", "-I", "-i", "-L", "-l", "-n", "-P", "-s"}), 0),
+    "flock": (frozenset({"-w", "--timeout", "-E", "--conflict-exit-code"}), 1),
+    "chrt": (frozenset(), 1),
+    "taskset": (frozenset(), 1),
+    "runuser": (frozenset({"-u", "-g", "-G", "--user", "--group"}), 0),
+    "unshare": (frozenset(), 0),
+    "setpriv": (frozenset(), 0),
+    "time": (frozenset({"-f", "-o"}), 0),
 }
 # `env -S "sh -c ..."` splits its value into a command: that value is program text too.
 _ENV_SPLIT = ("-S", "--split-string")
 # Environment variables that choose what a program loads or runs.
 LOADER_ENV = frozenset(
     {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "PROMPT_COMMAND",
-     "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
-     "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB", "RUBYOPT", "RUBYLIB",
-     "GIT_SSH_COMMAND", "DYLD_INSERT_LIBRARIES"}
+     "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "GLOBIGNORE", "ZDOTDIR", "PYTHONPATH",
+     "PYTHONSTARTUP", "PYTHONHOME", "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB",
+     "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH",
+     "NLSPATH", "HOSTALIASES", "RES_OPTIONS", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXEC_PATH",
+     "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_PARAMETERS", "GIT_PAGER", "PAGER",
+     "EDITOR", "VISUAL", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+     "PHPRC", "PHP_INI_SCAN_DIR", "TCLLIBPATH", "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH"}
+)  # fmt: skip
+# Whole families: the dynamic loader's, Python's, Lua's, bash's exported functions, git's
+# configuration (GIT_CONFIG_KEY_0=core.pager ...), the macOS loader's.
+_LOADER_PREFIXES = ("LD_", "PYTHON", "LUA_", "BASH_FUNC_", "GIT_CONFIG_", "DYLD_", "PERL", "RUBY")
+# Programs that run (some of) their arguments as code or as a command: with
+# `agent_values_in_args: true`, none of their arguments may hold an agent value. A guard for
+# an explicit opt-in, not a complete list; without the opt-in nothing agent-chosen stands in
+# `command:` at all.
+COMMAND_RUNNERS = frozenset(
+    {*SHELLS, *INTERPRETERS, *WRAPPERS, "php", "lua", "luajit", "tclsh", "wish", "expect",
+     "awk", "gawk", "mawk", "nawk", "busybox", "sed", "xargs", "find", "parallel", "watch",
+     "ssh", "su", "runuser", "chrt", "taskset", "flock", "script", "unshare", "nsenter",
+     "chroot", "setpriv", "setarch", "strace", "ltrace", "gdb", "time", "eval", "make",
+     "tar", "git", "rsync", "scp", "vim", "vi", "nvim", "emacs", "less", "more", "man",
+     "xdg-open", "at", "batch", "crontab", "systemd-run", "dbus-send", "docker", "podman",
+     "kubectl", "npx", "npm", "pip", "pip3", "uv", "cargo", "go", "java", "dotnet", "pwsh",
+     "osascript", "m4", "dc", "bc", "jq", "openssl", "curl", "wget", "zip", "unzip", "rpm",
+     "dpkg", "apt", "apt-get", "sudoedit", "pkexec"}
 )  # fmt: skip
 
 
@@ -269,40 +305,29 @@ def _url_origin_agents(pieces: list[_Piece]) -> Iterator[tuple[str, _Agent]]:
 
 def _command_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
     action = hook.action
-    problems: list[Problem] = []
     argv = [_expand(item, env) for item in action.command]
-    program_at = _program_index(action.command)
-    if program_at is not None and program_at < len(argv):
-        for agent in _agent_names(argv[program_at], responses=True):
-            problems.append(
-                _problem(
-                    hook,
-                    f"action.command[{program_at}]",
-                    f"{_chosen(agent)} and names the program to run; "
-                    "write the program literally and pass the value as a later argument",
-                )
-            )
-    script_at = _program_text_index(action.command, program_at)
-    program = _base_name(action.command[program_at]) if program_at is not None else "env"
-    if script_at is None:
-        script_at = _env_split_index(action.command)
-        program = "env -S"
-    if script_at is not None:
-        for agent in _agent_names(argv[script_at], responses=True):
-            name = agent.name
-            problems.append(
-                _problem(
-                    hook,
-                    f"action.command[{script_at}]",
-                    f"{_chosen(agent)} and stands inside the program "
-                    f"text that {program} runs, so it could run any command. Pass it as data: "
-                    f"""as an argument after the script (["sh", "-c", 'echo "$1"', "sh", """
-                    f'"${{{name}}}"]) or as an env value (env: {{{name}: "${{{name}}}"}}) '
-                    f'that the script reads as "${name}"',
-                )
-            )
+    if action.agent_values_in_args:
+        problems = _argument_problems(hook, argv)
+    else:
+        # The allow-list: an agent value reaches a script through its environment and its
+        # stdin JSON, never through `command:` (no list of shells and wrappers is complete).
+        problems = [
+            _problem(hook, f"action.command[{index}]", _not_in_command(agent))
+            for index, pieces in enumerate(argv)
+            for agent in _agent_names(pieces, responses=True)
+        ]
     for key, value in action.env.items():
-        if key.upper() in LOADER_ENV:
+        if action.run_as == "root" and is_loader_variable(key):
+            problems.append(
+                _problem(
+                    hook,
+                    f"action.env.{key}",
+                    f"{key} chooses what a program loads or runs, and this hook runs as root "
+                    "(run_as: root); remove it, or run the hook as the agent's user "
+                    "(run_as: agent, the default)",
+                )
+            )
+        elif key.upper() in LOADER_ENV or is_loader_variable(key):
             for agent in _agent_names(_expand(value, env), responses=True):
                 problems.append(
                     _problem(
@@ -313,6 +338,82 @@ def _command_problems(hook: HookSpec, env: Mapping[str, str]) -> list[Problem]:
                     )
                 )
     return problems
+
+
+def _safe_name(agent: _Agent) -> str:
+    return agent.via or agent.name
+
+
+def _not_in_command(agent: _Agent) -> str:
+    name = _safe_name(agent)
+    return (
+        f"{_chosen(agent)} and may not stand in command: (many programs run an argument as "
+        "code or read it as an option). Pass it through the script's environment, "
+        f'env: {{{name}: "${{{name}}}"}}, and read it as "${name}" in the script, or read it '
+        "from the JSON event on the script's stdin; for a program that treats its arguments "
+        "as data only, see agent_values_in_args: true"
+    )
+
+
+def _argument_problems(hook: HookSpec, argv: list[list[_Piece]]) -> list[Problem]:
+    """With `agent_values_in_args: true`: agent values may stand only in plain data
+    arguments, never in the program, in program text, or in an option or its value."""
+    command = hook.action.command
+    problems: list[Problem] = []
+
+    def refuse(index: int, agent: _Agent, why: str) -> None:
+        problems.append(_problem(hook, f"action.command[{index}]", f"{_chosen(agent)} and {why}"))
+
+    program_at = _program_index(command)
+    program = _base_name(command[program_at]) if program_at is not None else "env"
+    # A wrapper in front (`timeout ${X} prog`) takes its own arguments too: none for agents.
+    runs_arguments = (
+        program_at is None
+        or program in COMMAND_RUNNERS
+        or _base_name(command[0]) in COMMAND_RUNNERS
+    )
+    script_at = _program_text_index(command, program_at)
+    if script_at is None:
+        script_at = _env_split_index(command)
+    options_ended = False
+    for index, pieces in enumerate(argv):
+        agents = _agent_names(pieces, responses=True)
+        if command[index] == "--" and index > 0:
+            options_ended = True
+        if not agents:
+            continue
+        agent = agents[0]
+        if index == 0 or index == program_at:
+            refuse(index, agent, "names the program to run; write the program literally")
+        elif index == script_at:
+            refuse(index, agent, f"stands inside the program text that {program} runs")
+        elif runs_arguments:
+            refuse(
+                index,
+                agent,
+                f"is an argument of {program}, which runs its arguments as code or as a "
+                "command, so agent_values_in_args does not apply; pass it through env: "
+                f'({{{_safe_name(agent)}: "${{{_safe_name(agent)}}}"}}) or the stdin JSON',
+            )
+        elif not options_ended and (
+            command[index].startswith("-") or command[index - 1].startswith("-")
+        ):
+            refuse(
+                index,
+                agent,
+                "stands in an option or an option's value; put agent values only in plain "
+                'arguments after a literal "--" (["/opt/notify", "--", "${'
+                f'{_safe_name(agent)}}}"])',
+            )
+    return problems
+
+
+@functools.lru_cache(maxsize=1024)  # asked of every variable of a root script's environment
+def is_loader_variable(name: str) -> bool:
+    """Whether the environment variable `name` makes a program (the dynamic loader, a shell,
+    an interpreter) load or run code from where its value says."""
+    upper = name.upper()
+    return upper in LOADER_ENV or upper.startswith(_LOADER_PREFIXES)
 
 
 def _base_name(program: str) -> str:

@@ -28,6 +28,7 @@ from .model import (
     DEFAULT_SCRIPT_TIMEOUT,
     ERROR_POLICIES,
     MAX_TIMEOUT,
+    RUN_AS,
     AuthSpec,
     HookAction,
     HookSpec,
@@ -61,6 +62,8 @@ ACTION_KEYS: tuple[str, ...] = (
     "signing_secret_env",
     "command",
     "env",
+    "run_as",
+    "agent_values_in_args",
 )
 AUTH_KEYS: tuple[str, ...] = ("type", "token_env", "header", "credentials_file", "scopes")
 HTTP_METHODS: tuple[str, ...] = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
@@ -75,6 +78,8 @@ _ACTION_KEY_TYPES: dict[str, tuple[str, ...]] = {
     "signing_secret_env": ("webhook",),
     "command": ("script",),
     "env": ("script",),
+    "run_as": ("script",),
+    "agent_values_in_args": ("script",),
 }
 # Which auth types each auth key applies to.
 _AUTH_KEY_TYPES: dict[str, tuple[str, ...]] = {
@@ -708,9 +713,19 @@ def _read_action(r: _Reporter, entry: Located) -> HookAction | None:
     if action_type == "script":
         command = _read_command(r, fields.get("command"), located)
         env = _read_string_map(r, fields.get("env"), "action.env", key_kind="variable")
+        run_as = _read_choice(r, fields.get("run_as"), "action.run_as", RUN_AS) or "agent"
+        in_args = _read_bool(
+            r, fields.get("agent_values_in_args"), "action.agent_values_in_args", False
+        )
         if len(r.problems) > problems_before:
             return None
-        return HookAction(type="script", command=command, env=MappingProxyType(env))
+        return HookAction(
+            type="script",
+            command=command,
+            env=MappingProxyType(env),
+            run_as=run_as,
+            agent_values_in_args=in_args,
+        )
     headers = _read_headers(r, fields.get("headers"))
     method = "POST"
     if action_type == "http":

@@ -19,7 +19,8 @@ lifecycle_hooks:
     blocking: true
     action:
       type: script
-      command: ["{sys.executable}", "-c", "pass", "${{TOOL_NAME}}", "${{NOT_DEFINED_ANYWHERE}}"]
+      command: ["{sys.executable}", "-c", "pass", "${{NOT_DEFINED_ANYWHERE}}"]
+      env: {{TOOL: "${{TOOL_NAME}}"}}
 """
 
 

@@ -124,18 +124,41 @@ def test_an_agent_value_in_program_text_or_as_the_program_is_refused(
     message = refusal(script_hook(command))
     assert f'field "action.command[{index}]"' in message
     assert "is chosen by the agent" in message
-    if index:
-        assert '"$1"' in message and "env value" in message  # the safe forms
+    # The safe forms: the script's environment, or its stdin.
+    assert "env: {" in message and "stdin" in message
+    # Even where a program is said to treat its arguments as data.
+    message = refusal(script_hook(command, "      agent_values_in_args: true\n"))
+    assert f'field "action.command[{index}]"' in message
 
 
-def test_a_shell_script_that_reads_the_value_as_an_argument_or_env_value_is_fine() -> None:
-    load_template_text(script_hook(["sh", "-c", 'echo "tool=$1"', "sh", "${TOOL_NAME}"]))
+def test_a_script_that_reads_the_value_from_its_environment_is_fine() -> None:
     load_template_text(
         script_hook(
             ["sh", "-c", 'echo "tool=$TOOL_NAME"'], "      env: {TOOL_NAME: '${TOOL_NAME}'}\n"
         )
     )
-    load_template_text(script_hook(["python3", "/opt/notify.py", "${ASSISTANT_TEXT}"]))
+    # As a data argument only with the opt-in, and only after "--".
+    load_template_text(
+        script_hook(
+            ["/opt/notify", "--", "${ASSISTANT_TEXT}"], "      agent_values_in_args: true\n"
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sh", "-c", 'echo "tool=$1"', "sh", "${TOOL_NAME}"],
+        ["python3", "/opt/notify.py", "${ASSISTANT_TEXT}"],
+    ],
+)
+def test_an_agent_value_as_an_argument_of_a_shell_or_interpreter_is_refused(
+    command: list[str],
+) -> None:
+    message = refusal(script_hook(command))
+    assert "may not stand in command:" in message
+    message = refusal(script_hook(command, "      agent_values_in_args: true\n"))
+    assert "runs its arguments as code or as a command" in message
 
 
 @pytest.mark.parametrize("name", ["BASH_ENV", "LD_PRELOAD", "PATH", "PYTHONPATH", "NODE_OPTIONS"])
