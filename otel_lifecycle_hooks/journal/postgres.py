@@ -277,18 +277,24 @@ class PostgresJournal:
         metadata: Mapping[str, str] | None = None,
         variables: Mapping[str, str] | None = None,
         host: str = "",
+        seal: str | None = None,
     ) -> None:
         values = _rows.open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
-            templates, metadata or {}, variables or {}, host,
+            templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
         self._enqueue(_sql(_rows.OPEN_SESSION), values)
 
-    def begin_event(self, session_id: str, event: str, timestamp: float) -> None:
+    def begin_event(
+        self, session_id: str, event: str, timestamp: float, seal: str | None = None
+    ) -> None:
         column = EVENT_COLUMNS[event]
         ticket = self._enqueue(
-            _sql(f"UPDATE sessions SET {column} = COALESCE({column}, %s) WHERE session_id = %s"),
-            (timestamp, session_id),
+            _sql(
+                f"UPDATE sessions SET {column} = COALESCE({column}, %s),"
+                " seal = COALESCE(%s, seal) WHERE session_id = %s"
+            ),
+            (timestamp, seal, session_id),
         )
         deadline = time.monotonic() + BEGIN_EVENT_WAIT
         with self._cond:
@@ -340,12 +346,14 @@ class PostgresJournal:
         at: float | None = None,
         *,
         steal_from: str | None = None,
+        seal: str | None = None,
     ) -> SessionRow | None:
         """Take an unfinished session for recovery (one UPDATE: under the row's lock, of any
-        number of claimers exactly one sees it unclaimed); None if another holds it."""
+        number of claimers exactly one sees it unclaimed), re-sealed with `seal` when given;
+        None if another holds it."""
         self._wait_for_adopted()
         now = _now(at)
-        params = (claimer, now + lease, now, now + 0.001, session_id, now, steal_from)
+        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
         rows = self._select(_rows.CLAIM, params)
         return _rows.session_row(rows[0]) if rows else None
 
