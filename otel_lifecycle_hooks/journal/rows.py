@@ -371,7 +371,11 @@ def open_session_values(
 
 
 def claim_values(
-    claimer: str, lease: float, now: float, session_id: str, steal_from: str | None,
+    claimer: str,
+    lease: float,
+    now: float,
+    session_id: str,
+    steal_from: str | None,
     seal: str | None,
 ) -> tuple[Any, ...]:
     """The parameters of `CLAIM`."""

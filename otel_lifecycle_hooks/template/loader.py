@@ -768,7 +768,9 @@ def _read_shared(located: Located | None, problems: list[Problem]) -> set[str]:
     example = "write a list of variable names, e.g. share_with_agent: [GITHUB_TOKEN]"
     if not located.is_list:
         problems.append(
-            Problem(located.position, None, "share_with_agent", f"got {describe(located)}; {example}")
+            Problem(
+                located.position, None, "share_with_agent", f"got {describe(located)}; {example}"
+            )
         )
         return set()
     names: set[str] = set()

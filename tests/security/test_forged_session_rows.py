@@ -173,7 +173,9 @@ def supervise(workspace: Workspace, template: Path, command: list[str], env: dic
     return run.stderr
 
 
-def reconcile(journal: str, template: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def reconcile(
+    journal: str, template: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--journal", journal,
             "--template", str(template), "--stale-after", "1s"]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
@@ -209,7 +211,10 @@ def test_a_forged_sqlite_session_row_sends_nothing_from_run_or_reconcile(
         "SCION_GROVE": "operators-grove",
     }
     first = supervise(
-        workspace, template, forging_agent(agent_dir, template, ["REGISTRY_TOKEN"], str(journal)), env
+        workspace,
+        template,
+        forging_agent(agent_dir, template, ["REGISTRY_TOKEN"], str(journal)),
+        env,
     )
     # The forgery is in place: the next run reads the agent's file.
     with closing(Journal(journal)) as forged:
@@ -228,7 +233,10 @@ def test_a_forged_sqlite_session_row_sends_nothing_from_run_or_reconcile(
 
 
 def test_a_forged_postgresql_session_row_sends_nothing_from_run_or_reconcile(
-    workspace: Workspace, registry: TargetServer, agent_dir: Path, postgres_url: str  # noqa: F811
+    workspace: Workspace,
+    registry: TargetServer,
+    agent_dir: Path,
+    postgres_url: str,  # noqa: F811
 ) -> None:
     template = workspace.template(HOOKS.format(base=registry.url("").rstrip("/")))
     template.chmod(0o644)

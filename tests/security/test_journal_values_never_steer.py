@@ -56,7 +56,11 @@ def command(
     if name == "reconcile":
         argv += ["--stale-after", "1s"]
     return subprocess.run(
-        [*argv, *options], env={**env, **WITH_KEY}, capture_output=True, text=True, timeout=60,
+        [*argv, *options],
+        env={**env, **WITH_KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
 
