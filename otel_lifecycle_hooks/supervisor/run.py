@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .. import events as ev
@@ -721,6 +722,7 @@ class Supervisor:
             return
         self._session_journaled = True
         self._journal_key = _read_journal_key(self.options.environ)
+        self._check_journal_placement()
         self._recover_earlier_runs()
         self._journal_call("open_session", **self._session_row())
         self._start_heartbeat()
@@ -784,6 +786,25 @@ class Supervisor:
             from ..journal.retention import RetentionKeeper, retention_from
 
             self._retention = RetentionKeeper(self._journal, retention_from(self.options.environ))
+
+    def _check_journal_placement(self) -> None:
+        """Warn when the agent's user can replace the SQLite journal (journal/placement.py):
+        then every row is the agent's, and only sealed ones are worth recovering."""
+        owner = _socket_owner(self.options.user)
+        path = getattr(self._journal, "path", None) if self._journal is not None else None
+        if owner is None or not isinstance(path, os.PathLike):
+            return
+        from ..journal.placement import replaceable_by
+
+        through = replaceable_by(Path(path), *owner)
+        if through is not None:
+            log.warning(
+                "the journal %s can be replaced by the agent's user %s (through %s): keep it "
+                "in a directory only the supervisor writes%s",
+                path, self.options.user, through,
+                "" if self._journal_key else ", and set LIFECYCLE_HOOKS_JOURNAL_KEY so that "
+                "recovery acts only on sealed rows",
+            )  # fmt: skip
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""

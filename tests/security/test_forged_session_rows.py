@@ -74,7 +74,7 @@ HOOKS = """\
 # The agent (system Python, as nobody): writes what it was given into the journal it can
 # reach, records which of the supervisor's credentials its environment holds, and exits.
 FORGING_AGENT = r"""
-import json, os, sqlite3, subprocess, sys
+import json, os, sqlite3, subprocess, sys, time
 plan = json.load(open(sys.argv[1]))
 env = dict(os.environ)
 json.dump({name: env.get(name, "") for name in plan["look_for"]}, open(plan["seen"], "w"))
@@ -88,7 +88,12 @@ if journal.startswith("postgresql://"):
     subprocess.run(["psql", journal, "-c", f"INSERT INTO sessions ({columns}) VALUES ({values})"],
                    check=False, capture_output=True)
 elif journal:
-    # Not readable (root's, 0600), but in the agent's directory: moved aside and replaced.
+    # Once the supervisor has written its session row (its WAL has frames), the file is
+    # moved aside (it is root's, 0600, but in the agent's directory) and replaced.
+    for _ in range(600):
+        if os.path.exists(journal + "-wal") and os.path.getsize(journal + "-wal") > 0:
+            break
+        time.sleep(0.05)
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(journal + suffix):
             os.rename(journal + suffix, journal + suffix + ".moved")
@@ -216,6 +221,8 @@ def test_a_forged_sqlite_session_row_sends_nothing_from_run_or_reconcile(
         forging_agent(agent_dir, template, ["REGISTRY_TOKEN"], str(journal)),
         env,
     )
+    # The supervisor said where the danger was.
+    assert f"the journal {journal} can be replaced by the agent's user nobody" in first
     # The forgery is in place: the next run reads the agent's file.
     with closing(Journal(journal)) as forged:
         assert forged.session(FORGED) is not None, first
