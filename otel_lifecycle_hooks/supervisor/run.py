@@ -30,7 +30,7 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..template.model import Template
-from ..variables import METADATA_ENV
+from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
 from .agent_env import agent_environment
 from .channel import SessionChannel, wants_http_route
@@ -110,6 +110,7 @@ def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
 class Supervisor:
     def __init__(self, options: SupervisorOptions) -> None:
         self.options = options
+        _keep_journal_settings_from_children(options.environ)
         self.metadata = agent_metadata(options)
         self.limits = Limits.from_sources(options.template.limits, options.environ)
         self.phase = "created"
@@ -831,6 +832,17 @@ def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:
     if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
         return DeferredJournal(journal, environ)
     return journal
+
+
+def _keep_journal_settings_from_children(environ: Mapping[str, str]) -> None:
+    """Take the journal's settings (its location, its key) out of this process's environment
+    once the run holds its own copy (`environ`): scripts and legacy hooks start from this
+    process's environment, some as the agent's user, who can read a process's environment
+    of its own uid (/proc/PID/environ)."""
+    if environ is os.environ:
+        return  # the caller renders from the process environment itself: nothing to take
+    for name in (*JOURNAL_SETTINGS, JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV):
+        os.environ.pop(name, None)
 
 
 def _read_journal_key(environ: Mapping[str, str]) -> bytes | None:

@@ -4,7 +4,9 @@ The supervisor runs as root and the agent as `nobody`, with the operator's envir
 the journal's location and key, the bearer token a hook's `auth:` reads, a webhook's signing
 secret, and a secret-named variable a hook's body reads. The agent dumps the environment it got:
 none of those names or values is in it; the one the template lists under `share_with_agent:` is.
-What the agent still gets (PATH, its own OTEL_* settings, its metadata) is untouched.
+What the agent still gets (PATH, its own OTEL_* settings, its metadata) is untouched. A script
+hook run as the agent's user (whose environment the agent can read in /proc) gets neither the
+journal's location nor its key.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor.supervised import Workspace
+from tests.supervisor.supervised import Workspace, script_hook
 from tests.support.target_server import TargetServer
 
 pytestmark = pytest.mark.skipif(
@@ -75,10 +77,10 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
 
 
 def dumped_environment(
-    workspace: Workspace, agent_dir: Path, target: TargetServer, extra: str
+    workspace: Workspace, agent_dir: Path, target: TargetServer, extra: str, more_hooks: str = ""
 ) -> dict[str, str]:
     base = target.url("").rstrip("/")
-    template = workspace.template(HOOKS.format(base=base), extra=extra)
+    template = workspace.template(HOOKS.format(base=base) + more_hooks, extra=extra)
     dump = agent_dir / "environ.json"
     program = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
     run = workspace.start(
@@ -106,6 +108,22 @@ def test_the_agent_gets_none_of_the_journals_or_the_hooks_credentials(
     assert environ["OTEL_LIFECYCLE_HOOKS_SOCKET"]
     [register] = [r for r in target.requests if r.path == "/register"]
     assert register.headers["authorization"] == f"Bearer {CREDENTIALS['REGISTRY_TOKEN']}"
+
+
+def test_a_script_hook_run_as_the_agents_user_gets_no_journal_setting(
+    workspace: Workspace, agent_dir: Path, target: TargetServer
+) -> None:
+    dump = agent_dir / "script-environ.json"
+    program = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
+    script = script_hook("dump", ["post-start"], ["/usr/bin/python3", "-c", program],
+                         blocking="true")  # fmt: skip
+    dumped_environment(workspace, agent_dir, target, extra="", more_hooks=script)
+
+    environ = json.loads(dump.read_text())
+    assert environ["USER"] == "nobody"
+    for name in ("LIFECYCLE_HOOKS_JOURNAL_KEY", "OTEL_LIFECYCLE_HOOKS_JOURNAL"):
+        assert name not in environ
+    assert CREDENTIALS["LIFECYCLE_HOOKS_JOURNAL_KEY"] not in json.dumps(environ)
 
 
 def test_a_credential_the_template_shares_reaches_the_agent_and_no_other(
