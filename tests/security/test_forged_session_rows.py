@@ -318,3 +318,36 @@ def _post_started(path: Path) -> bool:
         return False
     with closing(Journal(path)) as journal:
         return any(row.post_started_at for row in journal.sessions())
+
+
+def test_without_a_journal_key_the_next_run_renders_a_forged_session_from_its_own_metadata(
+    workspace: Workspace, registry: TargetServer, agent_dir: Path
+) -> None:
+    """No key anywhere: the next run still acts only for its own agent id, with its own slug,
+    name and grove; `reconcile` recovers nothing and says which setting it needs."""
+    workspace.env.pop("LIFECYCLE_HOOKS_JOURNAL_KEY")
+    template = workspace.template(HOOKS.format(base=registry.url("").rstrip("/")))
+    template.chmod(0o644)
+    journal = agent_dir / "journal.sqlite3"
+    env = {
+        "OTEL_LIFECYCLE_HOOKS_JOURNAL": str(journal),
+        "REGISTRY_TOKEN": TOKEN,
+        "SCION_GROVE": "operators-grove",
+    }
+    supervise(workspace, template, forging_agent(agent_dir, template, [], str(journal)), env)
+    done = reconcile(str(journal), template, {**workspace.env, **env})
+    assert f"left alone: session {FORGED}" in done.stdout
+    assert "no journal key is set here" in done.stdout
+    assert requests_for(registry, FORGED) == []
+
+    supervise(workspace, template, [SYSTEM_PYTHON, "-c", "pass"], env)
+
+    for request in list(registry.requests):
+        body = request.body.decode(errors="replace")
+        assert "victim" not in request.path + body and "forged-note" not in body
+    assert requests_for(registry, FORGED) == [
+        "DELETE /services/test-agent",
+        "POST /farewell/test-agent",
+    ]
+    [deregistration] = [r for r in registry.requests if r.method == "DELETE"]
+    assert json.loads(deregistration.body)["grove"] == "operators-grove"
