@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from ..engine.model import LifecycleEvent, SessionInfo
 from ..journal.rows import SessionRow, as_claimed
 from ..journal.seal import seal, unvouched
+from ..redact import Redactor, looks_like_secret_name
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -132,7 +133,6 @@ def session_fields(
     where its pids mean something. Secrets are never among them: a variable whose value the
     redaction rules would change (a known secret in it, a URL's userinfo, a secret-looking
     query value) is left out, as are secret-named ones."""
-    from ..redact import Redactor, looks_like_secret_name
     from ..variables import referenced_names, secret_names_for
 
     templates: list[dict[str, str]] = []
@@ -175,7 +175,7 @@ def session_fields(
 _CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 
 
-def _clean(redactor: Any, value: str) -> bool:
+def _clean(redactor: Redactor, value: str) -> bool:
     """Whether the redaction rules leave `value` as it is: as text, and as a URL where it
     holds one (its userinfo and secret-looking query values)."""
     if redactor.redact_text(value) != value:
@@ -187,8 +187,6 @@ def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
     """Secret values the template's text holds literally: `env:` values of secret names,
     credential headers and URL passwords written without a variable."""
     from urllib.parse import urlsplit
-
-    from ..redact import looks_like_secret_name
 
     literals = {value for name, value in template.env.items() if name in secret_names and value}
     for hook in template.hooks:
