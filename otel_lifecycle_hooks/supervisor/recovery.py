@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 
 from ..engine.model import LifecycleEvent, SessionInfo
 from ..journal.rows import SessionRow, as_claimed
-from ..journal.seal import seal, unvouched
 from ..redact import Redactor, looks_like_secret_name
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -387,22 +386,32 @@ def claim_vouched(
     caller won it; (None, why) when its seal is missing or wrong (with `key`, or always when
     `require_seal`); (None, "") when another recoverer has it. The claim re-seals the row with
     the moments it fixes, and what it returns is checked against that seal."""
-    if key is not None or require_seal:
-        why = unvouched(key, row)
-        if why:
-            return None, why
+    if key is None and not require_seal:
+        return _claim(journal, row, here, time.time(), None), ""
+    # Here, not at the top: hashlib's OpenSSL bindings would cost a run without a key ~4 ms.
+    from ..journal.seal import seal, unvouched
+
+    why = unvouched(key, row)
+    if why or key is None:  # without a key every row is refused, with its reason
+        return None, why
     now = time.time()
-    new_seal = seal(key, as_claimed(row, now)) if key is not None else None
-    steal = row.claimed_by if claimer_gone(row.claimed_by, here) else None
-    claimed: SessionRow | None = journal.claim_session(
-        row.session_id, claimer_name(), CLAIM_LEASE, now, steal_from=steal, seal=new_seal
-    )
-    if claimed is None or key is None:
-        return claimed, ""
+    claimed = _claim(journal, row, here, now, seal(key, as_claimed(row, now)))
+    if claimed is None:
+        return None, ""  # another run or reconciler has it
     why = unvouched(key, claimed)
     if why:  # changed between its reading and the claim: it stays claimed, nothing is sent
         return None, why
     return claimed, ""
+
+
+def _claim(
+    journal: Any, row: SessionRow, here: str, now: float, new_seal: str | None
+) -> SessionRow | None:
+    steal = row.claimed_by if claimer_gone(row.claimed_by, here) else None
+    claimed: SessionRow | None = journal.claim_session(
+        row.session_id, claimer_name(), CLAIM_LEASE, now, steal_from=steal, seal=new_seal
+    )
+    return claimed
 
 
 def recover_orphaned_sessions(

@@ -673,7 +673,6 @@ class Supervisor:
 
     def _session_row(self) -> dict[str, Any]:
         from ..journal.rows import SessionRow
-        from ..journal.seal import seal
         from .recovery import session_fields
 
         assert self.session is not None
@@ -687,6 +686,8 @@ class Supervisor:
             **session_fields(self.options.template, self.options.environ, self.session.metadata),
         }
         if self._journal_key is not None:
+            from ..journal.seal import seal
+
             self._sealed_row = SessionRow(
                 session_id=row["session_id"],
                 agent_id=row["agent_id"],
@@ -848,6 +849,8 @@ def _keep_journal_settings_from_children(environ: Mapping[str, str]) -> None:
 def _read_journal_key(environ: Mapping[str, str]) -> bytes | None:
     """The journal key (journal/seal.py); a key setting that cannot be used is reported and
     the session's row left unsealed (no recoverer will act on it)."""
+    if not (environ.get(JOURNAL_KEY_ENV) or environ.get(JOURNAL_KEY_FILE_ENV)):
+        return None  # hashlib's OpenSSL bindings (~4 ms of each run) only for a key
     from ..journal.seal import JournalKeyError, journal_key
 
     try:
