@@ -328,6 +328,12 @@ OPEN_SESSION = (
     " templates, metadata, variables, host, heartbeat_at, seal)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
 )
+# What version 3 of the schema wrote (no seal): still written from an older release's spill file.
+OPEN_SESSION_UNSEALED = (
+    "INSERT INTO sessions (session_id, agent_id, agent_name, template_files, pid, started_at,"
+    " templates, metadata, variables, host, heartbeat_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+)
 # A session that reached post-start (or began it: its registration may have gone out) and
 # neither ended nor was recovered.
 UNFINISHED = (
