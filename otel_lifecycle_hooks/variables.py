@@ -73,6 +73,11 @@ METADATA_VARIABLES: tuple[str, ...] = (
     "SESSION_ID",
     "HOOK_NAME",
 )
+# The supervisor's journal settings (where it is, the key that seals its session rows): the
+# supervisor's alone, never passed to the agent (supervisor/agent_env.py, journal/seal.py).
+JOURNAL_SETTINGS = ("LIFECYCLE_HOOKS_JOURNAL", "OTEL_LIFECYCLE_HOOKS_JOURNAL")
+JOURNAL_KEY_ENV = "LIFECYCLE_HOOKS_JOURNAL_KEY"
+JOURNAL_KEY_FILE_ENV = "LIFECYCLE_HOOKS_JOURNAL_KEY_FILE"
 # Agent metadata and the variable the operator (Scion, in the container) sets each with.
 METADATA_ENV: Mapping[str, str] = MappingProxyType(
     {

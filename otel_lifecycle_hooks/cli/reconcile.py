@@ -7,8 +7,13 @@ heartbeat is older than --stale-after (and, where their pids can be looked up fr
 supervisor and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
 would have used, rendered from the template named here (--template, parent first, or
 $LIFECYCLE_HOOKS_TEMPLATE), never from the one the session journaled: the agent may have
-written its row. Only sessions that ran that template (their journaled sha256) are recovered;
-the others are left alone and reported. The session's journaled variables fill what this
+written its row. Only sessions whose rows are sealed under the journal key
+($LIFECYCLE_HOOKS_JOURNAL_KEY or the file $LIFECYCLE_HOOKS_JOURNAL_KEY_FILE names: the key the
+supervisors seal their session rows with, which their agents never get) are recovered; a row
+without a seal, or whose seal does not match it, is left alone and reported, and without a key
+every session is. Only sessions that ran that template (their journaled sha256) are recovered;
+the others are left alone and reported. The session's journaled metadata (sealed: written by a
+supervisor from its operator's values) and variables fill what this
 process's environment does not set, as content only: a variable that decides where a request
 goes (a URL's scheme, host or port, the Host header) or what a script runs comes from this
 environment (and SCION_* for agent metadata) or the template, never the journal; a session
@@ -79,6 +84,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..journal import open_journal
+    from ..journal.seal import JournalKeyError, journal_key
     from ..template.durations import DurationError, parse_duration
     from .history import journal_path
 
@@ -92,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     template = _named_template(args)
     if isinstance(template, int):
         return template
+    try:
+        key = journal_key(os.environ)
+    except JournalKeyError as exc:
+        print(f"otel-lifecycle-hooks reconcile: {exc}", file=sys.stderr)
+        return 2
     location = journal_path(args)
     if isinstance(location, Path) and not location.is_file() and not args.watch:
         print(f"nothing to reconcile: there is no journal at {location}")  # none is made
@@ -103,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signum, lambda *_: stop.set())
     try:
         while True:
-            for report in reconcile_pass(journal, stale_after, args.agent, args.dry_run, template):
+            for report in reconcile_pass(
+                journal, stale_after, args.agent, args.dry_run, template, key
+            ):
                 print(json.dumps(report) if args.json else _line(report), flush=True)
             if not journal.healthy:
                 print(
@@ -144,13 +157,20 @@ def _named_template(args: argparse.Namespace) -> Any:
 
 
 def reconcile_pass(
-    journal: Any, stale_after: float, agent_id: str | None, dry_run: bool, template: Any
+    journal: Any,
+    stale_after: float,
+    agent_id: str | None,
+    dry_run: bool,
+    template: Any,
+    key: bytes | None = None,
 ) -> list[dict[str, Any]]:
     """One pass over the journal's unfinished sessions, recovering with `template` those that
-    ran it; a report per session acted on or left for another template (and, in a dry run,
-    per session that would be, or is left alone)."""
+    ran it and whose rows are sealed under `key`; a report per session acted on, refused or
+    left for another template (and, in a dry run, per session that would be, or is left
+    alone)."""
     import time
 
+    from ..journal.seal import unvouched
     from ..supervisor import recovery
 
     reports: list[dict[str, Any]] = []
@@ -166,6 +186,11 @@ def reconcile_pass(
             if dry_run:
                 reports.append({**base, "action": "left alone", "reason": why})
             continue
+        refused = unvouched(key, row)
+        if refused:
+            # Nothing is sent and nothing claimed: a supervisor's own rows are sealed.
+            reports.append({**base, "action": "left alone", "reason": refused})
+            continue
         other = recovery.other_template(row, digests)
         if other:
             # Not lost: it stays unfinished for a reconcile with its own template.
@@ -179,12 +204,10 @@ def reconcile_pass(
         if dry_run:
             reports.append({**base, "action": "would recover", "hooks": _planned(row, template)})
             continue
-        claimed = journal.claim_session(
-            row.session_id,
-            recovery.claimer_name(),
-            recovery.CLAIM_LEASE,
-            steal_from=row.claimed_by if recovery.claimer_gone(row.claimed_by, here) else None,
-        )
+        claimed, refused = recovery.claim_vouched(journal, row, key, here, require_seal=True)
+        if refused:
+            reports.append({**base, "action": "left alone", "reason": refused})
+            continue
         if claimed is None:
             continue  # another reconciler (or run) has it
         try:
@@ -216,7 +239,7 @@ def _unsupplied(journal: Any, row: Any, template: Any) -> str:
 
 
 def _recover(journal: Any, row: Any, template: Any) -> list[str]:
-    from ..engine.destination import journaled_variables, operator_metadata
+    from ..engine.destination import journaled_metadata, journaled_variables, operator_metadata
     from ..engine.engine import HookEngine
     from ..supervisor import recovery
 
@@ -233,12 +256,15 @@ def _recover(journal: Any, row: Any, template: Any) -> list[str]:
         meter_provider=telemetry.meter_provider if telemetry else None,
     )
     try:
+        # The row is sealed (a supervisor wrote its metadata from its operator's values); a
+        # name deciding where a request goes still takes this environment's value.
+        operator = operator_metadata(template, os.environ)
         done = recovery.recover_session(
             journal,
             row,
-            lambda hook, event, info: engine.executor.run(hook, event, info),
+            lambda hook, event, info, _deadline: engine.executor.run(hook, event, info),
             template,
-            operator_metadata(template, os.environ),
+            journaled_metadata(row.metadata or operator, operator, template),
         )
         flush = getattr(journal, "flush", None)
         if flush is not None:

@@ -80,6 +80,45 @@ def _sql(text: str) -> str:
     return text.replace("?", "%s")
 
 
+_HEARTBEAT = (
+    "UPDATE sessions SET heartbeat_at = %s WHERE session_id = %s"
+    " AND (heartbeat_at IS NULL OR heartbeat_at < %s)"
+)
+# The assignments `_update` writes to a session row.
+_SESSION_UPDATES = (
+    "agent_pid = %s, agent_started_at = %s",
+    "post_started_at = %s",
+    "ended_at = %s, exit_code = %s",
+    "recovered_at = %s",
+)
+
+
+def _update_sql(assignments: str) -> str:
+    return f"UPDATE sessions SET {assignments} WHERE session_id = %s"
+
+
+def _begin_event_sql(column: str) -> str:
+    return _update_sql(f"{column} = COALESCE({column}, %s), seal = COALESCE(%s, seal)")
+
+
+# Every statement this journal writes: the only ones a spill file may hold. A spill folder the
+# agent can write would otherwise run its SQL with the journal's database role. The previous
+# schema's session writes (no seal) are kept, so that an upgrade still writes its spill files.
+_WRITTEN = frozenset(
+    {
+        _INSERT_EXECUTION,
+        _INSERT_ATTEMPT,
+        _sql(_rows.UPDATE_EXECUTION),
+        _sql(_rows.OPEN_SESSION),
+        _HEARTBEAT,
+        *(_update_sql(assignments) for assignments in _SESSION_UPDATES),
+        *(_begin_event_sql(column) for column in EVENT_COLUMNS.values()),
+        _sql(_rows.OPEN_SESSION_UNSEALED),
+        *(_update_sql(f"{c} = COALESCE({c}, %s)") for c in EVENT_COLUMNS.values()),
+    }
+)
+
+
 def redacted_url(url: str) -> str:
     """The URL with any password (in its userinfo or a `password=` parameter) taken out."""
     parts = urlsplit(url)
@@ -277,19 +316,19 @@ class PostgresJournal:
         metadata: Mapping[str, str] | None = None,
         variables: Mapping[str, str] | None = None,
         host: str = "",
+        seal: str | None = None,
     ) -> None:
         values = _rows.open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
-            templates, metadata or {}, variables or {}, host,
+            templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
         self._enqueue(_sql(_rows.OPEN_SESSION), values)
 
-    def begin_event(self, session_id: str, event: str, timestamp: float) -> None:
+    def begin_event(
+        self, session_id: str, event: str, timestamp: float, seal: str | None = None
+    ) -> None:
         column = EVENT_COLUMNS[event]
-        ticket = self._enqueue(
-            _sql(f"UPDATE sessions SET {column} = COALESCE({column}, %s) WHERE session_id = %s"),
-            (timestamp, session_id),
-        )
+        ticket = self._enqueue(_begin_event_sql(column), (timestamp, seal, session_id))
         deadline = time.monotonic() + BEGIN_EVENT_WAIT
         with self._cond:
             self._urgent = True
@@ -305,12 +344,7 @@ class PostgresJournal:
 
     def heartbeat(self, session_id: str, at: float | None = None) -> None:
         now = _now(at)
-        self._enqueue(
-            "UPDATE sessions SET heartbeat_at = %s WHERE session_id = %s"
-            " AND (heartbeat_at IS NULL OR heartbeat_at < %s)",
-            (now, session_id, now),
-            durable=False,
-        )
+        self._enqueue(_HEARTBEAT, (now, session_id, now), durable=False)
 
     def mark_post_start(self, session_id: str, at: float | None = None) -> None:
         self._update("post_started_at = %s", (_now(at),), session_id)
@@ -340,12 +374,14 @@ class PostgresJournal:
         at: float | None = None,
         *,
         steal_from: str | None = None,
+        seal: str | None = None,
     ) -> SessionRow | None:
         """Take an unfinished session for recovery (one UPDATE: under the row's lock, of any
-        number of claimers exactly one sees it unclaimed); None if another holds it."""
+        number of claimers exactly one sees it unclaimed), re-sealed with `seal` when given;
+        None if another holds it."""
         self._wait_for_adopted()
         now = _now(at)
-        params = (claimer, now + lease, now, now + 0.001, session_id, now, steal_from)
+        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
         rows = self._select(_rows.CLAIM, params)
         return _rows.session_row(rows[0]) if rows else None
 
@@ -439,9 +475,7 @@ class PostgresJournal:
     # -- writing --
 
     def _update(self, assignments: str, values: tuple[Any, ...], session_id: str) -> None:
-        self._enqueue(
-            f"UPDATE sessions SET {assignments} WHERE session_id = %s", (*values, session_id)
-        )
+        self._enqueue(_update_sql(assignments), (*values, session_id))
 
     def _enqueue(self, sql: str, params: tuple[Any, ...], *, durable: bool = True) -> int:
         """Queue one write; its ticket (the commit count at which it is written). `durable`
@@ -628,13 +662,24 @@ class PostgresJournal:
 
     def _write_file(self, db: Any, path: Path) -> None:
         writes: list[_Write] = []
+        foreign = 0
         with open(path, encoding="utf-8") as handle:
             for line in handle:
                 try:
                     sql, params = json.loads(line)
                 except ValueError:
                     continue  # a line cut short by a crash
+                if sql not in _WRITTEN or not isinstance(params, list):
+                    foreign += 1  # not a write of this journal: never run
+                    continue
                 writes.append((sql, tuple(params)))
+        if foreign:
+            self.refused += foreign
+            log.error(
+                "execution journal %s: spill file %s held %d statements this journal never "
+                "writes; refused (keep its folder where only the supervisor writes)",
+                self.path, path, foreign,
+            )  # fmt: skip
         for start in range(0, len(writes), BATCH_ROWS):
             self._write_batch(db, writes[start : start + BATCH_ROWS])
 

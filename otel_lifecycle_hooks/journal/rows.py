@@ -126,6 +126,8 @@ class SessionRow(NamedTuple):
     session_end_at: float | None = None
     claimed_by: str | None = None
     claim_expires_at: float | None = None
+    # The HMAC of what recovery acts on, under the journal key (seal.py); None when unsealed.
+    seal: str | None = None
 
 
 class ExecutionLike(Protocol):
@@ -287,6 +289,7 @@ def session_row(row: Any) -> SessionRow:
         session_end_at=moment("session_end_at"),
         claimed_by=cells.text(row["claimed_by"]),
         claim_expires_at=moment("claim_expires_at"),
+        seal=cells.text(row["seal"]),
     )
 
 
@@ -322,6 +325,12 @@ SESSION_COUNTS = (
 
 OPEN_SESSION = (
     "INSERT INTO sessions (session_id, agent_id, agent_name, template_files, pid, started_at,"
+    " templates, metadata, variables, host, heartbeat_at, seal)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+)
+# What version 3 of the schema wrote (no seal): still written from an older release's spill file.
+OPEN_SESSION_UNSEALED = (
+    "INSERT INTO sessions (session_id, agent_id, agent_name, template_files, pid, started_at,"
     " templates, metadata, variables, host, heartbeat_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
 )
@@ -335,9 +344,10 @@ UNFINISHED = (
 # The moments of the owed events not begun yet are fixed here, once: a claimer that dies
 # leaves them to the next, which sends the same X-Scion-Hook-IDs. pre-stop is owed only if
 # session-end had not begun (a session that ended by itself never stopped). A claim is taken
-# over once its lease ran out, or from a named claimer known to be dead.
+# over once its lease ran out, or from a named claimer known to be dead. A claimer holding the
+# journal key re-seals the row with the moments it fixes, in the same statement.
 CLAIM = (
-    "UPDATE sessions SET claimed_by = ?, claim_expires_at = ?,"
+    "UPDATE sessions SET claimed_by = ?, claim_expires_at = ?, seal = COALESCE(?, seal),"
     " pre_stop_at = CASE WHEN pre_stop_at IS NULL AND session_end_at IS NULL THEN ?"
     " ELSE pre_stop_at END,"
     " session_end_at = COALESCE(session_end_at, ?)"
@@ -357,12 +367,35 @@ def open_session_values(
     metadata: Mapping[str, str],
     variables: Mapping[str, str],
     host: str,
+    seal: str | None = None,
 ) -> tuple[Any, ...]:
     return (
         session_id, agent_id, agent_name, json.dumps(list(template_files)), pid, started_at,
         json.dumps(list(templates)), json.dumps(dict(metadata)), json.dumps(dict(variables)),
-        host, started_at,
+        host, started_at, seal,
     )  # fmt: skip
+
+
+def claim_values(
+    claimer: str,
+    lease: float,
+    now: float,
+    session_id: str,
+    steal_from: str | None,
+    seal: str | None,
+) -> tuple[Any, ...]:
+    """The parameters of `CLAIM`."""
+    return (claimer, now + lease, seal, now, now + 0.001, session_id, now, steal_from)
+
+
+def as_claimed(row: SessionRow, now: float) -> SessionRow:
+    """`row` as `CLAIM` at `now` leaves it: the owed events' moments fixed where they were not
+    (what a claimer seals before it claims)."""
+    pre_stop = row.pre_stop_at
+    if pre_stop is None and row.session_end_at is None:
+        pre_stop = now
+    session_end = row.session_end_at if row.session_end_at is not None else now + 0.001
+    return row._replace(pre_stop_at=pre_stop, session_end_at=session_end)
 
 
 def execution_filters(

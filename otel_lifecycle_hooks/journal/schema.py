@@ -113,6 +113,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS executions_by_event ON executions (event, id)",
         ),
     ),
+    (
+        # A session row's seal: an HMAC under the journal key, which the agent never gets, of
+        # what recovery acts on (seal.py). Rows of earlier versions have none: not recovered.
+        4,
+        ("ALTER TABLE sessions ADD COLUMN seal TEXT",),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -270,20 +270,28 @@ class Journal:
         metadata: Mapping[str, str] | None = None,
         variables: Mapping[str, str] | None = None,
         host: str = "",
+        seal: str | None = None,
     ) -> None:
         """Record that a supervised session started (a row of the same id is kept)."""
         values = _rows.open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
-            templates, metadata or {}, variables or {}, host,
+            templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
         self._write("open a session", _rows.OPEN_SESSION, values)
 
-    def begin_event(self, session_id: str, event: str, timestamp: float) -> None:
+    def begin_event(
+        self, session_id: str, event: str, timestamp: float, seal: str | None = None
+    ) -> None:
         """An owed event (post-start, pre-stop, session-end) begins at `timestamp`, its
-        `${TIMESTAMP}`: committed before any of its hooks is sent. A moment already journaled
-        (by a reconciler's claim) is kept."""
+        `${TIMESTAMP}`: committed before any of its hooks is sent, with the row's new `seal`
+        (seal.py) when one is given. A moment already journaled (by a reconciler's claim) is
+        kept."""
         column = EVENT_COLUMNS[event]
-        self._update_session(f"{column} = COALESCE({column}, ?)", (timestamp,), session_id)
+        self._update_session(
+            f"{column} = COALESCE({column}, ?), seal = COALESCE(?, seal)",
+            (timestamp, seal),
+            session_id,
+        )
 
     def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
         """The agent process of the session: its pid and start time (from /proc)."""
@@ -326,12 +334,13 @@ class Journal:
         at: float | None = None,
         *,
         steal_from: str | None = None,
+        seal: str | None = None,
     ) -> SessionRow | None:
         """Take an unfinished session for recovery: the row, with the moments of its owed
-        events fixed, if this caller won it; None if it is finished, recovered, or held by
+        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if it is finished, recovered, or held by
         another claimer whose lease has not run out."""
         now = _now(at)
-        params = (claimer, now + lease, now, now + 0.001, session_id, now, steal_from)
+        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
 
         def claim(db: sqlite3.Connection) -> list[Any]:
             db.execute("BEGIN IMMEDIATE")  # the write lock first: claimers queue here

@@ -16,6 +16,13 @@ registration is left behind. Recovery fires them, marked as recovered, exactly o
 - **Never a live session.** On the same machine (same boot and pid namespace) the earlier
   supervisor and agent processes are looked up by pid and start time; elsewhere, the session's
   heartbeat must be older than `stale_after`. `reconcile` asks for both.
+- **Never the agent's row.** The agent can write the journal. Requests are rendered from the
+  recoverer's template and operator-side metadata only: the next `run` uses its own, and
+  recovers only sessions of its own agent id. Where a journal key is set
+  (`$LIFECYCLE_HOOKS_JOURNAL_KEY`, journal/seal.py), a session is recovered only if its row's
+  seal is right; the claim re-seals it with the moments it fixes. `reconcile` requires it.
+- **Each event its own budget.** Each owed event of a recovered session gets the whole budget
+  (the grace period) of its own, so that a slow pre-stop never starves the session-end.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..engine.model import LifecycleEvent, SessionInfo
+from ..journal.rows import SessionRow, as_claimed
+from ..redact import Redactor, looks_like_secret_name
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -120,8 +129,9 @@ def session_fields(
 ) -> dict[str, Any]:
     """The parts of a session row that let another machine recover it: the template files'
     text, the agent metadata, the non-secret environment values the template reads, and
-    where its pids mean something. Secrets are never among them."""
-    from ..redact import Redactor
+    where its pids mean something. Secrets are never among them: a variable whose value the
+    redaction rules would change (a known secret in it, a URL's userinfo, a secret-looking
+    query value) is left out, as are secret-named ones."""
     from ..variables import referenced_names, secret_names_for
 
     templates: list[dict[str, str]] = []
@@ -149,8 +159,9 @@ def session_fields(
         for name in sorted(names)
         if name in environ
         and name not in secrets
+        and not looks_like_secret_name(name)
         and name not in metadata
-        and redactor.redact_text(environ[name]) == environ[name]
+        and _clean(redactor, environ[name])
     }
     return {
         "templates": templates,
@@ -163,12 +174,18 @@ def session_fields(
 _CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 
 
+def _clean(redactor: Redactor, value: str) -> bool:
+    """Whether the redaction rules leave `value` as it is: as text, and as a URL where it
+    holds one (its userinfo and secret-looking query values)."""
+    if redactor.redact_text(value) != value:
+        return False
+    return "://" not in value or redactor.redact_url(value) == value
+
+
 def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
     """Secret values the template's text holds literally: `env:` values of secret names,
     credential headers and URL passwords written without a variable."""
     from urllib.parse import urlsplit
-
-    from ..redact import looks_like_secret_name
 
     literals = {value for name, value in template.env.items() if name in secret_names and value}
     for hook in template.hooks:
@@ -303,25 +320,25 @@ class Recovery(NamedTuple):
     fired: list[str]  # "event/hook" of each hook sent
 
 
+# Runs one hook for an event of a session, before a monotonic deadline (None: its own timeout).
+RunHook = Callable[[Any, LifecycleEvent, SessionInfo, "float | None"], object]
+
+
 def recover_session(
     journal: Any,
-    row: Any,
-    run_hook: Callable[[Any, LifecycleEvent, SessionInfo], object],
+    row: SessionRow,
+    run_hook: RunHook,
     template: Any,
-    fallback_metadata: Mapping[str, str] | None = None,
+    metadata: Mapping[str, str],
+    budget: float | None = None,
 ) -> Recovery:
     """Send the owed hooks of a session this caller claimed (each through `run_hook`, which
-    journals it), then mark it recovered."""
-    from ..engine.destination import journaled_metadata
-
+    journals it), then mark it recovered. `metadata` is what the hooks render with: the
+    caller's operator-side metadata, never the row's unvouched one. Each owed event has
+    `budget` seconds of its own (None: each hook its timeout)."""
+    metadata = {**metadata, "SESSION_ID": row.session_id}
     journaled = journal.executions(session_id=row.session_id)
     owed = owed_events(template, row, journaled)
-    # The row's metadata is the agent's to write: a name that decides where a request goes
-    # takes the recoverer's value (`fallback_metadata`), never the journal's.
-    metadata = journaled_metadata(
-        row.metadata or fallback_metadata or {}, fallback_metadata or {}, template
-    )
-    metadata["SESSION_ID"] = row.session_id
     info = SessionInfo(session_id=row.session_id, metadata=metadata)
     fired: list[str] = []
     for item in owed:
@@ -334,8 +351,9 @@ def recover_session(
             timestamp=item.timestamp,
             recovered=True,
         )
+        deadline = None if budget is None else time.monotonic() + budget
         for hook in item.hooks:
-            run_hook(hook, event, info)
+            run_hook(hook, event, info, deadline)
             fired.append(f"{item.event}/{hook.name}")
     journal.mark_recovered(row.session_id)
     return Recovery(row.session_id, row.agent_id, owed, fired)
@@ -361,17 +379,55 @@ def claimer_gone(claimed_by: str | None, here: str) -> bool:
     return not agent_alive(pid, started)
 
 
+def claim_vouched(
+    journal: Any, row: SessionRow, key: bytes | None, here: str, *, require_seal: bool
+) -> tuple[SessionRow | None, str]:
+    """Claim `row` for recovery if it can be vouched for: (the claimed row, "") when this
+    caller won it; (None, why) when its seal is missing or wrong (with `key`, or always when
+    `require_seal`); (None, "") when another recoverer has it. The claim re-seals the row with
+    the moments it fixes, and what it returns is checked against that seal."""
+    if key is None and not require_seal:
+        return _claim(journal, row, here, time.time(), None), ""
+    # Here, not at the top: hashlib's OpenSSL bindings would cost a run without a key ~4 ms.
+    from ..journal.seal import seal, unvouched
+
+    why = unvouched(key, row)
+    if why or key is None:  # without a key every row is refused, with its reason
+        return None, why
+    now = time.time()
+    claimed = _claim(journal, row, here, now, seal(key, as_claimed(row, now)))
+    if claimed is None:
+        return None, ""  # another run or reconciler has it
+    why = unvouched(key, claimed)
+    if why:  # changed between its reading and the claim: it stays claimed, nothing is sent
+        return None, why
+    return claimed, ""
+
+
+def _claim(
+    journal: Any, row: SessionRow, here: str, now: float, new_seal: str | None
+) -> SessionRow | None:
+    steal = row.claimed_by if claimer_gone(row.claimed_by, here) else None
+    claimed: SessionRow | None = journal.claim_session(
+        row.session_id, claimer_name(), CLAIM_LEASE, now, steal_from=steal, seal=new_seal
+    )
+    return claimed
+
+
 def recover_orphaned_sessions(
     journal: Any,
     agent_id: str,
     metadata: Mapping[str, str],
-    run_hook: Callable[[Any, LifecycleEvent, SessionInfo], object],
+    run_hook: RunHook,
     template: Any,
     *,
+    key: bytes | None = None,
+    budget: float | None = None,
     stale_after: float = DEFAULT_STALE_AFTER,
 ) -> list[str]:
-    """The next `run`'s recovery of `agent_id`'s orphaned sessions, with this run's template;
-    returns their session ids."""
+    """The next `run`'s recovery of `agent_id`'s orphaned sessions, rendered from this run's
+    template and `metadata` (never the rows'); with a journal `key`, only sessions whose
+    rows are sealed under it. Returns their session ids."""
     recovered: list[str] = []
     if journal is None:
         return recovered
@@ -384,14 +440,17 @@ def recover_orphaned_sessions(
         if not gone:
             log.info("session %s of an earlier run left alone: %s", row.session_id, why)
             continue
-        steal = row.claimed_by if claimer_gone(row.claimed_by, here) else None
-        claimed = journal.claim_session(
-            row.session_id, claimer_name(), CLAIM_LEASE, steal_from=steal
-        )
+        claimed, refused = claim_vouched(journal, row, key, here, require_seal=False)
+        if refused:
+            log.warning(
+                "session %s of an earlier run left alone, nothing sent: %s",
+                _printable(row.session_id), refused,
+            )  # fmt: skip
+            continue
         if claimed is None:
             continue  # another run or reconciler has it
         log.warning("recovering session %s of an earlier run that was killed", row.session_id)
-        recover_session(journal, claimed, run_hook, template, metadata)
+        recover_session(journal, claimed, run_hook, template, metadata, budget)
         recovered.append(row.session_id)
     return recovered
 
@@ -425,6 +484,11 @@ def other_template(row: Any, digests: Sequence[str]) -> str:
         f"it ran another template ({shown or 'none journaled'}); recover it with "
         "--template naming that one"
     )
+
+
+def _printable(text: str) -> str:
+    """`text` as a log line may show it: the journal's text is the agent's to write."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:200]
 
 
 def _sha256_hex(data: bytes) -> str:

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .. import events as ev
@@ -29,8 +30,9 @@ from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..template.model import Template
-from ..variables import METADATA_ENV
+from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
+from .agent_env import agent_environment
 from .channel import SessionChannel, wants_http_route
 from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
@@ -108,6 +110,7 @@ def agent_metadata(options: SupervisorOptions) -> dict[str, str]:
 class Supervisor:
     def __init__(self, options: SupervisorOptions) -> None:
         self.options = options
+        _keep_journal_settings_from_children(options.environ)
         self.metadata = agent_metadata(options)
         self.limits = Limits.from_sources(options.template.limits, options.environ)
         self.phase = "created"
@@ -145,6 +148,11 @@ class Supervisor:
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
         self._session_journaled = False  # recovery, the session row, heartbeat and retention
+        # The key this run seals its session row with (read with the row, after the agent's
+        # start), and the row as this run wrote it: the seal is computed from what the run
+        # knows, never from what it reads back.
+        self._journal_key: bytes | None = None
+        self._sealed_row: Any = None  # journal.rows.SessionRow, once sealed
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
@@ -588,6 +596,8 @@ class Supervisor:
         for name, variable in METADATA_ENV.items():
             if self.metadata.get(name):
                 env.setdefault(variable, self.metadata[name])
+        # The journal's credentials and the hooks' own stay with the supervisor (agent_env.py).
+        env = agent_environment(env, self.options.template)
         kwargs: dict[str, Any] = {}
         if self.options.user:
             from ..actions.script import user_process_options
@@ -662,17 +672,49 @@ class Supervisor:
     # -- journal and crash recovery --
 
     def _session_row(self) -> dict[str, Any]:
+        from ..journal.rows import SessionRow
         from .recovery import session_fields
 
         assert self.session is not None
-        return {
+        row: dict[str, Any] = {
             "session_id": self.session.session_id,
             "agent_id": self.metadata["AGENT_ID"],
             "agent_name": self.metadata["AGENT_NAME"],
             "template_files": [os.path.abspath(f) for f in self.options.template.files],
             "pid": os.getpid(),
+            "started_at": time.time(),
             **session_fields(self.options.template, self.options.environ, self.session.metadata),
         }
+        if self._journal_key is not None:
+            from ..journal.seal import seal
+
+            self._sealed_row = SessionRow(
+                session_id=row["session_id"],
+                agent_id=row["agent_id"],
+                agent_name=row["agent_name"],
+                template_files=tuple(row["template_files"]),
+                pid=row["pid"],
+                started_at=row["started_at"],
+                templates=tuple(row["templates"]),
+                metadata=row["metadata"],
+                variables=row["variables"],
+                host=row["host"],
+            )
+            row["seal"] = seal(self._journal_key, self._sealed_row)
+        return row
+
+    def _seal_moment(self, event: str, moment: float) -> str | None:
+        """The session row's seal once `event` began at `moment` (None: this run seals not)."""
+        if self._journal_key is None or self._sealed_row is None:
+            return None
+        from ..journal.seal import seal
+
+        column = {"post-start": "post_start_at", "pre-stop": "pre_stop_at"}.get(
+            event, "session_end_at"
+        )
+        if getattr(self._sealed_row, column) is None:  # the journal keeps a first moment
+            self._sealed_row = self._sealed_row._replace(**{column: moment})
+        return seal(self._journal_key, self._sealed_row)
 
     def _journal_session(self) -> None:
         """Crash recovery of earlier runs, this session's row, its heartbeat and the journal's
@@ -681,6 +723,8 @@ class Supervisor:
         if self._session_journaled:
             return
         self._session_journaled = True
+        self._journal_key = _read_journal_key(self.options.environ)
+        self._check_journal_placement()
         self._recover_earlier_runs()
         self._journal_call("open_session", **self._session_row())
         self._start_heartbeat()
@@ -708,7 +752,13 @@ class Supervisor:
         that recovery sends the same X-Scion-Hook-IDs (recovery.py)."""
         assert self.session is not None and self.engine is not None
         moment = self.engine.clock.wall()
-        self._journal_call("begin_event", self.session.session_id, event, moment)
+        if self._journal is not None and not self._session_journaled:
+            try:  # the row and its seal first: the moment's seal extends them
+                self._journal_session()
+            except Exception:
+                log.exception("journaling the session failed")
+        sealed = self._seal_moment(event, moment)
+        self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
         values.update(fields or {})
         self._dispatching = True  # a second stop signal may abandon these hooks too
@@ -739,19 +789,41 @@ class Supervisor:
 
             self._retention = RetentionKeeper(self._journal, retention_from(self.options.environ))
 
+    def _check_journal_placement(self) -> None:
+        """Warn when the agent's user can replace the SQLite journal (journal/placement.py):
+        then every row is the agent's, and only sealed ones are worth recovering."""
+        owner = _socket_owner(self.options.user)
+        path = getattr(self._journal, "path", None) if self._journal is not None else None
+        if owner is None or not isinstance(path, os.PathLike):
+            return
+        from ..journal.placement import replaceable_by
+
+        through = replaceable_by(Path(path), *owner)
+        if through is not None:
+            log.warning(
+                "the journal %s can be replaced by the agent's user %s (through %s): keep it "
+                "in a directory only the supervisor writes%s",
+                path, self.options.user, through,
+                "" if self._journal_key else ", and set LIFECYCLE_HOOKS_JOURNAL_KEY so that "
+                "recovery acts only on sealed rows",
+            )  # fmt: skip
+
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
         from .recovery import recover_orphaned_sessions
 
         assert self.engine is not None
         executor = self.engine.executor
-        deadline = time.monotonic() + self.options.grace_period
+        # Each owed event of a recovered session gets the grace period of its own, as a live
+        # session's would: a slow pre-stop never starves its session-end.
         recover_orphaned_sessions(
             self._journal,
             self.metadata["AGENT_ID"],
             self.metadata,
-            lambda hook, event, info: executor.run(hook, event, info, deadline),
+            executor.run,
             self.options.template,
+            key=self._journal_key,
+            budget=self.options.grace_period,
         )
 
 
@@ -761,6 +833,31 @@ def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:
     if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
         return DeferredJournal(journal, environ)
     return journal
+
+
+def _keep_journal_settings_from_children(environ: Mapping[str, str]) -> None:
+    """Take the journal's settings (its location, its key) out of this process's environment
+    once the run holds its own copy (`environ`): scripts and legacy hooks start from this
+    process's environment, some as the agent's user, who can read a process's environment
+    of its own uid (/proc/PID/environ)."""
+    if environ is os.environ:
+        return  # the caller renders from the process environment itself: nothing to take
+    for name in (*JOURNAL_SETTINGS, JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV):
+        os.environ.pop(name, None)
+
+
+def _read_journal_key(environ: Mapping[str, str]) -> bytes | None:
+    """The journal key (journal/seal.py); a key setting that cannot be used is reported and
+    the session's row left unsealed (no recoverer will act on it)."""
+    if not (environ.get(JOURNAL_KEY_ENV) or environ.get(JOURNAL_KEY_FILE_ENV)):
+        return None  # hashlib's OpenSSL bindings (~4 ms of each run) only for a key
+    from ..journal.seal import JournalKeyError, journal_key
+
+    try:
+        return journal_key(environ)
+    except JournalKeyError as exc:
+        log.error("%s; this session's row is not sealed, so it will not be recovered", exc)
+        return None
 
 
 def _socket_owner(user: str | None) -> tuple[int, int] | None:

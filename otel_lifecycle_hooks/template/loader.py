@@ -53,7 +53,7 @@ _METADATA_KEYS: dict[str, str] = {
 }
 _READ_KEYS = (
     "lifecycle_hooks", "hooks", "hook_scripts", "env", "secrets", "limits", "user",
-    "hook_rate_limit", *_METADATA_KEYS,
+    "hook_rate_limit", "share_with_agent", *_METADATA_KEYS,
 )  # fmt: skip
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -214,6 +214,7 @@ def merge_templates(templates: Sequence[Template]) -> Template:
     metadata: dict[str, str] = {}
     limits: dict[str, str] = {}
     secrets: set[str] = set()
+    shared: set[str] = set()
     files: list[str] = []
     user: str | None = None
     hook_rate_limit = None
@@ -233,6 +234,7 @@ def merge_templates(templates: Sequence[Template]) -> Template:
         metadata.update(template.metadata)
         limits.update(template.limits)
         secrets.update(template.secrets)
+        shared.update(template.share_with_agent)
         files.extend(template.files)
         user = template.user if template.user is not None else user
         hook_rate_limit = template.hook_rate_limit or hook_rate_limit
@@ -245,6 +247,7 @@ def merge_templates(templates: Sequence[Template]) -> Template:
         limits=MappingProxyType(limits),
         user=user,
         hook_rate_limit=hook_rate_limit,
+        share_with_agent=frozenset(shared),
     )
 
 
@@ -645,6 +648,7 @@ def _read_document(
         for position, field_path, message in env_reference_problems(fields.get("env"))
     )
     secrets = _read_secrets(fields.get("secrets"), problems)
+    shared = _read_shared(fields.get("share_with_agent"), problems)
     metadata = {
         variable: fields[key].text()
         for key, variable in _METADATA_KEYS.items()
@@ -675,6 +679,7 @@ def _read_document(
         limits=MappingProxyType(limits),
         user=user,
         hook_rate_limit=hook_rate_limit,
+        share_with_agent=frozenset(shared),
     )
     return template, problems
 
@@ -754,6 +759,28 @@ def _read_limits(located: Located | None, problems: list[Problem]) -> dict[str, 
             message = f"got {describe(value)}; a limit is a number or a duration"
             problems.append(Problem(value.position, None, f"limits.{name}", message))
     return limits
+
+
+def _read_shared(located: Located | None, problems: list[Problem]) -> set[str]:
+    """`share_with_agent:`, a list of variable names."""
+    if located is None or located.value is None:
+        return set()
+    example = "write a list of variable names, e.g. share_with_agent: [GITHUB_TOKEN]"
+    if not located.is_list:
+        problems.append(
+            Problem(
+                located.position, None, "share_with_agent", f"got {describe(located)}; {example}"
+            )
+        )
+        return set()
+    names: set[str] = set()
+    for index, item in enumerate(located.value):
+        if item.is_scalar and isinstance(item.value, str) and item.value:
+            names.add(item.value)
+        else:
+            message = f"got {describe(item)}; {example}"
+            problems.append(Problem(item.position, None, f"share_with_agent[{index}]", message))
+    return names
 
 
 def _read_secrets(located: Located | None, problems: list[Problem]) -> set[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from otel_lifecycle_hooks.journal import Journal
 from tests.reliability.test_reliability_replay import deliver, rows, write_template
+from tests.support.journal_key import WITH_KEY, seal_session
 from tests.support.target_server import Reply, TargetServer
 from tests.ui.processes import environment
 
@@ -55,7 +56,12 @@ def command(
     if name == "reconcile":
         argv += ["--stale-after", "1s"]
     return subprocess.run(
-        [*argv, *options], env=env, capture_output=True, text=True, timeout=60, check=False
+        [*argv, *options],
+        env={**env, **WITH_KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -67,7 +73,9 @@ def forge_session(
     metadata: dict[str, str] | None = None,
 ) -> None:
     """An unfinished session of the operator's template (its sha256), begun post-start an hour
-    ago, its supervisor gone: what `run` journals, with what the agent wrote into it."""
+    ago, its supervisor gone: what `run` journals, with what the agent wrote into it (and
+    sealed: a supervisor's own values, or a row written before the key was taken from the
+    agent)."""
     text = template.read_text()
     journal = Journal(journal_path)
     try:
@@ -82,6 +90,8 @@ def forge_session(
         journal.mark_post_start(SESSION, at=time.time() - 3600)
     finally:
         journal.close()
+    # Sealed, as its supervisor would have: what is tested is what a sealed row may decide.
+    seal_session(journal_path, SESSION)
 
 
 def recovered_at(journal_path: Path) -> float | None:

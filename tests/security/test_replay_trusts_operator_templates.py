@@ -30,6 +30,7 @@ import pytest
 from otel_lifecycle_hooks.journal import Journal
 from tests.reliability.test_reliability_replay import cli, deliver, rows, write_template
 from tests.supervisor.supervised import Workspace, wait_until
+from tests.support.journal_key import WITH_KEY, seal_session
 from tests.support.target_server import Reply, TargetServer
 from tests.ui.processes import UiProcess, environment, start_ui
 
@@ -358,6 +359,7 @@ def test_the_next_run_recovers_a_crashed_session_with_its_own_template_not_the_j
         journal.mark_post_start(LOST_SESSION)
     finally:
         journal.close()
+    seal_session(workspace.journal, LOST_SESSION)  # even a row it can vouch for
 
     later = workspace.start(
         operator, workspace.agent_command(exit=0), "--agent-id", "agent-r",
@@ -392,6 +394,8 @@ def forge_crashed_session(
         journal.mark_post_start(session_id, at=time.time() - 3600)
     finally:
         journal.close()
+    # Sealed: even a row the recoverer can vouch for never chooses the template.
+    seal_session(journal_path, session_id)
 
 
 def reconcile(
@@ -400,7 +404,7 @@ def reconcile(
     return subprocess.run(
         [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--stale-after", "1s",
          "--journal", str(journal), *options],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env={**env, **WITH_KEY}, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
 

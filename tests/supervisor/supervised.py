@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tests.support.journal_key import JOURNAL_KEY
+
 # A stand-in agent. Its plan (JSON, first argument) says what to do, in order:
 #   pid_file        write our pid (so the test can clean up an orphan)
 #   env_file        write TRACEPARENT, the event socket path, HOME and uid as JSON
@@ -227,6 +229,8 @@ class Workspace:
             OTEL_LIFECYCLE_HOOKS_TRACE_DIR=str(self.trace_dir),
             OTEL_METRICS_EXPORTER="none",
             SCION_HOOKS_DIR=str(root / "no-legacy-hooks"),
+            # Session rows sealed, so that `reconcile` (given the same) can vouch for them.
+            LIFECYCLE_HOOKS_JOURNAL_KEY=JOURNAL_KEY,
         )
         self.runs: list[Run] = []
         self._agents = 0

@@ -163,7 +163,7 @@ def test_a_claim_held_by_a_recoverer_that_died_here_is_taken_over_at_once(
     fired: list[tuple[str, float]] = []
     recovered = recover_orphaned_sessions(
         journal, "a1", {"AGENT_ID": "a1"},
-        lambda hook, event, info: fired.append((event.name, event.timestamp)),
+        lambda hook, event, info, _deadline: fired.append((event.name, event.timestamp)),
         template(tmp_path),
     )  # fmt: skip
     assert recovered == ["lost"]
