@@ -211,7 +211,10 @@ class Supervisor:
         http = wants_http_route(options.command, self.metadata, options.environ)
         self._channel = SessionChannel(self._deliver, _socket_owner(options.user), http)
         self._server = EventServer(
-            self._channel.deliver, owner=_socket_owner(options.user), refuse=self.ingress.refuse
+            self._channel.deliver,
+            owner=_socket_owner(options.user),
+            refuse=self.ingress.refuse,
+            undelivered=self.ingress.sender_losses,
         ).start()
         self._legacy("pre-start")
         result = self._record("pre-start")

@@ -16,11 +16,14 @@ import os
 import random
 import selectors
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ..harness.socket_client import UNDELIVERED_FILE
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -37,6 +40,9 @@ MESSAGE_DEADLINE = 5.0  # seconds
 LISTEN_BACKLOG = 128
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
 _READ_SIZE = 65536
+# How often the senders' count of undelivered lines is read while the server runs (and once
+# more at close): one fstatat, never the file's content.
+UNDELIVERED_CHECK_INTERVAL = 1.0  # seconds
 
 
 class _Connection:
@@ -69,13 +75,19 @@ class EventServer:
         owner: tuple[int, int] | None = None,
         refuse: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        undelivered: Callable[[int], None] | None = None,
     ) -> None:
         """`owner`: (uid, gid) to hand the socket and its directory to, when the agent runs
         as another user than the supervisor (root). `refuse(reason)` counts what was refused
-        (default: a log line)."""
+        (default: a log line). `undelivered(total)` is given the senders' running count of
+        lines they could not deliver (`harness.socket_client.record_undelivered`), read
+        every `UNDELIVERED_CHECK_INTERVAL` and at close."""
         self._deliver = deliver
         self._refuse = refuse or _log_refusal
+        self._undelivered = undelivered
+        self._owner_uid = owner[0] if owner is not None else os.getuid()
         self._clock = clock
+        self._next_loss_check = clock() + UNDELIVERED_CHECK_INTERVAL
         self._dir = _private_directory(directory)
         self.path = str(self._dir / "events.sock")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -143,6 +155,9 @@ class EventServer:
                     for connection in self._connections.values():
                         connection.deadline += busy
                 self._expire()
+                if self._undelivered is not None and self._clock() >= self._next_loss_check:
+                    self._next_loss_check = self._clock() + UNDELIVERED_CHECK_INTERVAL
+                    self.check_undelivered()
                 if settling:
                     if len(ready) - woken == 0:
                         for waiter in settling:
@@ -277,6 +292,32 @@ class EventServer:
             return False
         return waiter.wait(timeout)
 
+    def check_undelivered(self) -> None:
+        """Hand the senders' count of undelivered lines to `undelivered`, when it can be read.
+
+        The file sits in a directory the agent's user owns: it is looked at through a
+        descriptor of that directory opened without following a link, with an lstat of the
+        name (never opened, never followed), and taken only as a regular file of the agent's
+        user (or ours). Its size is the count; the agent can only make its own count wrong."""
+        if self._undelivered is None:
+            return
+        try:
+            directory = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            info = os.stat(UNDELIVERED_FILE, dir_fd=directory, follow_symlinks=False)
+        except OSError:
+            return  # none yet: nothing was lost
+        finally:
+            os.close(directory)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (self._owner_uid, os.getuid()):
+            return
+        try:
+            self._undelivered(info.st_size)
+        except Exception:  # counting must never stop the server
+            log.debug("event socket: counting undelivered lines failed", exc_info=True)
+
     def _drain_wake(self) -> None:
         try:
             while self._wake_r.recv(4096):
@@ -300,6 +341,9 @@ class EventServer:
         self._sock.close()
         self._wake_r.close()
         self._wake_w.close()
+        # The last count: senders that gave up while the agent was ending.
+        self.check_undelivered()
+        _unlink_in(self._dir, UNDELIVERED_FILE)
         try:
             os.unlink(self.path)
             os.rmdir(self._dir)
@@ -307,6 +351,21 @@ class EventServer:
             import shutil
 
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _unlink_in(directory: Path, name: str) -> None:
+    """Remove `name` from `directory` (an unlink never follows a link), through a descriptor
+    of the directory opened without following one."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        os.unlink(name, dir_fd=descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def _log_refusal(reason: str) -> None:
