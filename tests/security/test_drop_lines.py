@@ -44,7 +44,9 @@ def test_a_flood_of_drops_writes_one_line_per_thousand(
         f'      url: "{target.url("/done")}"\n'
     )
     flood = b"".join(
-        wire_line({"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": f"t{n}"}})
+        wire_line(
+            {"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": f"t{n}"}}
+        )
         for n in range(FLOOD)
     )
     done = wire_line({"v": 1, "kind": "status", "status": "task_completed", "message": "end"})
