@@ -27,6 +27,8 @@ from typing import Any
 from .. import events as ev
 from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
+from ..engine.model import Execution
+from ..engine.recording import ExecutionWatcher
 from ..engine.session import AgentSession
 from ..template.model import Template
 from ..variables import METADATA_ENV
@@ -736,11 +738,17 @@ class Supervisor:
             )
 
     def _keep_retention(self) -> None:
-        """Old journal rows go at start and hourly, on a thread of their own (retention.py)."""
+        """Old journal rows go at start, hourly, and every so many executions written, on a
+        thread of their own (retention.py)."""
         if self._journal is not None and hasattr(self._journal, "apply_retention"):
-            from ..journal.retention import RetentionKeeper, retention_from
+            from ..journal.retention import RetentionKeeper, apply_every_rows, retention_from
 
-            self._retention = RetentionKeeper(self._journal, retention_from(self.options.environ))
+            environ = self.options.environ
+            self._retention = RetentionKeeper(
+                self._journal, retention_from(environ), every_rows=apply_every_rows(environ)
+            )
+            if self.engine is not None:
+                self.engine.recorders.watch(_RowsWritten(self._retention))
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
@@ -756,6 +764,18 @@ class Supervisor:
             lambda hook, event, info: executor.run(hook, event, info, deadline),
             self.options.template,
         )
+
+
+class _RowsWritten(ExecutionWatcher):
+    """Tells the journal's retention keeper of each execution journaled, so that its row
+    bound holds while a flood writes (not only at the hourly pass)."""
+
+    def __init__(self, keeper: Any) -> None:
+        self._keeper = keeper  # journal.retention.RetentionKeeper
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None:
+        # Every execution is journaled; its id may come later (the journal writes behind).
+        self._keeper.written()
 
 
 def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:
