@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import otel_lifecycle_hooks
 from otel_lifecycle_hooks.harness import socket_client
-from otel_lifecycle_hooks.supervisor.admission import IngressCounts
+from otel_lifecycle_hooks.supervisor.admission import REFUSED_METRIC, IngressCounts
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 
@@ -226,8 +228,10 @@ def test_a_planted_link_is_never_followed_by_the_sender(tmp_path: Path) -> None:
 
 def test_the_agent_can_only_inflate_its_own_count() -> None:
     """A count that went down (the file truncated by the agent) takes nothing back, and later
-    growth is counted from there; the supervisor's own refusals are untouched."""
-    counts = IngressCounts()
+    growth is counted from there; the supervisor's own refusals are untouched. The refusal
+    metric counts the losses under their own reason."""
+    reader = InMemoryMetricReader()
+    counts = IngressCounts(MeterProvider(metric_readers=[reader]))
     counts.refuse("not_json")
     counts.sender_losses(5)
     counts.sender_losses(0)  # truncated
@@ -235,3 +239,14 @@ def test_the_agent_can_only_inflate_its_own_count() -> None:
     counts.sender_losses(2)
     assert counts.snapshot() == {"not_json": 1, "undelivered": 7}
     assert counts.summary() == "refused 1 (not_json: 1), undelivered 7"
+    data = reader.get_metrics_data()
+    assert data is not None
+    by_reason = {
+        point.attributes["reason"]: point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == REFUSED_METRIC
+        for point in metric.data.data_points
+    }
+    assert by_reason == {"not_json": 1, "undelivered": 7}
