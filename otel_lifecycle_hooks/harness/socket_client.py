@@ -64,8 +64,14 @@ MAX_LINE_BYTES = 1024 * 1024
 MAX_MESSAGE_CHARS = 4096
 # Beside the socket: its size is how many lines senders could not deliver (one byte each).
 UNDELIVERED_FILE = "undelivered"
+# O_NONBLOCK: a FIFO at that name fails the open instead of holding the sender.
 _UNDELIVERED_FLAGS = (
-    os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+    os.O_WRONLY
+    | os.O_APPEND
+    | os.O_CREAT
+    | os.O_NONBLOCK
+    | getattr(os, "O_NOFOLLOW", 0)
+    | os.O_CLOEXEC
 )
 _EAGAIN, _EWOULDBLOCK = errno.EAGAIN, errno.EWOULDBLOCK
 

@@ -95,6 +95,8 @@ class EventServer:
         if owner is not None:
             os.chown(self._dir, *owner)
             os.chown(self.path, *owner)
+        if undelivered is not None:
+            _create_counter(self._dir, UNDELIVERED_FILE, owner)
         self._sock.listen(LISTEN_BACKLOG)
         self._sock.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -351,6 +353,31 @@ class EventServer:
             import shutil
 
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _create_counter(directory: Path, name: str, owner: tuple[int, int] | None) -> None:
+    """An empty `name` in `directory` that the agent's user may append to, made here so that
+    senders need no right to create files beside the socket: exclusive, never through a
+    link, handed over through its descriptor. When it cannot be made, senders make it."""
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        descriptor = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+        )
+    except OSError:
+        return
+    finally:
+        os.close(folder)
+    try:
+        if owner is not None:
+            os.fchown(descriptor, *owner)
+    except OSError:
+        log.debug("event socket: the undelivered count's file not handed over", exc_info=True)
+    finally:
+        os.close(descriptor)
 
 
 def _unlink_in(directory: Path, name: str) -> None:

@@ -114,6 +114,9 @@ def test_a_full_backlog_loses_only_what_the_supervisor_counts(shared_root: Path)
             agent_env = json.loads(env_file.read_text())
             assert agent_env["uid"] == NOBODY
             path = agent_env["SOCKET"]
+            # Made by the supervisor for the agent's user: senders need not create it.
+            counter = Path(path).with_name(socket_client.UNDELIVERED_FILE).lstat()
+            assert (counter.st_uid, counter.st_size) == (NOBODY, 0)
 
             # Fill: one connection with more lines than the supervisor will queue.
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as filler:
