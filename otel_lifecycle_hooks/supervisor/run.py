@@ -48,6 +48,7 @@ DEFAULT_GRACE_PERIOD = 10.0
 # Socket messages waiting for the main loop; past this the socket reader waits (backpressure
 # on the senders) instead of growing memory: every event still reaches the activity tracker.
 MAX_PENDING_MESSAGES = 1024
+STOPPING = "session_stopping"  # why a message that came while the session ended was not used
 # How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
 REAP_INTERVAL = 1.0
 # How long the agent's exit waits for its last events still unread in the event socket.
@@ -294,6 +295,8 @@ class Supervisor:
                 except Exception:  # nothing the agent sends may end the session
                     log.exception("handling an agent message failed")
                     self.ingress.refuse("handler_failed")
+            elif kind == "message":
+                self.ingress.refuse(STOPPING)  # the session is ending: not acted on, counted
             if (
                 duration_deadline is not None
                 and self._stop_requested is None
@@ -406,6 +409,8 @@ class Supervisor:
                         except Exception:  # nothing the agent sends may end the session
                             log.exception("handling an agent message failed")
                             self.ingress.refuse("handler_failed")
+                    else:
+                        self.ingress.refuse(STOPPING)
                 # Anything else (a signal, a tick) changes nothing: the agent has exited and
                 # the session ends next.
             if (settled and not handled) or time.monotonic() >= deadline:
@@ -492,6 +497,7 @@ class Supervisor:
             self._channel.close()
         if self._server is not None:
             self._server.close()
+        self._count_unhandled()
         if self.ingress.total:
             log.warning("agent input: %s", self.ingress.summary())
         if self.session is not None:
@@ -506,6 +512,17 @@ class Supervisor:
             self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
             self._telemetry.shutdown()
+
+    def _count_unhandled(self) -> None:
+        """Messages admitted but still in the inbox when the session ends are never acted on:
+        each is counted (reason `session_stopping`), so that no loss goes unseen."""
+        while True:
+            try:
+                kind, _ = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "message":
+                self.ingress.refuse(STOPPING)
 
     # -- events --
 

@@ -253,3 +253,39 @@ def test_the_agent_can_only_inflate_its_own_count() -> None:
         for point in metric.data.data_points
     }
     assert by_reason == {"not_json": 1, "undelivered": 7}
+
+
+def test_messages_that_arrive_while_the_session_stops_are_counted(tmp_path: Path) -> None:
+    """A stop is under way (its pre-stop hook held): what the agent sends now is read but
+    never acted on; each message is counted as `session_stopping`, not lost unseen."""
+    space = Workspace(tmp_path)
+    env_file = tmp_path / "agent-env.json"
+    release = threading.Event()
+    try:
+        with TargetServer() as target:
+            target.on("/pre-stop", Reply(204, released_by=release))
+            template = space.template(
+                "  - name: hold-stop\n"
+                "    on: [pre-stop]\n"
+                "    blocking: true\n"
+                "    timeout: 60s\n"
+                "    action:\n"
+                "      type: http\n"
+                f'      url: "{target.url("/pre-stop")}"\n'
+            )
+            run = space.start(template, space.agent_command(env_file=str(env_file)))
+            wait_until(env_file.exists, what="the agent to start")
+            path = json.loads(env_file.read_text())["SOCKET"]
+            run.signal(signal.SIGTERM)
+            wait_until(lambda: len(target.requests) >= 1, what="the pre-stop hook")
+            socket_client.send_lines(path, [tool_line(f"late-{n}") for n in range(50)])
+            release.set()
+            run.wait(timeout=60)
+    finally:
+        release.set()
+        space.cleanup()
+    assert re.search(r"agent input: refused 50 \(session_stopping: 50\)", run.stderr), run.stderr
+
+
+def tool_line(tool: str) -> dict[str, object]:
+    return {"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": tool}}
