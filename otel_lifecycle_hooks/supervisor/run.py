@@ -38,7 +38,7 @@ from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
-from .server import EventServer
+from .server import STOPPING, EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -48,7 +48,6 @@ DEFAULT_GRACE_PERIOD = 10.0
 # Socket messages waiting for the main loop; past this the socket reader waits (backpressure
 # on the senders) instead of growing memory: every event still reaches the activity tracker.
 MAX_PENDING_MESSAGES = 1024
-STOPPING = "session_stopping"  # why a message that came while the session ended was not used
 # How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
 REAP_INTERVAL = 1.0
 # How long the agent's exit waits for its last events still unread in the event socket.

@@ -40,6 +40,7 @@ MESSAGE_DEADLINE = 5.0  # seconds
 LISTEN_BACKLOG = 128
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
 _READ_SIZE = 65536
+STOPPING = "session_stopping"  # lines left unread in the backlog when the server closes
 # How often the senders' count of undelivered lines is read while the server runs (and once
 # more at close): one fstatat, never the file's content.
 UNDELIVERED_CHECK_INTERVAL = 1.0  # seconds
@@ -294,6 +295,26 @@ class EventServer:
             return False
         return waiter.wait(timeout)
 
+    def _count_backlog(self) -> None:
+        """Connections still waiting in the listen backlog when the server closes are never
+        read: each line they hold (as much as is already there, up to `_READ_SIZE` each) is
+        counted as refused, reason `session_stopping`, instead of vanishing unseen."""
+        for _ in range(LISTEN_BACKLOG + 1):
+            try:
+                sock, _ = self._sock.accept()
+            except OSError:  # none left (BlockingIOError), or closed
+                return
+            try:
+                sock.setblocking(False)
+                data = sock.recv(_READ_SIZE)
+            except OSError:
+                data = b""
+            finally:
+                sock.close()
+            lines = data.count(b"\n") + (1 if data.rsplit(b"\n", 1)[-1].strip() else 0)
+            for _ in range(lines):
+                self._refuse(STOPPING)
+
     def check_undelivered(self) -> None:
         """Hand the senders' count of undelivered lines to `undelivered`, when it can be read.
 
@@ -340,6 +361,8 @@ class EventServer:
             self._selector.close()
         except (OSError, ValueError):
             pass
+        if not self._thread.is_alive():  # else the loop may still accept: not ours to take
+            self._count_backlog()
         self._sock.close()
         self._wake_r.close()
         self._wake_w.close()

@@ -29,7 +29,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import otel_lifecycle_hooks
 from otel_lifecycle_hooks.harness import socket_client
+from otel_lifecycle_hooks.supervisor import server as server_module
 from otel_lifecycle_hooks.supervisor.admission import REFUSED_METRIC, IngressCounts
+from otel_lifecycle_hooks.supervisor.server import EventServer
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 
@@ -289,3 +291,29 @@ def test_messages_that_arrive_while_the_session_stops_are_counted(tmp_path: Path
 
 def tool_line(tool: str) -> dict[str, object]:
     return {"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": tool}}
+
+
+def test_lines_left_in_the_backlog_when_the_server_closes_are_counted(tmp_path: Path) -> None:
+    """The server at its bound of open connections (idle clients hold them all): three more
+    senders wait in the listen backlog, their lines written. Closing the server counts each
+    of those lines as `session_stopping` rather than dropping them unseen."""
+    counts = IngressCounts()
+    server = EventServer(lambda message: None, str(tmp_path), refuse=counts.refuse).start()
+    idle: list[socket.socket] = []
+    waiting: list[socket.socket] = []
+    try:
+        for _ in range(server_module.MAX_CONNECTIONS):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(server.path)
+            idle.append(client)
+        for n in range(3):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(server.path)  # into the backlog: the server is at its bound
+            client.sendall(b"".join(wire(f"w{n}-{m}") for m in range(2)))
+            client.shutdown(socket.SHUT_WR)
+            waiting.append(client)
+    finally:
+        server.close()
+        for client in idle + waiting:
+            client.close()
+    assert counts.snapshot().get(server_module.STOPPING) == 6
