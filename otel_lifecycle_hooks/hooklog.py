@@ -11,10 +11,10 @@ The file is rotated at a size bound, so that a flood cannot fill the disk: befor
 take it past `LIFECYCLE_HOOKS_LOG_MAX_BYTES` (default 20 MiB), `agent.log` becomes `agent.log.1`,
 `.1` becomes `.2`, and so on; `LIFECYCLE_HOOKS_LOG_KEEP` rotated files are kept (default 3, so
 at most 80 MiB). The log may sit in a directory the agent can write (its `$HOME`) while the
-supervisor writing it is root: every name is used relative to a descriptor of the directory
-opened without following a link, the file is opened with O_NOFOLLOW and written only when it
-is a regular file with one link, owned by this process's user; a rename or unlink never follows
-a link, so a link planted at `agent.log.2` is replaced, not written through.
+supervisor writing it is root: every name is used relative to a descriptor of the directory,
+and in a directory another user may write the file is opened with O_NOFOLLOW and written only
+when it is a regular file with one link, owned by this process's user; a rename or unlink never
+follows a link, so a link planted at `agent.log.2` is replaced, not written through.
 
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
 to every line. Control characters are escaped, so no value can forge or split a line, nor
@@ -184,6 +184,7 @@ class HookLog:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._dir_fd: int | None = None
+        self._guarded = True  # the directory may hold what another user planted (`_open`)
         self._healthy = True
         self._quiet = quiet
 
@@ -251,8 +252,13 @@ class HookLog:
             try:
                 if self._fd is None:
                     self._fd = self._open()
-                size = os.fstat(self._fd).st_size
-                if size and size + len(data) > self.max_bytes:
+                info = os.fstat(self._fd)
+                # Only a regular file rotates (not /dev/stderr): its size is what it holds.
+                if (
+                    stat.S_ISREG(info.st_mode)
+                    and info.st_size
+                    and info.st_size + len(data) > self.max_bytes
+                ):
                     self._rotate()
                 view = memoryview(data)
                 while view:
@@ -262,15 +268,23 @@ class HookLog:
                 self._report("write", exc.strerror or str(exc))
 
     def _open(self) -> int:
-        """The log's descriptor, through a descriptor of its directory (kept for renames)."""
+        """The log's descriptor, through a descriptor of its directory (kept for renames).
+
+        In a directory another user may write (the agent's `$HOME`, /tmp), the log is opened
+        without following a link and written only as a regular file with one name, owned by
+        this process's user. In a directory only this user or root can write (/dev, /var/log),
+        nothing there can have been planted: the name is opened as given (`/dev/stderr`)."""
         if self._dir_fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._dir_fd = os.open(
-                self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
+            self._dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            folder = os.fstat(self._dir_fd)
+            self._guarded = folder.st_uid not in (os.geteuid(), 0) or bool(folder.st_mode & 0o022)
         # O_APPEND: lines from several processes (supervisor, hook commands) land whole, one
         # after another. O_NONBLOCK: a FIFO planted at the name never holds the writer.
-        descriptor = os.open(self.path.name, _OPEN_FLAGS, 0o600, dir_fd=self._dir_fd)
+        flags = _OPEN_FLAGS if self._guarded else _OPEN_FLAGS & ~os.O_NOFOLLOW
+        descriptor = os.open(self.path.name, flags, 0o600, dir_fd=self._dir_fd)
+        if not self._guarded:
+            return descriptor
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
             os.close(descriptor)

@@ -114,6 +114,12 @@ def test_a_flood_keeps_the_hook_log_and_the_journal_under_their_bounds(
     assert rows <= MAX_ROWS + 2 * EVERY_ROWS, rows
 
 
+AS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the agent's directory is another user's only when run as root"
+)
+
+
+@AS_ROOT
 def test_rotation_never_follows_a_link_the_agent_planted(agent_dir: Path) -> None:
     log_path = agent_dir / "agent.log"
     victim = agent_dir.parent / "victim"
@@ -134,6 +140,7 @@ def test_rotation_never_follows_a_link_the_agent_planted(agent_dir: Path) -> Non
     assert len(log_files(log_path)) == 4
 
 
+@AS_ROOT
 def test_a_link_or_a_hard_link_at_the_log_name_is_never_written(agent_dir: Path) -> None:
     victim = agent_dir.parent / "victim"
     victim.write_text("kept\n")
@@ -145,6 +152,17 @@ def test_a_link_or_a_hard_link_at_the_log_name_is_never_written(agent_dir: Path)
         hook_log.close()
         assert not hook_log.healthy
     assert victim.read_text() == "kept\n"
+
+
+def test_a_log_in_a_directory_only_root_writes_may_be_a_device() -> None:
+    """/dev is root's: an operator's `--hook-log /dev/stderr` (a link) or /dev/null is
+    written as given, and never rotated."""
+    for name in ("/dev/null", "/dev/stderr"):
+        hook_log = HookLog(name, max_bytes=1)
+        hook_log.write("a line")
+        hook_log.write("another line")
+        hook_log.close()
+        assert hook_log.healthy, name
 
 
 def test_a_log_whose_name_another_process_rotated_is_reopened_not_rotated_again(
