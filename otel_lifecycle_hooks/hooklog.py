@@ -17,9 +17,9 @@ when it is a regular file with one link, owned by this process's user; a rename 
 follows a link, so a link planted at `agent.log.2` is replaced, not written through.
 
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
-to every line. Control characters are escaped, so no value can forge or split a line, nor
-send escape sequences to a terminal. Writing never raises: a failure is reported once through
-logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
+to every line. Control characters (C0, C1, bidirectional controls: `controls.py`) are escaped,
+so no value can forge, split or reorder a line, nor send escape sequences to a terminal.
+Writing never raises: a failure is reported once through logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .controls import escape_controls
+
 log = logging.getLogger("otel_lifecycle_hooks.hooklog")
 
 LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
@@ -48,19 +50,9 @@ DEFAULT_KEEP = 3
 MIN_MAX_BYTES = 4096  # below this a file could not hold a few lines: a setting's mistake
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
-# C0 controls and DEL, except tab, become visible escapes.
-_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F) if code != 0x09}
-_ESCAPES.update({0x0A: "\\n", 0x0D: "\\r"})
 
-
-# Compiled at their first use (for `run`, the first line written, after its agent's start), not
-# at import: about 0.07 ms each.
-@functools.cache
-def _needs_escapes() -> re.Pattern[str]:
-    """Most lines hold none of them: one search is cheaper than translating every character."""
-    return re.compile("[\x00-\x08\x0a-\x1f\x7f]")
-
-
+# Compiled at its first use (for `run`, the first line written, after its agent's start), not
+# at import: about 0.07 ms.
 @functools.cache
 def _needs_quotes() -> re.Pattern[str]:
     """A value holding any of these is written JSON-quoted."""
@@ -238,8 +230,8 @@ class HookLog:
                 # Only the exception's type: its message may quote the secret.
                 self._report("redact a line", type(exc).__name__)
                 return
-        if _needs_escapes().search(line) is not None:
-            line = line.translate(_ESCAPES)
+        # Tabs are kept: they only align, and script output uses them.
+        line = escape_controls(line, keep="\t")
         self._append((line + "\n").encode("utf-8", "replace"))
 
     def close(self) -> None:

@@ -5,8 +5,11 @@ a `Redactor` first. It knows two kinds of secret:
 
 - known values: the resolved values of variables named as secrets and auth tokens. Each is
   replaced wherever it appears, also in its JSON-escaped and percent-encoded forms (the shapes
-  rendering gives it). Values shorter than `MIN_SECRET_LENGTH` are ignored: replacing every `1`
-  or `on` would shred the text and hide nothing worth hiding.
+  rendering gives it; percent-encoding's hex in either case, and as encodeURIComponent writes
+  it) and its base64 forms (standard and URL-safe, with or without padding, and inside a
+  longer base64 value at any alignment: `user:secret` as HTTP Basic sends it). Values shorter
+  than `MIN_SECRET_LENGTH` are ignored: replacing every `1` or `on` would shred the text and
+  hide nothing worth hiding.
 - secret-looking names: header names (`Authorization`, `Cookie`, `X-API-Key`, anything with
   token/secret/key/auth in it), URL query keys (token, key, sig, secret, password) and URL
   userinfo have their values replaced whatever they hold.
@@ -23,14 +26,20 @@ like everything else before it reaches a span or a log record.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import TypeAlias
 from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 4
+# The shortest run of base64 taken as a secret's part of a longer value: shorter runs of a
+# short secret could be found in unrelated base64 by chance (its whole forms are still kept).
+MIN_BASE64_PART = 8
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 DEFAULT_SECRET_HEADERS: frozenset[str] = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
@@ -65,15 +74,14 @@ class Redactor:
     ) -> None:
         self._values = frozenset(v for v in secret_values if v and len(v) >= MIN_SECRET_LENGTH)
         self._header_names = frozenset(name.lower() for name in secret_header_names)
+        # Each form's replacement, keyed by the form with its percent-escapes' hex upper-case.
         self._replacements: dict[str, str] = {}
         for value in self._values:
             replacement = _replacement_for(value)
             for form in encoded_forms(value):
                 if len(form) >= MIN_SECRET_LENGTH:
-                    self._replacements.setdefault(form, replacement)
-        # Longest first, so that a secret containing another is replaced whole.
-        alternatives = sorted(self._replacements, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+                    self._replacements.setdefault(_upper_hex(form), replacement)
+        self._pattern = _any_of(frozenset(self._replacements)) if self._replacements else None
         # The last URL redacted and its result: an attempt's URL is redacted for its span, its
         # execution's record and its journal row, three times running.
         self._last_url: tuple[str, str] = ("", "")
@@ -91,8 +99,12 @@ class Redactor:
         if not text:
             return text
         if self._pattern is not None:
-            text = self._pattern.sub(lambda match: self._replacements[match.group(0)], text)
+            text = self._pattern.sub(self._replacement, text)
         return redact_webhook_urls(text)
+
+    def _replacement(self, match: re.Match[str]) -> str:
+        found = match.group(0)
+        return self._replacements.get(_upper_hex(found) if "%" in found else found, REDACTED)
 
     def is_secret_header(self, name: str) -> bool:
         """True when a header of this name carries a credential, whatever its value."""
@@ -155,20 +167,100 @@ def _redact_query_pair(pair: str) -> str:
     return pair
 
 
-def encoded_forms(value: str) -> set[str]:
-    """The shapes a value takes once rendered: as is, JSON-escaped, percent-encoded (as a URL
-    component or path, and as a form field), and as a header value (only its non-ASCII and
-    control characters percent-encoded)."""
-    return {
-        value,
-        json.dumps(value, ensure_ascii=False)[1:-1],
-        json.dumps(value)[1:-1],
-        quote(value, safe=""),
-        quote(value, safe="/"),
-        quote_plus(value, safe=""),
-        quote_plus(value, safe="/"),
-        _header_form(value),
-    }
+# Redactors are made again as an engine's secrets change (a refreshed token), mostly of the
+# same values: their forms and pattern (about 1 ms for three secrets) are worked out once.
+@functools.lru_cache(maxsize=256)
+def encoded_forms(value: str) -> frozenset[str]:
+    """The shapes a value takes once rendered or passed on: as is, JSON-escaped, percent-encoded
+    (as a URL component or path, as a form field, as encodeURIComponent writes it), as a header
+    value (only its non-ASCII and control characters percent-encoded), and base64-encoded
+    (`base64_forms`). Percent-encoding's hex is matched in either case by `Redactor`."""
+    return frozenset(
+        {
+            value,
+            json.dumps(value, ensure_ascii=False)[1:-1],
+            json.dumps(value)[1:-1],
+            quote(value, safe=""),
+            quote(value, safe="/"),
+            quote(value, safe="!'()*"),
+            quote_plus(value, safe=""),
+            quote_plus(value, safe="/"),
+            _header_form(value),
+            *base64_forms(value),
+        }
+    )
+
+
+def base64_forms(value: str) -> set[str]:
+    """`value`'s UTF-8 bytes in base64 and URL-safe base64, whole (with and without padding),
+    and the part of a longer base64 value that only `value`'s bytes decide, for each of the
+    three offsets it may start at (`user:secret` in HTTP Basic); each also percent-encoded,
+    as it appears in a URL."""
+    data = value.encode("utf-8", "surrogatepass")
+    forms: set[str] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(data).decode("ascii")
+        forms.update((whole, whole.rstrip("=")))
+        for offset in range(3):
+            # Base64 writes 6 bits a character: with `offset` bytes before the value, the
+            # characters from bit 8*offset to the value's last whole 6 bits are its own.
+            encoded = encode(bytes(offset) + data).decode("ascii")
+            part = encoded[-(-8 * offset // 6) : 8 * (offset + len(data)) // 6]
+            if len(part) >= MIN_BASE64_PART:
+                forms.add(part)
+    forms.update([quote(form, safe="") for form in forms])
+    return forms
+
+
+# A word of a pattern: a percent-escape (its hex in either case) or one character.
+_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|.", re.DOTALL)
+_END = ""  # the key that marks where a word ends in a trie node (no token is empty)
+_Trie: TypeAlias = dict[str, "_Trie"]
+
+
+@functools.lru_cache(maxsize=64)
+def _any_of(words: frozenset[str]) -> re.Pattern[str]:
+    """A pattern matching any of `words` literally, the longest where several start at one
+    place, percent-escapes' hex in either case.
+
+    It is written as a trie (`abc|abd` as `ab(?:c|d)`): at each place of a text the engine
+    follows one branch, where an alternation of every form tries each in turn wherever one
+    could start, and base64 forms start with any letter."""
+    root: _Trie = {}
+    for word in words:
+        node = root
+        for token in _TOKEN.findall(word):
+            node = node.setdefault(token.upper() if len(token) == 3 else token, {})
+        node[_END] = {}
+    return re.compile(_trie_pattern(root))
+
+
+def _trie_pattern(node: _Trie) -> str:
+    parts: list[str] = []
+    children = [(token, child) for token, child in node.items() if token != _END]
+    # A run of single children is a plain sequence: followed in a loop, so a long secret
+    # (a PEM key) does not recurse once a character.
+    while len(children) == 1 and _END not in node:
+        token, node = children[0]
+        parts.append(_token_pattern(token))
+        children = [(token, child) for token, child in node.items() if token != _END]
+    if children:
+        branches = "|".join(
+            _token_pattern(token) + _trie_pattern(child) for token, child in children
+        )
+        # Greedy: a longer form is tried before the shorter one that ends here.
+        parts.append(f"(?:{branches})?" if _END in node else f"(?:{branches})")
+    return "".join(parts)
+
+
+def _token_pattern(token: str) -> str:
+    if len(token) == 3:  # a percent-escape
+        return "%" + "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in token[1:])
+    return re.escape(token)
+
+
+def _upper_hex(text: str) -> str:
+    return _PERCENT_ESCAPE.sub(lambda escape: escape.group(0).upper(), text)
 
 
 def _header_form(value: str) -> str:

@@ -46,19 +46,20 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Generic, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 
 from .. import __version__
 from ..auth.errors import ORIGIN_REFUSED, TRANSPORT_REFUSED
-from ..loopback import is_loopback_host
+from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host, loopback_addresses
 from ..render import RenderedRequest
 from .base import AttemptResult, Exchange
 
@@ -153,7 +154,7 @@ class HttpClient:
             self._unusable_proxy = f"the proxy the environment names cannot be used: {exc}"
 
         def direct() -> httpx.HTTPTransport:
-            return httpx.HTTPTransport(trust_env=True, limits=limits, verify=tls)
+            return _LoopbackTransport(limits=limits, verify=tls)
 
         self._direct = _PerOrigin(direct, direct())
         self.client = httpx.Client(
@@ -241,6 +242,38 @@ class _Route(httpx.BaseTransport):
         if self._through_environment is not None:
             for client in self._through_environment.pools():
                 client.close()
+
+
+class _LoopbackConnector(httpcore.SyncBackend):
+    """Connects to a loopback host's own addresses (`localhost` as 127.0.0.1, then ::1) and
+    never asks a resolver: whoever answers a lookup would choose where a credential sent in
+    clear goes. The request keeps its host for the Host header and TLS's server name."""
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        *first, last = loopback_addresses(host)
+        for address in first:
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError:
+                continue  # localhost may listen on ::1 only: try the next address
+        return super().connect_tcp(last, port, timeout, local_address, socket_options)
+
+
+class _LoopbackTransport(httpx.HTTPTransport):
+    """httpx's transport with its connections made by `_LoopbackConnector`."""
+
+    def __init__(self, *, limits: httpx.Limits, verify: ssl.SSLContext) -> None:
+        super().__init__(trust_env=True, limits=limits, verify=verify)
+        # httpx takes no network backend of its own; its pool's backend is where a connection's
+        # address is chosen (httpcore 1.x).
+        self._pool._network_backend = _LoopbackConnector()
 
 
 class _PerOrigin(Generic[_Pool]):
@@ -438,7 +471,7 @@ def _invalid_url(url: str) -> str | None:
         return "it has no host"
     if port == 0:
         return "port 0"
-    return None
+    return ambiguous_host_reason(parts.hostname)
 
 
 def guard_request(
@@ -472,7 +505,7 @@ def guard_request(
             0.0,
             TRANSPORT_REFUSED,
             f"refusing to send credentials to {url.scheme}://{host}: use https://, or a "
-            "loopback host (127.0.0.1, [::1], localhost) for local testing",
+            f"loopback host ({LOOPBACK_FORMS}) for local testing",
         )
     return None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ..loopback import is_loopback_host
+from ..loopback import LOOPBACK_FORMS, is_loopback_host
 from ..template.model import AuthSpec
 from .errors import TRANSPORT_REFUSED, AuthError
 
@@ -48,6 +48,6 @@ def check_transport(url: str, auth: AuthSpec, *, has_credentials: bool = False) 
     shown = f"{scheme}://{host}" if scheme or host else "(no scheme or host)"
     raise AuthError(
         f"refusing to send credentials ({what}) to {shown}: use https://, or a loopback host "
-        "(127.0.0.1, [::1], localhost) for local testing",
+        f"({LOOPBACK_FORMS}) for local testing",
         error_type=TRANSPORT_REFUSED,
     )

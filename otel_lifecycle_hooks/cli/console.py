@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
+from ..controls import escape_controls
+
 # Exit codes shared by `list`, `history` and `trace`.
 EXIT_OK = 0
 EXIT_NOTHING = 1  # nothing to show: no journal, no trace file, no such id
@@ -20,25 +22,13 @@ EXIT_USAGE = 2  # argparse's own code for a bad command line
 
 RED, GREEN, YELLOW, CYAN, DIM = "31", "32", "33", "36", "2"
 
-# The C0 controls, DEL and the C1 controls, each shown as a visible escape.
-_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_CONTROL.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
-# Bidirectional overrides and line separators: they reorder or split what the operator reads.
-_CONTROL.update(
-    {
-        code: f"\\u{code:04x}"
-        for code in (0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-    }
-)
-# Line structure is kept where a caller prints multi-line text on purpose.
-_CONTROL_KEEP_NEWLINES = {code: text for code, text in _CONTROL.items() if code != 0x0A}
-
 
 def escape_control(text: object, *, keep_newlines: bool = False) -> str:
-    """`text` with every control character (ESC, BEL, CR, C1 ...) written as a visible escape:
-    `\\x1b[2J` is shown, never interpreted."""
+    """`text` with every control character (ESC, BEL, CR, C1, bidirectional controls: see
+    `controls.py`) written as a visible escape: `\\x1b[2J` is shown, never interpreted."""
     value = text if isinstance(text, str) else str(text)
-    return value.translate(_CONTROL_KEEP_NEWLINES if keep_newlines else _CONTROL)
+    # Line structure is kept where a caller prints multi-line text on purpose.
+    return escape_controls(value, keep="\n" if keep_newlines else "")
 
 
 def wants_colour(stream: IO[str], environ: Mapping[str, str] | None = None) -> bool:

@@ -163,7 +163,11 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
     socket_ok = False
     if socket_path:
         try:
-            socket_client.send_lines(socket_path, [{"v": 1, "kind": socket_client.PING_KIND}])
+            # A socket named by the pointer file only counts if its supervisor serves it.
+            served_by = None if variable else (pointer or {}).get("pid")
+            socket_client.send_lines(
+                socket_path, [{"v": 1, "kind": socket_client.PING_KIND}], served_by
+            )
             socket_ok = True
             add("socket", True, f"{socket_path} accepted a ping")
         except OSError as exc:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..private_files import replace_file
+
 PROGRAM = "otel-lifecycle-hooks"
 HOOK_TIMEOUT_SECONDS = 10  # what a harness allows one hook call; ours take milliseconds
 
@@ -150,18 +152,28 @@ def json_text(value: Mapping[str, Any]) -> str:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one rename, keeping its mode (a new file gets the
+    umask's). The text goes first to a temporary file of a random name, created exclusively
+    and without following a link, in the same folder (through its descriptor): `install`
+    runs as root, perhaps in a project another user can write, where a link planted at a
+    name we would use must never be written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = None
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
-        pass
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    if mode is not None:
-        os.chmod(temporary, mode)
-    os.replace(temporary, path)
+        mode = 0o666 & ~_umask()
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        replace_file(folder, path.name, text.encode("utf-8"), mode)
+    finally:
+        os.close(folder)
+
+
+def _umask() -> int:
+    # The only way to read it is to set it; install and uninstall run on one thread.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 # -- our command -------------------------------------------------------------------------------

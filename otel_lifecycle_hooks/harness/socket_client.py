@@ -5,7 +5,8 @@ in `$LIFECYCLE_HOOKS_SOCKET` for the agent and its hooks. The name has no `OTEL_
 Claude Code removes every `OTEL_*` variable from its hooks' and tools' environment; the older
 `$OTEL_LIFECYCLE_HOOKS_SOCKET` is still read, for one release. When no variable reaches the
 client, it finds its supervisor through the pointer file that supervisor wrote for it (see
-`find_pointer`). Protocol, version 1:
+`find_pointer`), and sends only if the socket it names is served by that supervisor itself
+(`_check_server`). Protocol, version 1:
 
 - A client connects (timeout `CONNECT_TIMEOUT`, 200 ms; a full backlog is retried within
   it), writes one or more lines and closes its end. No reply is sent or awaited; the server reads until end of file.
@@ -38,6 +39,7 @@ import _socket
 import errno
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable, Mapping
 
@@ -88,13 +90,21 @@ def package_env(environ: Mapping[str, str], name: str) -> str:
 def socket_path(environ: Mapping[str, str] | None = None) -> str:
     """The supervisor socket's path: from the environment, else from the pointer file of the
     supervisor this process runs under; raises `SupervisorUnavailable` when there is neither."""
+    return supervisor_address(environ)[0]
+
+
+def supervisor_address(environ: Mapping[str, str] | None = None) -> tuple[str, int | None]:
+    """The supervisor socket's path, and the pid that must serve it: None for a path from the
+    environment (which only an ancestor could set), the supervisor's pid for one from its
+    pointer file (which any process of the agent's user can rewrite: `send_lines` checks it).
+    Raises `SupervisorUnavailable` when there is neither."""
     env = os.environ if environ is None else environ
     path = package_env(env, "SOCKET")
     if path:
-        return path
+        return path, None
     pointer = find_pointer(env)
     if pointer is not None and isinstance(pointer.get("socket"), str) and pointer["socket"]:
-        return str(pointer["socket"])
+        return str(pointer["socket"]), int(pointer["pid"])
     raise SupervisorUnavailable(
         f"${SOCKET_ENV} is not set and no supervisor's pointer file was found: "
         "no supervisor is running"
@@ -134,7 +144,7 @@ def find_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
         name = pointer_file_name(pid)
         for folder in folders:
             pointer = _read_pointer(os.path.join(folder, name))
-            if pointer is not None and pointer.get("pid") == pid:
+            if pointer is not None and type(pointer.get("pid")) is int and pointer["pid"] == pid:
                 return pointer
     return None
 
@@ -187,21 +197,32 @@ def encode(obj: Mapping[str, Any]) -> bytes:
     return line
 
 
-def send_lines(path: str, objects: Iterable[Mapping[str, Any]]) -> None:
-    """Connect to `path`, write one line per object, close. When that fails (an `OSError`,
-    raised on), the lines are first recorded as undelivered (`record_undelivered`)."""
+def send_lines(
+    path: str, objects: Iterable[Mapping[str, Any]], served_by: int | None = None
+) -> None:
+    """Connect to `path`, write one line per object, close. With `served_by` (a pid, from a
+    pointer file), nothing is written unless that very process serves the socket. When the
+    connect or the write fails (an `OSError`, raised on), the lines are first recorded as
+    undelivered (`record_undelivered`); not when the socket is another process's (nothing
+    of this session's is kept beside it)."""
     lines = [encode(obj) for obj in objects]
     try:
         connection = _connect(path)
-        try:
-            connection.settimeout(SEND_TIMEOUT)
-            connection.sendall(b"".join(lines))
-            connection.shutdown(_socket.SHUT_WR)
-        finally:
-            connection.close()
     except OSError:
         record_undelivered(path, len(lines))
         raise
+    try:
+        if served_by is not None:
+            _check_server(connection, path, served_by)
+        connection.settimeout(SEND_TIMEOUT)
+        try:
+            connection.sendall(b"".join(lines))
+            connection.shutdown(_socket.SHUT_WR)
+        except OSError:
+            record_undelivered(path, len(lines))
+            raise
+    finally:
+        connection.close()
 
 
 def record_undelivered(path: str, lines: int) -> bool:
@@ -248,11 +269,39 @@ def _connect(path: str) -> _socket.socket:
         pause = min(pause * 2, 0.02)
 
 
+def _check_server(connection: _socket.socket, path: str, supervisor: int) -> None:
+    """`SupervisorUnavailable` unless the process serving the connected socket is
+    `supervisor`: a pointer file is the agent's user's to rewrite, and could name a socket of
+    another process of that user, which would receive this session's events. The kernel
+    says who listens (the peer's credentials), and a pid is one process while it lives: the
+    supervisor, an ancestor of ours, is alive while we run."""
+    peer = _peer_pid(connection)
+    if peer != supervisor:
+        served = "an unknown process" if peer is None else f"pid {peer}"
+        raise SupervisorUnavailable(
+            f"supervisor socket {path}: served by {served}, not by supervisor pid "
+            f"{supervisor} whose pointer file names it; not used"
+        )
+
+
+def _peer_pid(connection: _socket.socket) -> int | None:
+    """The pid of the process at the other end of a connected Unix socket, None where this
+    system cannot tell (then no pointer file is trusted)."""
+    if hasattr(_socket, "SO_PEERCRED"):  # Linux: struct ucred {pid, uid, gid}
+        raw = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    elif hasattr(_socket, "LOCAL_PEERPID"):  # macOS: a pid_t at level SOL_LOCAL (0)
+        raw = connection.getsockopt(0, _socket.LOCAL_PEERPID, 4)
+    else:
+        return None
+    return int.from_bytes(raw[:4], sys.byteorder, signed=True)
+
+
 def send_events(
     events: Iterable[NormalizedEvent], environ: Mapping[str, str] | None = None
 ) -> None:
     """Deliver normalized events to the running supervisor."""
-    send_lines(socket_path(environ), [event.to_wire() for event in events])
+    path, served_by = supervisor_address(environ)
+    send_lines(path, [event.to_wire() for event in events], served_by)
 
 
 def status_message(status: str, message: str) -> dict[str, Any]:
@@ -267,4 +316,5 @@ def status_message(status: str, message: str) -> dict[str, Any]:
 
 def send_status(status: str, message: str, environ: Mapping[str, str] | None = None) -> None:
     """Deliver an explicit status signal to the running supervisor."""
-    send_lines(socket_path(environ), [status_message(status, message)])
+    path, served_by = supervisor_address(environ)
+    send_lines(path, [status_message(status, message)], served_by)

@@ -6,7 +6,14 @@ harness that passes no variable of ours at all, it also writes a pointer file,
 `supervisor-<pid>.json` (mode 0600), under the agent's runtime directory
 (`$XDG_RUNTIME_DIR/otel-lifecycle-hooks/`) or else `$HOME/.local/state/otel-lifecycle-hooks/run/`;
 `hook` and `status` read the pointer of the nearest supervisor among their ancestors
-(`harness.socket_client.find_pointer`). The file is removed when the session ends.
+(`harness.socket_client.find_pointer`), and use its socket only if that very supervisor
+serves it. The file is removed when the session ends.
+
+A root supervisor writes these for an agent of another user without ever following a path
+the agent can change (private_files.py): the pointer folder is made by the agent's user,
+opened link by link and checked to be that user's, and the file is created in it through
+the folder's descriptor; the Claude Code settings file stays the supervisor's, in the
+socket's directory, which the agent cannot write.
 """
 
 from __future__ import annotations
@@ -27,6 +34,13 @@ from ..harness.socket_client import (
     pointer_directories,
     pointer_file_name,
 )
+from ..private_files import (
+    create_file,
+    make_directories_as,
+    open_agent_directory,
+    open_own_directory,
+    replace_file,
+)
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -34,6 +48,7 @@ HTTP_ROUTE_ENV = "LIFECYCLE_HOOKS_HTTP"  # 1: open the HTTP route for any agent;
 HTTP_URL_ENV = "LIFECYCLE_HOOKS_HTTP_URL"
 HTTP_TOKEN_ENV = "LIFECYCLE_HOOKS_HTTP_TOKEN"
 CLAUDE_SETTINGS_ENV = "LIFECYCLE_HOOKS_CLAUDE_SETTINGS"
+CLAUDE_SETTINGS_NAME = "claude-settings.json"
 
 
 def wants_http_route(
@@ -71,7 +86,8 @@ class SessionChannel:
         self._received = 0
         self._count_lock = threading.Lock()
         self.socket_path = ""
-        self._pointer: Path | None = None
+        # The pointer folder's descriptor and the file's name: removed through it at close.
+        self._pointer: tuple[int, str] | None = None
         self._http: Any = None
 
     def deliver(self, message: dict[str, Any]) -> None:
@@ -107,15 +123,19 @@ class SessionChannel:
                 if settings is not None:
                     variables[CLAUDE_SETTINGS_ENV] = str(settings)
                     pointer["claude_settings"] = str(settings)
-        self._pointer = self._write_pointer(child_env, pointer)
+        self._write_pointer(child_env, pointer)
         return variables
 
     def close(self) -> None:
+        """Remove the pointer file (through the descriptor of the folder it was written in)
+        and stop the HTTP route."""
         if self._pointer is not None:
+            folder, name = self._pointer
             try:
-                self._pointer.unlink()
+                os.unlink(name, dir_fd=folder)
             except OSError:
                 pass
+            os.close(folder)
             self._pointer = None
         if self._http is not None:
             self._http.close()
@@ -123,79 +143,59 @@ class SessionChannel:
 
     def _write_claude_settings(self) -> Path | None:
         """A Claude Code settings file whose hooks post to this session's HTTP route, beside
-        the socket (in the supervisor's private directory): `claude --settings "$..."`."""
+        the socket (in the supervisor's private directory): `claude --settings "$..."`.
+
+        The agent only reads it, and it holds no secret (the token travels as a variable):
+        it stays the supervisor's, 0644, in a directory the agent can go through but not
+        change."""
         from ..harness.claude_hooks import http_hooks_settings
 
-        path = Path(self.socket_path).with_name("claude-settings.json")
+        path = Path(self.socket_path).with_name(CLAUDE_SETTINGS_NAME)
+        text = json.dumps(http_hooks_settings(self._http.url), indent=2)
         try:
-            _write_private(path, json.dumps(http_hooks_settings(self._http.url), indent=2))
-            if self._owner is not None:
-                os.chown(path, *self._owner)
+            folder = open_own_directory(str(path.parent))
+            try:
+                create_file(folder, path.name, text.encode("utf-8"), 0o644)
+            finally:
+                os.close(folder)
         except OSError as exc:
             log.warning("Claude Code settings for the HTTP route not written: %s", exc)
             return None
         return path
 
-    def _write_pointer(self, child_env: Mapping[str, str], pointer: dict[str, Any]) -> Path | None:
-        text = json.dumps(pointer)
+    def _write_pointer(self, child_env: Mapping[str, str], pointer: dict[str, Any]) -> None:
+        """The pointer file, in the first of the agent's pointer folders that can have it."""
+        data = json.dumps(pointer).encode("utf-8")
+        name = pointer_file_name(os.getpid())
         for folder in pointer_directories(child_env):
             try:
-                directory = _private_folder(Path(folder), self._owner)
-                path = directory / pointer_file_name(os.getpid())
-                _write_private(path, text)
-                if self._owner is not None:
-                    os.chown(path, *self._owner)
-                return path
+                descriptor = self._pointer_folder(folder)
             except OSError as exc:
                 log.debug("pointer file not written under %s: %s", folder, exc)
-        log.warning("no pointer file written: hooks find the supervisor by variable only")
-        return None
-
-
-def _private_folder(folder: Path, owner: tuple[int, int] | None) -> Path:
-    """`folder`, created 0700 where missing; no component below an existing directory may be
-    a symbolic link (the agent owns these folders, and the supervisor may be root)."""
-    base = folder
-    missing: list[str] = []
-    while not base.exists():
-        missing.append(base.name)
-        base = base.parent
-    # Where the existing part ends, every component we go through must be a real directory.
-    descriptor = os.open(base.resolve(), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in reversed(missing):
+                continue
             try:
-                os.mkdir(name, 0o700, dir_fd=descriptor)
-                if owner is not None:
-                    os.chown(name, *owner, dir_fd=descriptor, follow_symlinks=False)
-            except FileExistsError:
-                pass
-            child = os.open(
-                name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=descriptor
-            )
-            os.close(descriptor)
-            descriptor = child
-    finally:
-        os.close(descriptor)
-    resolved = base.resolve().joinpath(*reversed(missing))
-    if owner is not None:
-        # Root writing for another user: only into folders that user owns and can reach.
-        for checked in (resolved, resolved.parent):
-            if checked.stat().st_uid != owner[0]:
-                raise PermissionError(f"{checked} is not owned by the agent's user")
-    return resolved
+                replace_file(descriptor, name, data, 0o600, self._owner)
+            except OSError as exc:
+                os.close(descriptor)
+                log.debug("pointer file not written under %s: %s", folder, exc)
+                continue
+            self._pointer = (descriptor, name)
+            return
+        log.warning("no pointer file written: hooks find the supervisor by variable only")
 
+    def _pointer_folder(self, folder: str) -> int:
+        """A descriptor of the pointer folder, made where missing.
 
-def _write_private(path: Path, text: str) -> None:
-    """Write `text` to a new file at `path`, mode 0600, never through a link planted there."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.unlink()
-    except FileNotFoundError:
-        pass
-    descriptor = os.open(
-        temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
-    )
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+        For an agent of this process's own user, made as that user. For another user's
+        agent (the supervisor is root), the folder is the agent's, in the agent's space: a
+        missing one is made by the agent's user (`make_directories_as`), and it is used only
+        if, resolved, it is a directory of that user's (`open_agent_directory`)."""
+        if self._owner is None:
+            os.makedirs(folder, 0o700, exist_ok=True)
+            return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        uid, gid = self._owner
+        try:
+            return open_agent_directory(folder, uid)
+        except FileNotFoundError:
+            make_directories_as(folder, uid, gid)
+        return open_agent_directory(folder, uid)

@@ -1,8 +1,12 @@
 """The supervisor's event socket: a Unix stream socket through which `hook --dialect` and
 `status` hand runtime events to the running session (one JSON object per line).
 
-The socket lives in a private directory (mode 0700) so that only the agent's user can feed
-events in; its path reaches the child as `LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
+The socket lives in a private directory of the supervisor's, which nobody else can write
+(mode 0700; 0711 when a root supervisor serves an agent of another user), and the socket
+itself (mode 0600) is the agent's user's, so that only that user can feed events in: the
+agent can reach the socket but never rename or replace anything beside it, so nothing root
+does there can be turned by a planted link (private_files.py). Its path reaches the child as
+`LIFECYCLE_HOOKS_SOCKET`. Whatever writes to it is
 the agent, so it is untrusted: no client can stall the others, and nothing a client sends can
 raise out of the server (docs/security.md).
 """
@@ -38,6 +42,7 @@ MAX_CONNECTIONS = 64
 # holds up the others (connections are served concurrently).
 MESSAGE_DEADLINE = 5.0  # seconds
 LISTEN_BACKLOG = 128
+SOCKET_NAME = "events.sock"
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
 _READ_SIZE = 65536
 STOPPING = "session_stopping"  # lines left unread in the backlog when the server closes
@@ -78,26 +83,31 @@ class EventServer:
         clock: Callable[[], float] = time.monotonic,
         undelivered: Callable[[int], None] | None = None,
     ) -> None:
-        """`owner`: (uid, gid) to hand the socket and its directory to, when the agent runs
-        as another user than the supervisor (root). `refuse(reason)` counts what was refused
-        (default: a log line). `undelivered(total)` is given the senders' running count of
-        lines they could not deliver (`harness.socket_client.record_undelivered`), read
-        every `UNDELIVERED_CHECK_INTERVAL` and at close."""
+        """`owner`: (uid, gid) to hand the socket to, when the agent runs as another user
+        than the supervisor (root); the directory stays the supervisor's. `refuse(reason)`
+        counts what was refused (default: a log line). `undelivered(total)` is given the
+        senders' running count of lines they could not deliver
+        (`harness.socket_client.record_undelivered`), read every `UNDELIVERED_CHECK_INTERVAL`
+        and at close, from a file made here for the agent's user."""
         self._deliver = deliver
         self._refuse = refuse or _log_refusal
         self._undelivered = undelivered
         self._owner_uid = owner[0] if owner is not None else os.getuid()
         self._clock = clock
         self._next_loss_check = clock() + UNDELIVERED_CHECK_INTERVAL
-        self._dir = _private_directory(directory)
-        self.path = str(self._dir / "events.sock")
+        self._dir, self._dir_fd = _private_directory(directory, reachable=owner is not None)
+        self._dir_lock = threading.Lock()  # the descriptor is closed at close()
+        self.path = str(self._dir / SOCKET_NAME)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.path)
-        if owner is not None:
-            os.chown(self._dir, *owner)
-            os.chown(self.path, *owner)
-        if undelivered is not None:
-            _create_counter(self._dir, UNDELIVERED_FILE, owner)
+        try:
+            self._sock.bind(self.path)
+            _hand_socket_to(self._dir_fd, owner)
+            if undelivered is not None:
+                _create_counter(self._dir_fd, owner)
+        except BaseException:
+            self._sock.close()
+            _remove_private_directory(self._dir, self._dir_fd)
+            raise
         self._sock.listen(LISTEN_BACKLOG)
         self._sock.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -318,22 +328,20 @@ class EventServer:
     def check_undelivered(self) -> None:
         """Hand the senders' count of undelivered lines to `undelivered`, when it can be read.
 
-        The file sits in a directory the agent's user owns: it is looked at through a
-        descriptor of that directory opened without following a link, with an lstat of the
-        name (never opened, never followed), and taken only as a regular file of the agent's
-        user (or ours). Its size is the count; the agent can only make its own count wrong."""
+        The file was made here, in the supervisor's own directory, for the agent's user, who
+        may write it (and so set its size) but not replace it. It is looked at through the
+        directory's descriptor with an lstat (never opened, never followed) and taken only as
+        a regular file of the agent's user (or ours). Its size is the count; the agent can
+        only make its own count wrong."""
         if self._undelivered is None:
             return
-        try:
-            directory = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            return
-        try:
-            info = os.stat(UNDELIVERED_FILE, dir_fd=directory, follow_symlinks=False)
-        except OSError:
-            return  # none yet: nothing was lost
-        finally:
-            os.close(directory)
+        with self._dir_lock:
+            if self._dir_fd < 0:
+                return  # closed
+            try:
+                info = os.stat(UNDELIVERED_FILE, dir_fd=self._dir_fd, follow_symlinks=False)
+            except OSError:
+                return
         if not stat.S_ISREG(info.st_mode) or info.st_uid not in (self._owner_uid, os.getuid()):
             return
         try:
@@ -368,52 +376,20 @@ class EventServer:
         self._wake_w.close()
         # The last count: senders that gave up while the agent was ending.
         self.check_undelivered()
-        _unlink_in(self._dir, UNDELIVERED_FILE)
-        try:
-            os.unlink(self.path)
-            os.rmdir(self._dir)
-        except OSError:  # something else was left in it (an agent running as its owner)
-            import shutil
-
-            shutil.rmtree(self._dir, ignore_errors=True)
+        with self._dir_lock:
+            _remove_private_directory(self._dir, self._dir_fd)  # the counter's file with it
+            self._dir_fd = -1
 
 
-def _create_counter(directory: Path, name: str, owner: tuple[int, int] | None) -> None:
-    """An empty `name` in `directory` that the agent's user may append to, made here so that
-    senders need no right to create files beside the socket: exclusive, never through a
-    link, handed over through its descriptor. When it cannot be made, senders make it."""
-    try:
-        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return
-    try:
-        descriptor = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
-        )
-    except OSError:
-        return
-    finally:
-        os.close(folder)
+def _create_counter(directory: int, owner: tuple[int, int] | None) -> None:
+    """An empty `UNDELIVERED_FILE` in `directory` (a descriptor) that the agent's user may
+    append to, made here since senders may not create files beside the socket: exclusive,
+    never through a link, handed over through its descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(UNDELIVERED_FILE, flags, 0o600, dir_fd=directory)
     try:
         if owner is not None:
             os.fchown(descriptor, *owner)
-    except OSError:
-        log.debug("event socket: the undelivered count's file not handed over", exc_info=True)
-    finally:
-        os.close(descriptor)
-
-
-def _unlink_in(directory: Path, name: str) -> None:
-    """Remove `name` from `directory` (an unlink never follows a link), through a descriptor
-    of the directory opened without following one."""
-    try:
-        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return
-    try:
-        os.unlink(name, dir_fd=descriptor)
-    except OSError:
-        pass
     finally:
         os.close(descriptor)
 
@@ -422,8 +398,10 @@ def _log_refusal(reason: str) -> None:
     log.warning("event socket: a message was refused: %s", reason)
 
 
-def _private_directory(parent: str | None) -> Path:
-    """A new directory only we can enter, under `parent` or the temporary directory.
+def _private_directory(parent: str | None, reachable: bool) -> tuple[Path, int]:
+    """A new directory of ours under `parent` or the temporary directory, and a descriptor of
+    it: mode 0700, or 0711 when `reachable` (root serving another user's agent, who may go
+    through it to the socket but neither list nor change what is in it).
 
     What `tempfile.mkdtemp` does; importing tempfile (and the shutil, bz2 and lzma it pulls
     in) would cost every `run` about 2 ms.
@@ -435,6 +413,45 @@ def _private_directory(parent: str | None) -> Path:
             os.mkdir(path, 0o700)
         except FileExistsError:
             continue
-        os.chmod(path, 0o700)  # whatever the umask
-        return path
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            # What we opened is what mkdir made: ours, and changed through its descriptor.
+            if os.fstat(descriptor).st_uid != os.geteuid():
+                raise PermissionError(f"{path}: not the directory this process just made")
+            os.fchmod(descriptor, 0o711 if reachable else 0o700)  # whatever the umask
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return path, descriptor
     raise FileExistsError(f"no free directory name under {base}")
+
+
+def _hand_socket_to(directory: int, owner: tuple[int, int] | None) -> None:
+    """Make the socket just bound in `directory` (a descriptor) usable by `owner` alone.
+
+    Only this process can change what is in the directory (it is ours and writable by no
+    one else), so the name is the socket bind made; still, nothing here follows a link."""
+    info = os.stat(SOCKET_NAME, dir_fd=directory, follow_symlinks=False)
+    if not stat.S_ISSOCK(info.st_mode):
+        raise PermissionError(f"{SOCKET_NAME} in the socket directory is not the bound socket")
+    if owner is not None:
+        os.chown(SOCKET_NAME, *owner, dir_fd=directory, follow_symlinks=False)
+    # Connecting takes write permission on the socket: its owner's alone.
+    os.chmod(SOCKET_NAME, 0o600, dir_fd=directory)
+
+
+def _remove_private_directory(path: Path, directory: int) -> None:
+    """Empty the directory through its descriptor (only this process wrote in it: the
+    socket, the Claude Code settings file and the undelivered count), remove it, close the
+    descriptor."""
+    try:
+        for name in os.listdir(directory):
+            try:
+                os.unlink(name, dir_fd=directory)
+            except OSError:
+                pass
+        os.rmdir(path)
+    except OSError:
+        pass
+    finally:
+        os.close(directory)

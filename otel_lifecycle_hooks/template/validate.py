@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..events import ALL_EVENTS, DEBOUNCEABLE_EVENTS, RUNTIME_EVENTS, TEMPLATE_EVENTS
+from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host
 from .durations import DurationError, parse_duration
 from .model import (
     ACTION_TYPES,
@@ -1078,8 +1079,8 @@ def _read_url(
             r.report(
                 located,
                 "action.url",
-                f"sends credentials ({credential}) over plain http; use https:// "
-                "(plain http is allowed only to a loopback host)",
+                f"sends credentials ({credential}) over plain http to {host!r}; use https:// "
+                f"(plain http is allowed only to a loopback host: {LOOPBACK_FORMS})",
             )
     return url
 
@@ -1103,6 +1104,9 @@ def _authority_problem(url: str) -> str | None:
         return "has a port that is not a number from 1 to 65535"
     if not parts.hostname:
         return "has no host; write e.g. https://example.com/hook"
+    ambiguous = ambiguous_host_reason(parts.hostname)
+    if ambiguous is not None:
+        return ambiguous
     if port == 0:
         return "has port 0; a port is a number from 1 to 65535"
     return None
@@ -1131,10 +1135,8 @@ def _userinfo_reason(url: str) -> str | None:
     return "a user name and password in the URL" if "@" in netloc else None
 
 
-def _is_loopback(host: str) -> bool:
-    from ..loopback import is_loopback_host  # the one definition the guard and client use
-
-    return is_loopback_host(host)
+# The one definition the guard and the client use; a name of its own for the template rules.
+_is_loopback = is_loopback_host
 
 
 # --- response captures (warnings) ---------------------------------------------------------

@@ -26,7 +26,7 @@ HOSTS = [
     ("[::ffff:127.0.0.1]", True),
     ("localhost", True),
     ("LocalHost", True),
-    ("localhost.", True),
+    ("localhost.", False),  # the root-qualified name may go to DNS: not loopback
     ("127.hooks.example", False),  # a name that starts with 127 is a name
     ("localhost.example", False),
     ("127.1", False),  # not an address literal ipaddress accepts: never trusted as loopback

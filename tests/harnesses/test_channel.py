@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -228,19 +230,27 @@ def test_as_root_for_another_user_a_pointer_folder_the_agent_linked_elsewhere_is
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the supervisor writes for another user only as root")
-def test_as_root_for_another_user_the_pointer_file_belongs_to_that_user(tmp_path: Path) -> None:
+def test_as_root_for_another_user_the_pointer_file_belongs_to_that_user() -> None:
     nobody = (65534, 65534)
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chown(home, *nobody)
-    channel = SessionChannel(Received(), owner=nobody)
+    # The agent's user makes the missing folders itself: its home must be within its reach
+    # (pytest's tmp_path is not).
+    top = Path(tempfile.mkdtemp(prefix="olh-channel-"))
     try:
-        channel.open(str(tmp_path / "events.sock"), {"HOME": str(home)})
-        [pointer] = (home / ".local/state/otel-lifecycle-hooks/run").glob("supervisor-*.json")
-        assert (pointer.stat().st_uid, stat.S_IMODE(pointer.stat().st_mode)) == (65534, 0o600)
-        assert pointer.parent.stat().st_uid == 65534
+        top.chmod(0o755)
+        home = top / "home"
+        home.mkdir()
+        os.chown(home, *nobody)
+        channel = SessionChannel(Received(), owner=nobody)
+        try:
+            channel.open(str(top / "events.sock"), {"HOME": str(home)})
+            [pointer] = (home / ".local/state/otel-lifecycle-hooks/run").glob("supervisor-*.json")
+            assert (pointer.stat().st_uid, stat.S_IMODE(pointer.stat().st_mode)) == (65534, 0o600)
+            assert pointer.parent.stat().st_uid == 65534
+        finally:
+            channel.close()
+        assert not pointer.exists()
     finally:
-        channel.close()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_doctor_never_sends_the_token_to_an_address_that_is_not_loopback(tmp_path: Path) -> None:

@@ -109,9 +109,14 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class _QuietServer6(_QuietServer):
+    address_family = socket.AF_INET6
+
+
 class TargetServer:
     """A ThreadingHTTPServer on 127.0.0.1 (port 0) in a daemon thread. Context manager.
-    `host` may be another loopback address (127.0.0.2 plays an attacker's server)."""
+    `host` may be another loopback address (127.0.0.2 plays an attacker's server, ::1 the
+    IPv6 loopback)."""
 
     def __init__(self, tls: tuple[Path, Path] | None = None, host: str = "127.0.0.1") -> None:
         self.requests: list[RecordedRequest] = []
@@ -120,7 +125,8 @@ class TargetServer:
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self.host = host
-        self._server = _QuietServer((host, 0), _handler_class(self))
+        server_class = _QuietServer6 if ":" in host else _QuietServer
+        self._server = server_class((host, 0), _handler_class(self))
         self.scheme = "http"
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -139,7 +145,8 @@ class TargetServer:
         return int(self._server.server_address[1])
 
     def url(self, path: str = "/", host: str | None = None) -> str:
-        return f"{self.scheme}://{host or self.host}:{self.port}{path}"
+        host = host or (f"[{self.host}]" if ":" in self.host else self.host)
+        return f"{self.scheme}://{host}:{self.port}{path}"
 
     def on(self, path: str, *replies: Reply) -> None:
         """Queue replies for `path` (without query string), used once each in order."""
