@@ -7,6 +7,15 @@ output of scripts, for someone tailing the file.
 While `run` (or the in-process `hook`) runs, the package's logged warnings and errors are lines
 of it too (`diagnostics_to`), as `warning: ...` and `error: ...`.
 
+The file is rotated at a size bound, so that a flood cannot fill the disk: before a write would
+take it past `LIFECYCLE_HOOKS_LOG_MAX_BYTES` (default 20 MiB), `agent.log` becomes `agent.log.1`,
+`.1` becomes `.2`, and so on; `LIFECYCLE_HOOKS_LOG_KEEP` rotated files are kept (default 3, so
+at most 80 MiB). The log may sit in a directory the agent can write (its `$HOME`) while the
+supervisor writing it is root: every name is used relative to a descriptor of the directory,
+and in a directory another user may write the file is opened with O_NOFOLLOW and written only
+when it is a regular file with one link, owned by this process's user; a rename or unlink never
+follows a link, so a link planted at `agent.log.2` is replaced, not written through.
+
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
 to every line. Control characters (C0, C1, bidirectional controls: `controls.py`) are escaped,
 so no value can forge, split or reorder a line, nor send escape sequences to a terminal.
@@ -22,6 +31,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +43,12 @@ from .controls import escape_controls
 log = logging.getLogger("otel_lifecycle_hooks.hooklog")
 
 LOG_ENV = "OTEL_LIFECYCLE_HOOKS_LOG"
+MAX_BYTES_ENV = "LIFECYCLE_HOOKS_LOG_MAX_BYTES"
+KEEP_ENV = "LIFECYCLE_HOOKS_LOG_KEEP"
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_KEEP = 3
+MIN_MAX_BYTES = 4096  # below this a file could not hold a few lines: a setting's mistake
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 # Compiled at its first use (for `run`, the first line written, after its agent's start), not
@@ -50,6 +66,33 @@ def default_hook_log_path(environ: Mapping[str, str]) -> Path:
         return Path(explicit)
     home = environ.get("HOME") or str(Path.home())
     return Path(home) / "agent.log"
+
+
+def rotation_limits(environ: Mapping[str, str]) -> tuple[int, int]:
+    """(max bytes of the current file, rotated files kept) from `environ`; a value that is
+    not a whole number at or above its minimum is reported and the default used."""
+    return (
+        _whole_number(environ, MAX_BYTES_ENV, DEFAULT_MAX_BYTES, MIN_MAX_BYTES),
+        _whole_number(environ, KEEP_ENV, DEFAULT_KEEP, 0),
+    )
+
+
+def _whole_number(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    if text.isdigit() and int(text) >= minimum:
+        return int(text)
+    log.warning(
+        "%s=%r: write a whole number of at least %d; using %d", name, text, minimum, default
+    )
+    return default
+
+
+def rotated_log_path(path: str | os.PathLike[str], number: int) -> Path:
+    """The `number`th rotated file of the hook log at `path` (1: the most recent)."""
+    base = Path(path)
+    return base.with_name(f"{base.name}.{number}")
 
 
 def format_timestamp(at: float) -> str:
@@ -113,13 +156,29 @@ class HookLog:
     """Appends lines to the hook log file. Thread-safe; never raises into callers."""
 
     def __init__(
-        self, path: str | os.PathLike[str], redact: Callable[[str], str] | None = None
+        self,
+        path: str | os.PathLike[str],
+        redact: Callable[[str], str] | None = None,
+        *,
+        max_bytes: int | None = None,
+        keep: int | None = None,
+        environ: Mapping[str, str] | None = None,
+        quiet: bool = False,
     ) -> None:
+        """`max_bytes` and `keep` bound the file (module docstring); unset, they come from
+        `environ` (default: this process's environment). `quiet`: a failure to write is not
+        reported (the caller says what went wrong its own way)."""
         self.path = Path(path)
         self._redact = redact
+        limits = rotation_limits(os.environ if environ is None else environ)
+        self.max_bytes = limits[0] if max_bytes is None else max(max_bytes, 1)
+        self.keep = limits[1] if keep is None else max(keep, 0)
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._dir_fd: int | None = None
+        self._guarded = True  # the directory may hold what another user planted (`_open`)
         self._healthy = True
+        self._quiet = quiet
 
     @property
     def healthy(self) -> bool:
@@ -184,29 +243,98 @@ class HookLog:
         with self._lock:
             try:
                 if self._fd is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    # O_APPEND: lines from several processes (supervisor, hook commands)
-                    # land whole, one after another.
-                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                    self._fd = self._open()
+                info = os.fstat(self._fd)
+                # Only a regular file rotates (not /dev/stderr): its size is what it holds.
+                if (
+                    stat.S_ISREG(info.st_mode)
+                    and info.st_size
+                    and info.st_size + len(data) > self.max_bytes
+                ):
+                    self._rotate()
                 view = memoryview(data)
                 while view:
                     view = view[os.write(self._fd, view) :]
             except OSError as exc:
                 self._close_fd()
-                self._report("write", str(exc))
+                self._report("write", exc.strerror or str(exc))
 
-    def _close_fd(self) -> None:
+    def _open(self) -> int:
+        """The log's descriptor, through a descriptor of its directory (kept for renames).
+
+        In a directory another user may write (the agent's `$HOME`, /tmp), the log is opened
+        without following a link and written only as a regular file with one name, owned by
+        this process's user. In a directory only this user or root can write (/dev, /var/log),
+        nothing there can have been planted: the name is opened as given (`/dev/stderr`)."""
+        if self._dir_fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            folder = os.fstat(self._dir_fd)
+            self._guarded = folder.st_uid not in (os.geteuid(), 0) or bool(folder.st_mode & 0o022)
+        # O_APPEND: lines from several processes (supervisor, hook commands) land whole, one
+        # after another. O_NONBLOCK: a FIFO planted at the name never holds the writer.
+        flags = _OPEN_FLAGS if self._guarded else _OPEN_FLAGS & ~os.O_NOFOLLOW
+        descriptor = os.open(self.path.name, flags, 0o600, dir_fd=self._dir_fd)
+        if not self._guarded:
+            return descriptor
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
+            os.close(descriptor)
+            # Another user's file, a device or a second name of a file: never written to.
+            raise OSError(0, "not a regular file of this user with one name; not written")
+        return descriptor
+
+    def _rotate(self) -> None:
+        """`agent.log` becomes `.1`, `.1` becomes `.2`, ...; beyond `keep`, removed; then a
+        new `agent.log` is opened. When the name no longer is our file (another process
+        rotated it), only the new file is opened. Renames and unlinks act on names in the
+        directory we hold, never through a link."""
+        assert self._fd is not None and self._dir_fd is not None
+        directory, name = self._dir_fd, self.path.name
+        try:
+            current = os.stat(name, dir_fd=directory, follow_symlinks=False)
+            ours = os.fstat(self._fd)
+            if (current.st_dev, current.st_ino) == (ours.st_dev, ours.st_ino):
+                _unlink_at(f"{name}.{self.keep + 1}", directory)
+                for number in range(self.keep, 0, -1):
+                    older = name if number == 1 else f"{name}.{number - 1}"
+                    try:
+                        os.rename(
+                            older, f"{name}.{number}", src_dir_fd=directory, dst_dir_fd=directory
+                        )
+                    except FileNotFoundError:
+                        pass
+                _unlink_at(name, directory)  # keep == 0: nothing is kept
+        except FileNotFoundError:
+            pass  # gone already: a new file is opened
+        self._close_fd(keep_directory=True)
+        self._fd = self._open()
+
+    def _close_fd(self, keep_directory: bool = False) -> None:
         if self._fd is not None:
             try:
                 os.close(self._fd)
             except OSError:
                 pass
             self._fd = None
+        if self._dir_fd is not None and not keep_directory:
+            try:
+                os.close(self._dir_fd)
+            except OSError:
+                pass
+            self._dir_fd = None
 
     def _report(self, what: str, detail: str) -> None:
-        if self._healthy:
+        if self._healthy and not self._quiet:
             log.error("hook log %s: could not %s (%s); hooks keep running", self.path, what, detail)
         self._healthy = False
+
+
+def _unlink_at(name: str, directory: int) -> None:
+    try:
+        os.unlink(name, dir_fd=directory)
+    except FileNotFoundError:
+        pass
 
 
 class DiagnosticsHandler(logging.Handler):

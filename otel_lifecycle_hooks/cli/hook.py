@@ -291,9 +291,8 @@ def _deliver(
 
 
 def log(message: str, environ: Mapping[str, str] | None = None) -> None:
-    """One line to stderr and one appended to the hook log; never raises."""
-    import time
-
+    """One line to stderr and one appended to the hook log (rotated at its size bound, as the
+    supervisor's lines are: hooklog.py); never raises."""
     env = os.environ if environ is None else environ
     line = message.replace("\n", " ")
     try:
@@ -302,14 +301,11 @@ def log(message: str, environ: Mapping[str, str] | None = None) -> None:
         pass
     home = env.get("HOME") or os.path.expanduser("~")
     path = env.get(LOG_ENV) or env.get(LEGACY_LOG_ENV) or os.path.join(home, "agent.log")
-    from ..hooklog import format_timestamp  # only when there is something to say
+    from ..hooklog import HookLog  # only when there is something to say
 
-    stamp = format_timestamp(time.time())  # milliseconds, as the supervisor's lines
-    try:
-        with open(path, "a", encoding="utf-8") as hook_log:
-            hook_log.write(f"{stamp} [hook] {line}\n")
-    except OSError:
-        pass
+    hook_log = HookLog(path, environ=env, quiet=True)
+    hook_log.write(f"[hook] {line}")
+    hook_log.close()
 
 
 def add_parser(subparsers: Any) -> None:

@@ -22,6 +22,11 @@ client, it finds its supervisor through the pointer file that supervisor wrote f
   two events); the server handles them in that order.
 - A server ignores lines it cannot parse, or of a version or kind it does not know, logging
   them; it never answers, so a client can never block on it.
+- A client that could not deliver its lines (nothing accepted within its budget, or the write
+  failed) appends one byte per line to `UNDELIVERED_FILE` beside the socket, in the socket's
+  private directory (only the agent's user and the supervisor reach it). The supervisor counts
+  that file's growth as lines refused for reason `undelivered`, so that what a sender lost is
+  counted where its own refusals are.
 
 Everything here is standard library: it runs inside `hook`, once per harness event.
 """
@@ -59,6 +64,17 @@ CONNECT_TIMEOUT = 0.2  # seconds; a hook must never hold up its harness
 SEND_TIMEOUT = 1.0  # seconds for the whole write, once connected
 MAX_LINE_BYTES = 1024 * 1024
 MAX_MESSAGE_CHARS = 4096
+# Beside the socket: its size is how many lines senders could not deliver (one byte each).
+UNDELIVERED_FILE = "undelivered"
+# O_NONBLOCK: a FIFO at that name fails the open instead of holding the sender.
+_UNDELIVERED_FLAGS = (
+    os.O_WRONLY
+    | os.O_APPEND
+    | os.O_CREAT
+    | os.O_NONBLOCK
+    | getattr(os, "O_NOFOLLOW", 0)
+    | os.O_CLOEXEC
+)
 _EAGAIN, _EWOULDBLOCK = errno.EAGAIN, errno.EWOULDBLOCK
 
 
@@ -185,17 +201,50 @@ def send_lines(
     path: str, objects: Iterable[Mapping[str, Any]], served_by: int | None = None
 ) -> None:
     """Connect to `path`, write one line per object, close. With `served_by` (a pid, from a
-    pointer file), nothing is written unless that very process serves the socket."""
-    payload = b"".join(encode(obj) for obj in objects)
-    connection = _connect(path)
+    pointer file), nothing is written unless that very process serves the socket. When the
+    connect or the write fails (an `OSError`, raised on), the lines are first recorded as
+    undelivered (`record_undelivered`); not when the socket is another process's (nothing
+    of this session's is kept beside it)."""
+    lines = [encode(obj) for obj in objects]
+    try:
+        connection = _connect(path)
+    except OSError:
+        record_undelivered(path, len(lines))
+        raise
     try:
         if served_by is not None:
             _check_server(connection, path, served_by)
         connection.settimeout(SEND_TIMEOUT)
-        connection.sendall(payload)
-        connection.shutdown(_socket.SHUT_WR)
+        try:
+            connection.sendall(b"".join(lines))
+            connection.shutdown(_socket.SHUT_WR)
+        except OSError:
+            record_undelivered(path, len(lines))
+            raise
     finally:
         connection.close()
+
+
+def record_undelivered(path: str, lines: int) -> bool:
+    """Append one byte per undelivered line to `UNDELIVERED_FILE` beside the socket at
+    `path`, for its supervisor to count; False when that was not possible (no such
+    directory: no supervisor left to count it).
+
+    One append of a few bytes: cheap, atomic among concurrent senders (O_APPEND), and it
+    survives the sender. Never through a link planted at the file's name (O_NOFOLLOW)."""
+    if lines <= 0:
+        return True
+    name = os.path.join(os.path.dirname(path) or ".", UNDELIVERED_FILE)
+    try:
+        descriptor = os.open(name, _UNDELIVERED_FLAGS, 0o600)
+    except OSError:
+        return False
+    try:
+        return os.write(descriptor, b"." * lines) == lines
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)
 
 
 def _connect(path: str) -> _socket.socket:

@@ -7,9 +7,13 @@ everything. Unset, the journal keeps `DEFAULT_RETENTION`: the newest 50,000 exec
 bound on its size (docs/reliability.md states the bytes per delivery) that does not depend on
 any clock being right.
 
-The supervisor applies it when it starts and then every `APPLY_EVERY` seconds from a thread of
-its own (indexed DELETEs of at most `CHUNK_ROWS` executions per transaction, so that a hook's
-journal write never waits long behind a large first pass); `history` honours it as it
+The supervisor applies it when it starts, then every `APPLY_EVERY` seconds, and, so that a
+flood cannot grow the journal past its row bound until the next hourly pass, again each time
+`$LIFECYCLE_HOOKS_JOURNAL_RETENTION_EVERY` executions (default `DEFAULT_APPLY_EVERY_ROWS`) have
+been written since the last pass: a bound of N rows holds at N plus that many, plus what is
+written during one pass. Passes run on a thread of their own (indexed DELETEs of at most
+`CHUNK_ROWS` executions per transaction, so that a hook's journal write never waits long
+behind a large first pass), on SQLite and PostgreSQL alike; `history` honours it as it
 reads, so rows past the limits are never shown even before a supervisor deletes them. An
 execution goes with its attempts; a session row goes once it ended (or was recovered) and is
 older than the age limit, never while its hooks may still be owed.
@@ -29,6 +33,8 @@ log = logging.getLogger("otel_lifecycle_hooks.journal")
 RETENTION_ENV = "LIFECYCLE_HOOKS_JOURNAL_RETENTION"
 DEFAULT_RETENTION = "50000rows"
 APPLY_EVERY = 3600.0  # seconds between two passes of a long-running supervisor
+APPLY_EVERY_ROWS_ENV = "LIFECYCLE_HOOKS_JOURNAL_RETENTION_EVERY"
+DEFAULT_APPLY_EVERY_ROWS = 1000  # executions written between two passes, at most
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _ROWS = re.compile(r"(\d+)\s*rows?")
@@ -99,6 +105,23 @@ def retention_from(environ: Mapping[str, str]) -> Retention:
         return parse_retention(DEFAULT_RETENTION)
 
 
+def apply_every_rows(environ: Mapping[str, str]) -> int:
+    """`$LIFECYCLE_HOOKS_JOURNAL_RETENTION_EVERY`: executions written between two passes; a
+    value that is not a whole number of at least 1 is reported and the default used."""
+    text = environ.get(APPLY_EVERY_ROWS_ENV, "").strip()
+    if not text:
+        return DEFAULT_APPLY_EVERY_ROWS
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    log.warning(
+        "%s=%r: write a whole number of executions, at least 1; using %d",
+        APPLY_EVERY_ROWS_ENV,
+        text,
+        DEFAULT_APPLY_EVERY_ROWS,
+    )
+    return DEFAULT_APPLY_EVERY_ROWS
+
+
 _BEYOND_ROWS = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
 CHUNK_ROWS = 2000  # executions deleted per transaction: a writer never waits long behind one
 
@@ -167,20 +190,45 @@ def visible_filters(
 
 
 class RetentionKeeper:
-    """Applies `retention` to `journal` now and every `interval` seconds, on its own daemon
-    thread, until stopped: a large first pass never delays the agent's start."""
+    """Applies `retention` to `journal` now, every `interval` seconds, and whenever
+    `every_rows` executions were `written` since the last pass, on its own daemon thread,
+    until stopped: a large first pass never delays the agent's start, and a flood never
+    waits for the hourly pass."""
 
-    def __init__(self, journal: Any, retention: Retention, interval: float = APPLY_EVERY):
+    def __init__(
+        self,
+        journal: Any,
+        retention: Retention,
+        interval: float = APPLY_EVERY,
+        every_rows: int = DEFAULT_APPLY_EVERY_ROWS,
+    ):
         self._journal = journal
         self._retention = retention
         self._interval = interval
+        self._every_rows = max(1, every_rows)
         self._stopped = threading.Event()
+        self._wake = threading.Event()  # set by stop, or by enough rows written
+        self._written = 0  # executions written since the last pass began
+        self._count_lock = threading.Lock()
         self.passes = 0
         self._thread = threading.Thread(target=self._keep, name="journal-retention", daemon=True)
         self._thread.start()
 
+    def written(self, executions: int = 1) -> None:
+        """`executions` more rows were written: a pass is due once `every_rows` have been
+        (nothing to count when only an age limit is set)."""
+        if self._retention.max_rows is None:
+            return
+        with self._count_lock:
+            self._written += executions
+            due = self._written >= self._every_rows
+        if due:
+            self._wake.set()
+
     def _keep(self) -> None:
         while True:
+            with self._count_lock:
+                self._written = 0
             try:
                 removed = self._journal.apply_retention(self._retention)
                 if removed:
@@ -192,11 +240,14 @@ class RetentionKeeper:
             except Exception:  # the journal reports its own failures; hooks go on
                 log.debug("journal retention failed", exc_info=True)
             self.passes += 1
-            if self._stopped.wait(self._interval):
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stopped.is_set():
                 return
 
     def stop(self) -> None:
         self._stopped.set()
+        self._wake.set()
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)

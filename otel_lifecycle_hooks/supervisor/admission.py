@@ -8,7 +8,9 @@ keeps only the fields its event may carry (harness/reported.py); each field drop
 too. Nothing the agent sends can raise out of here.
 
 The counts are `IngressCounts`: read by the supervisor at exit (one log line), and the metric
-`agent.lifecycle.ingress.refused` {reason, event} when a meter provider is given.
+`agent.lifecycle.ingress.refused` {reason, event} when a meter provider is given. Lines a sender
+could not deliver at all (the supervisor busy, its backlog full) are counted there too, reason
+`undelivered`, from the running count senders keep beside the socket (`sender_losses`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..harness.reported import safe_text
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 REFUSED_METRIC = "agent.lifecycle.ingress.refused"
+UNDELIVERED = "undelivered"  # the reason for what senders report they could not deliver
 STATUS_SIGNALS = frozenset({"ask_user", "blocked", "task_completed", "limits_exceeded"})
 WIRE_VERSION = 1
 MAX_STATUS_MESSAGE_CHARS = 4096
@@ -61,6 +64,7 @@ class IngressCounts:
         self._counts: Counter[str] = Counter()
         self._clock = clock
         self._logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, suppressed)
+        self._losses_seen = 0  # the senders' running count of undelivered lines, last read
         self._metric = None
         if meter_provider is not None:
             meter = meter_provider.get_meter("otel_lifecycle_hooks")
@@ -70,35 +74,51 @@ class IngressCounts:
                 description="Messages and fields from the agent the supervisor refused",
             )
 
-    def refuse(self, reason: str, detail: str = "", event: str = "") -> None:
-        """Count one refusal of `reason`; log it unless that reason is logging too often.
+    def refuse(self, reason: str, detail: str = "", event: str = "", count: int = 1) -> None:
+        """Count `count` refusals of `reason`; log it unless that reason is logging too often.
         `detail` must never hold what the agent sent (it may be a secret)."""
         with self._lock:
-            self._counts[reason] += 1
-            line = self._log_line(reason)
-        if self._metric is not None:
-            attributes = {"reason": reason, **({"event": event} if event else {})}
-            try:
-                self._metric.add(1, attributes)
-            except Exception:  # telemetry never throws into the caller's path
-                log.debug("ingress metric failed", exc_info=True)
+            self._counts[reason] += count
+            line = self._log_line(reason, count)
+        self._add_metric(reason, event, count)
         if line is not None:
             suffix = f" ({line} more not logged)" if line else ""
             log.warning(
                 "agent input refused: %s%s%s", reason, f": {detail}" if detail else "", suffix
             )
 
-    def _log_line(self, reason: str) -> int | None:
+    def sender_losses(self, total: int) -> None:
+        """Take the senders' running count of lines they could not deliver (the size of
+        `harness.socket_client.UNDELIVERED_FILE`); what it grew by since the last call is
+        counted as refused, reason `undelivered`. The agent's user keeps that count, so it
+        can only inflate its own losses: a count that went down (its file truncated) is the
+        new starting point, and nothing counted before is ever taken back."""
+        with self._lock:
+            added = total - self._losses_seen
+            self._losses_seen = total
+        if added > 0:
+            self.refuse(UNDELIVERED, "lines a sender could not deliver", count=added)
+
+    def _add_metric(self, reason: str, event: str, count: int) -> None:
+        if self._metric is not None:
+            attributes = {"reason": reason, **({"event": event} if event else {})}
+            try:
+                self._metric.add(count, attributes)
+            except Exception:  # telemetry never throws into the caller's path
+                log.debug("ingress metric failed", exc_info=True)
+
+    def _log_line(self, reason: str, count: int = 1) -> int | None:
         """None: do not log; else how many of this reason went unlogged since the last line."""
         now = self._clock()
         if self._counts[reason] <= LOG_BURST:
             self._logged[reason] = (now, 0)  # the interval starts at the burst's last line
             return 0
-        last, suppressed = self._logged[reason]
+        # A first report of several at once (sender losses) may pass the burst in one step.
+        last, suppressed = self._logged.get(reason, (now - LOG_INTERVAL, 0))
         if now - last >= LOG_INTERVAL:
             self._logged[reason] = (now, 0)
             return suppressed
-        self._logged[reason] = (last, suppressed + 1)
+        self._logged[reason] = (last, suppressed + count)
         return None
 
     def snapshot(self) -> dict[str, int]:
@@ -111,10 +131,14 @@ class IngressCounts:
             return sum(self._counts.values())
 
     def summary(self) -> str:
-        """One line for the end of the run: `refused 3 (not_json: 2, unknown_status: 1)`."""
+        """One line for the end of the run: `refused 3 (not_json: 2, unknown_status: 1)`, and
+        `, undelivered 20` when senders could not deliver lines (counted apart: the
+        supervisor never saw them)."""
         counts = self.snapshot()
+        lost = counts.pop(UNDELIVERED, 0)
         parts = ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items()))
-        return f"refused {sum(counts.values())} ({parts})" if counts else "refused 0"
+        text = f"refused {sum(counts.values())} ({parts})" if counts else "refused 0"
+        return f"{text}, undelivered {lost}" if lost else text
 
 
 class Admission:

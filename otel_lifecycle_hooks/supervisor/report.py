@@ -33,6 +33,11 @@ MESSAGE_LIMIT = 160
 PROBLEM_OUTCOMES = ("failed", "timeout", "refused")
 # How a line is painted: a problem red, a warning (a retry, a drop) yellow.
 PROBLEM, WARNING = "problem", "warning"
+# Drops come by the thousand under a flood: one line for a hook's first drop of a reason, then
+# one per this many (the summary counts every one, as the dropped metric does).
+DROP_LINE_EVERY = 1000
+# The engine logs its own queue overflows at that pace (engine/dispatch.py): no second line.
+ENGINE_LOGGED_DROPS = frozenset({"queue_full"})
 
 
 def agent_owns_terminal(
@@ -64,6 +69,7 @@ class RunReport(ExecutionWatcher):
         self._held_over = 0
         self.counts: dict[str, int] = {}
         self.dropped_count = 0
+        self._drops: dict[tuple[str, str], int] = {}  # (hook, reason) -> dropped so far
         self.failures: list[str] = []  # "notify-slack 503 after 4 attempts, history 42"
 
     # -- ExecutionWatcher --
@@ -96,9 +102,18 @@ class RunReport(ExecutionWatcher):
         )
 
     def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None:
+        """Counts every drop; a line for a hook's first drop of `reason` and then one per
+        `DROP_LINE_EVERY`, saying how many so far (none for the drops the engine logs)."""
         with self._lock:
             self.dropped_count += 1
-        self._line(f"{_who(hook.name, event.name)} dropped: {reason}", WARNING)
+            key = (hook.name, reason)
+            so_far = self._drops[key] = self._drops.get(key, 0) + 1
+        if reason in ENGINE_LOGGED_DROPS or (so_far > 1 and so_far % DROP_LINE_EVERY):
+            return
+        text = f"{_who(hook.name, event.name)} dropped: {reason}"
+        if so_far > 1:
+            text += f" ({so_far} dropped so far; one line per {DROP_LINE_EVERY:,})"
+        self._line(text, WARNING)
 
     def diagnostic(self, text: str, is_error: bool) -> None:
         """A warning or error the package logged (an unresolved variable, a journal that

@@ -28,6 +28,8 @@ from typing import Any
 from .. import events as ev
 from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
+from ..engine.model import Execution
+from ..engine.recording import ExecutionWatcher
 from ..engine.session import AgentSession
 from ..template.model import Template
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
@@ -38,7 +40,7 @@ from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
 from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
-from .server import EventServer
+from .server import STOPPING, EventServer
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -219,7 +221,10 @@ class Supervisor:
         http = wants_http_route(options.command, self.metadata, options.environ)
         self._channel = SessionChannel(self._deliver, _socket_owner(options.user), http)
         self._server = EventServer(
-            self._channel.deliver, owner=_socket_owner(options.user), refuse=self.ingress.refuse
+            self._channel.deliver,
+            owner=_socket_owner(options.user),
+            refuse=self.ingress.refuse,
+            undelivered=self.ingress.sender_losses,
         ).start()
         self._legacy("pre-start")
         result = self._record("pre-start")
@@ -297,6 +302,8 @@ class Supervisor:
                 except Exception:  # nothing the agent sends may end the session
                     log.exception("handling an agent message failed")
                     self.ingress.refuse("handler_failed")
+            elif kind == "message":
+                self.ingress.refuse(STOPPING)  # the session is ending: not acted on, counted
             if (
                 duration_deadline is not None
                 and self._stop_requested is None
@@ -409,6 +416,8 @@ class Supervisor:
                         except Exception:  # nothing the agent sends may end the session
                             log.exception("handling an agent message failed")
                             self.ingress.refuse("handler_failed")
+                    else:
+                        self.ingress.refuse(STOPPING)
                 # Anything else (a signal, a tick) changes nothing: the agent has exited and
                 # the session ends next.
             if (settled and not handled) or time.monotonic() >= deadline:
@@ -495,6 +504,7 @@ class Supervisor:
             self._channel.close()
         if self._server is not None:
             self._server.close()
+        self._count_unhandled()
         if self.ingress.total:
             log.warning("agent input: %s", self.ingress.summary())
         if self.session is not None:
@@ -509,6 +519,17 @@ class Supervisor:
             self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
             self._telemetry.shutdown()
+
+    def _count_unhandled(self) -> None:
+        """Messages admitted but still in the inbox when the session ends are never acted on:
+        each is counted (reason `session_stopping`), so that no loss goes unseen."""
+        while True:
+            try:
+                kind, _ = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "message":
+                self.ingress.refuse(STOPPING)
 
     # -- events --
 
@@ -783,11 +804,17 @@ class Supervisor:
             )
 
     def _keep_retention(self) -> None:
-        """Old journal rows go at start and hourly, on a thread of their own (retention.py)."""
+        """Old journal rows go at start, hourly, and every so many executions written, on a
+        thread of their own (retention.py)."""
         if self._journal is not None and hasattr(self._journal, "apply_retention"):
-            from ..journal.retention import RetentionKeeper, retention_from
+            from ..journal.retention import RetentionKeeper, apply_every_rows, retention_from
 
-            self._retention = RetentionKeeper(self._journal, retention_from(self.options.environ))
+            environ = self.options.environ
+            self._retention = RetentionKeeper(
+                self._journal, retention_from(environ), every_rows=apply_every_rows(environ)
+            )
+            if self.engine is not None:
+                self.engine.recorders.watch(_RowsWritten(self._retention))
 
     def _check_journal_placement(self) -> None:
         """Warn when the agent's user can replace the SQLite journal (journal/placement.py):
@@ -825,6 +852,18 @@ class Supervisor:
             key=self._journal_key,
             budget=self.options.grace_period,
         )
+
+
+class _RowsWritten(ExecutionWatcher):
+    """Tells the journal's retention keeper of each execution journaled, so that its row
+    bound holds while a flood writes (not only at the hourly pass)."""
+
+    def __init__(self, keeper: Any) -> None:
+        self._keeper = keeper  # journal.retention.RetentionKeeper
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None:
+        # Every execution is journaled; its id may come later (the journal writes behind).
+        self._keeper.written()
 
 
 def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:

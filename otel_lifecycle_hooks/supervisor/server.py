@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..harness.socket_client import UNDELIVERED_FILE
+
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 SOCKET_ENV = "OTEL_LIFECYCLE_HOOKS_SOCKET"
@@ -43,6 +45,10 @@ LISTEN_BACKLOG = 128
 SOCKET_NAME = "events.sock"
 _POLL_INTERVAL = 0.5  # seconds between deadline sweeps when nothing arrives
 _READ_SIZE = 65536
+STOPPING = "session_stopping"  # lines left unread in the backlog when the server closes
+# How often the senders' count of undelivered lines is read while the server runs (and once
+# more at close): one fstatat, never the file's content.
+UNDELIVERED_CHECK_INTERVAL = 1.0  # seconds
 
 
 class _Connection:
@@ -75,19 +81,29 @@ class EventServer:
         owner: tuple[int, int] | None = None,
         refuse: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        undelivered: Callable[[int], None] | None = None,
     ) -> None:
         """`owner`: (uid, gid) to hand the socket to, when the agent runs as another user
-        than the supervisor (root); the directory stays the supervisor's. `refuse(reason)` counts what was refused
-        (default: a log line)."""
+        than the supervisor (root); the directory stays the supervisor's. `refuse(reason)`
+        counts what was refused (default: a log line). `undelivered(total)` is given the
+        senders' running count of lines they could not deliver
+        (`harness.socket_client.record_undelivered`), read every `UNDELIVERED_CHECK_INTERVAL`
+        and at close, from a file made here for the agent's user."""
         self._deliver = deliver
         self._refuse = refuse or _log_refusal
+        self._undelivered = undelivered
+        self._owner_uid = owner[0] if owner is not None else os.getuid()
         self._clock = clock
+        self._next_loss_check = clock() + UNDELIVERED_CHECK_INTERVAL
         self._dir, self._dir_fd = _private_directory(directory, reachable=owner is not None)
+        self._dir_lock = threading.Lock()  # the descriptor is closed at close()
         self.path = str(self._dir / SOCKET_NAME)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.bind(self.path)
             _hand_socket_to(self._dir_fd, owner)
+            if undelivered is not None:
+                _create_counter(self._dir_fd, owner)
         except BaseException:
             self._sock.close()
             _remove_private_directory(self._dir, self._dir_fd)
@@ -152,6 +168,9 @@ class EventServer:
                     for connection in self._connections.values():
                         connection.deadline += busy
                 self._expire()
+                if self._undelivered is not None and self._clock() >= self._next_loss_check:
+                    self._next_loss_check = self._clock() + UNDELIVERED_CHECK_INTERVAL
+                    self.check_undelivered()
                 if settling:
                     if len(ready) - woken == 0:
                         for waiter in settling:
@@ -286,6 +305,50 @@ class EventServer:
             return False
         return waiter.wait(timeout)
 
+    def _count_backlog(self) -> None:
+        """Connections still waiting in the listen backlog when the server closes are never
+        read: each line they hold (as much as is already there, up to `_READ_SIZE` each) is
+        counted as refused, reason `session_stopping`, instead of vanishing unseen."""
+        for _ in range(LISTEN_BACKLOG + 1):
+            try:
+                sock, _ = self._sock.accept()
+            except OSError:  # none left (BlockingIOError), or closed
+                return
+            try:
+                sock.setblocking(False)
+                data = sock.recv(_READ_SIZE)
+            except OSError:
+                data = b""
+            finally:
+                sock.close()
+            lines = data.count(b"\n") + (1 if data.rsplit(b"\n", 1)[-1].strip() else 0)
+            for _ in range(lines):
+                self._refuse(STOPPING)
+
+    def check_undelivered(self) -> None:
+        """Hand the senders' count of undelivered lines to `undelivered`, when it can be read.
+
+        The file was made here, in the supervisor's own directory, for the agent's user, who
+        may write it (and so set its size) but not replace it. It is looked at through the
+        directory's descriptor with an lstat (never opened, never followed) and taken only as
+        a regular file of the agent's user (or ours). Its size is the count; the agent can
+        only make its own count wrong."""
+        if self._undelivered is None:
+            return
+        with self._dir_lock:
+            if self._dir_fd < 0:
+                return  # closed
+            try:
+                info = os.stat(UNDELIVERED_FILE, dir_fd=self._dir_fd, follow_symlinks=False)
+            except OSError:
+                return
+        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (self._owner_uid, os.getuid()):
+            return
+        try:
+            self._undelivered(info.st_size)
+        except Exception:  # counting must never stop the server
+            log.debug("event socket: counting undelivered lines failed", exc_info=True)
+
     def _drain_wake(self) -> None:
         try:
             while self._wake_r.recv(4096):
@@ -306,10 +369,29 @@ class EventServer:
             self._selector.close()
         except (OSError, ValueError):
             pass
+        if not self._thread.is_alive():  # else the loop may still accept: not ours to take
+            self._count_backlog()
         self._sock.close()
         self._wake_r.close()
         self._wake_w.close()
-        _remove_private_directory(self._dir, self._dir_fd)
+        # The last count: senders that gave up while the agent was ending.
+        self.check_undelivered()
+        with self._dir_lock:
+            _remove_private_directory(self._dir, self._dir_fd)  # the counter's file with it
+            self._dir_fd = -1
+
+
+def _create_counter(directory: int, owner: tuple[int, int] | None) -> None:
+    """An empty `UNDELIVERED_FILE` in `directory` (a descriptor) that the agent's user may
+    append to, made here since senders may not create files beside the socket: exclusive,
+    never through a link, handed over through its descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(UNDELIVERED_FILE, flags, 0o600, dir_fd=directory)
+    try:
+        if owner is not None:
+            os.fchown(descriptor, *owner)
+    finally:
+        os.close(descriptor)
 
 
 def _log_refusal(reason: str) -> None:
@@ -360,7 +442,8 @@ def _hand_socket_to(directory: int, owner: tuple[int, int] | None) -> None:
 
 def _remove_private_directory(path: Path, directory: int) -> None:
     """Empty the directory through its descriptor (only this process wrote in it: the
-    socket and the Claude Code settings file), remove it, close the descriptor."""
+    socket, the Claude Code settings file and the undelivered count), remove it, close the
+    descriptor."""
     try:
         for name in os.listdir(directory):
             try:
