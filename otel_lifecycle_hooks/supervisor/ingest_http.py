@@ -399,6 +399,8 @@ class HttpIngest:
                 log.error("HTTP event route stopped: %s", type(exc).__name__)
         finally:
             for connection in list(self._connections.values()):
+                if connection.state == _BODY or connection.buffer:
+                    self._refuse("http_route_closed")  # a request cut off: lost, so counted
                 self._drop(connection)
 
     def _accept_waiting(self) -> None:
