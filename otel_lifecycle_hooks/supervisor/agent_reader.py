@@ -103,8 +103,17 @@ class AsAgentTailReader:
             return None
         try:
             child = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _CHILD,
-                 str(self.identity.uid), str(self.identity.gid), path, str(tail_bytes)],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _CHILD,
+                    str(self.identity.uid),
+                    str(self.identity.gid),
+                    path,
+                    str(tail_bytes),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

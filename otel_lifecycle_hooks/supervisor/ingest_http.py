@@ -84,10 +84,19 @@ _READ_SIZE = 65536
 _POLL_INTERVAL = 0.25  # seconds between deadline sweeps when nothing arrives
 
 _REASONS = {
-    200: "OK", 100: "Continue", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-    404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-    413: "Content Too Large", 431: "Request Header Fields Too Large", 501: "Not Implemented",
-    503: "Service Unavailable", 505: "HTTP Version Not Supported",
+    200: "OK",
+    100: "Continue",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
 }
 # A header name: RFC 9110's token.
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -183,8 +192,22 @@ _HEAD, _BODY, _PARSING, _LINGER = "head", "body", "parsing", "linger"
 
 
 class _Connection:
-    __slots__ = ("authorized", "body", "deadline", "events", "keep_alive", "order", "outgoing",
-                 "received", "sock", "state", "served", "taken", "buffer", "close_after")
+    __slots__ = (
+        "authorized",
+        "body",
+        "buffer",
+        "close_after",
+        "deadline",
+        "events",
+        "keep_alive",
+        "order",
+        "outgoing",
+        "received",
+        "served",
+        "sock",
+        "state",
+        "taken",
+    )
 
     def __init__(self, sock: socket.socket, order: int, deadline: float) -> None:
         self.sock = sock
@@ -249,8 +272,9 @@ class HttpIngest:
         self._threads = [
             threading.Thread(target=self._serve, name="http-ingest", daemon=True),
             threading.Thread(target=self._parse_in_order, name="http-ingest-parse", daemon=True),
-            threading.Thread(target=self._deliver_in_order, name="http-ingest-deliver",
-                             daemon=True),
+            threading.Thread(
+                target=self._deliver_in_order, name="http-ingest-deliver", daemon=True
+            ),
         ]
 
     @property
@@ -283,7 +307,7 @@ class HttpIngest:
     def token_matches(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header[len("Bearer "):].encode(), self.token.encode())
+        return hmac.compare_digest(header[len("Bearer ") :].encode(), self.token.encode())
 
     def accept(self, payload: dict[str, Any], size: int) -> bool:
         """Queue one payload (charged `size` bytes) for delivery; False when there is no room.
@@ -327,8 +351,9 @@ class HttpIngest:
                     self._deliver(event.to_wire())
                 except Exception as exc:  # noqa: BLE001 - nor one failed delivery
                     self._refuse("delivery_failed")
-                    log.warning("HTTP event route: delivering a message failed (%s)",
-                                type(exc).__name__)
+                    log.warning(
+                        "HTTP event route: delivering a message failed (%s)", type(exc).__name__
+                    )
 
     # -- parsing (one thread: one parse at a time, in arrival order) --------------------------
 
@@ -441,8 +466,11 @@ class HttpIngest:
         try:
             if mask & selectors.EVENT_WRITE:
                 self._flush(connection)
-            if (mask & selectors.EVENT_READ and connection.order in self._connections
-                    and connection.state != _PARSING):
+            if (
+                mask & selectors.EVENT_READ
+                and connection.order in self._connections
+                and connection.state != _PARSING
+            ):
                 self._read(connection)
         except RequestRefused as refused:
             self._fail(connection, refused)
@@ -471,7 +499,7 @@ class HttpIngest:
             if len(connection.buffer) > MAX_HEADER_BYTES:
                 raise RequestRefused(431, "http_header_too_large")
             return
-        head, rest = bytes(connection.buffer[:end]), connection.buffer[end + 4:]
+        head, rest = bytes(connection.buffer[:end]), connection.buffer[end + 4 :]
         connection.buffer = bytearray()
         self._begin(connection, parse_head(head), rest)
 
@@ -516,7 +544,7 @@ class HttpIngest:
 
     def _read_body(self, connection: _Connection) -> None:
         assert connection.body is not None
-        view = memoryview(connection.body)[connection.received:]
+        view = memoryview(connection.body)[connection.received :]
         size = connection.sock.recv_into(view, min(len(view), _READ_SIZE))
         view.release()
         if size == 0:
@@ -558,8 +586,10 @@ class HttpIngest:
         self, connection: _Connection, status: int, body: bytes = b"", content_type: str = ""
     ) -> None:
         close = connection.close_after or not connection.keep_alive or status >= 400
-        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
-                f"Content-Length: {len(body)}"]
+        head = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+            f"Content-Length: {len(body)}",
+        ]
         if content_type:
             head.append(f"Content-Type: {content_type}")
         if close:
@@ -644,4 +674,3 @@ class HttpIngest:
                 pass
         except OSError:
             pass
-

@@ -91,8 +91,7 @@ class AgentUserWorkspace(Workspace):
 
     def start_as_nobody(self, template: Path | None, command: Sequence[str]) -> Run:
         """A root `run --user nobody` with the HTTP route open."""
-        return self.start(template, command, "--user", "nobody",
-                          env={"LIFECYCLE_HOOKS_HTTP": "1"})
+        return self.start(template, command, "--user", "nobody", env={"LIFECYCLE_HOOKS_HTTP": "1"})
 
 
 @contextmanager
@@ -119,9 +118,12 @@ def post(url: str, token: str, payload: Mapping[str, Any]) -> int:
     """One Claude Code post to the route, as the agent's harness makes it; the status."""
     connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=60)
     try:
-        connection.request("POST", "/claude", json.dumps(payload),
-                           {"Authorization": f"Bearer {token}",
-                            "Content-Type": "application/json"})
+        connection.request(
+            "POST",
+            "/claude",
+            json.dumps(payload),
+            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         answer = connection.getresponse()
         answer.read()
         return answer.status

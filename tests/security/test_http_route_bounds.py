@@ -73,9 +73,19 @@ def start_route(
 
 
 def valid_post(url: str, token: str, name: str) -> int:
-    return post(url, token, {"hook_event_name": "PostToolUse", "session_id": "s-1", "cwd": "/",
-                             "transcript_path": "", "tool_name": name, "tool_input": {},
-                             "tool_response": {}})
+    return post(
+        url,
+        token,
+        {
+            "hook_event_name": "PostToolUse",
+            "session_id": "s-1",
+            "cwd": "/",
+            "transcript_path": "",
+            "tool_name": name,
+            "tool_input": {},
+            "tool_response": {},
+        },
+    )
 
 
 def tool_ends(target_server: TargetServer) -> list[str]:
@@ -123,8 +133,8 @@ def test_eight_bodies_of_empty_objects_at_once_stay_under_the_memory_bound(
             try:
                 connection.sendall(
                     f"POST /claude HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                    .encode() + body[:half]
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                    + body[:half]
                 )
             except OSError:
                 pass  # refused before its body was read: the rest is not wanted
@@ -196,8 +206,9 @@ def test_two_thousand_trickling_connections_hold_no_thread_and_few_descriptors(
                 threading.Event().wait(1.0)  # a byte a second
             # While they are all still open on our side, a valid post is taken.
             assert valid_post(url, token, "valid-while-trickled") == 200
-            wait_until(lambda: "valid-while-trickled" in tool_ends(target_server),
-                       what="the valid post")
+            wait_until(
+                lambda: "valid-while-trickled" in tool_ends(target_server), what="the valid post"
+            )
         finally:
             for connection in tricklers:
                 connection.close()
@@ -207,14 +218,21 @@ def test_two_thousand_trickling_connections_hold_no_thread_and_few_descriptors(
 
     assert max(threads) <= threads_before + SPARE_THREADS, (threads_before, threads)
     assert max(descriptors) <= descriptors_before + MAX_CONNECTIONS + SPARE_DESCRIPTORS, (
-        descriptors_before, descriptors
+        descriptors_before,
+        descriptors,
     )
     assert "Traceback" not in stderr, stderr[-3000:]
     # Every trickling connection was refused and counted once: closed to make room, at its
     # deadline, when it ended unfinished, or when the route closed.
     counted = refusals(stderr)
-    trickled = sum(counted.get(reason, 0) for reason in (
-        "http_too_many_connections", "http_request_deadline", "http_incomplete_request",
-        "http_route_closed"))
+    trickled = sum(
+        counted.get(reason, 0)
+        for reason in (
+            "http_too_many_connections",
+            "http_request_deadline",
+            "http_incomplete_request",
+            "http_route_closed",
+        )
+    )
     assert trickled == TRICKLERS, counted
     assert tool_ends(target_server) == ["valid-while-trickled"]

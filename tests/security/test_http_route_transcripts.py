@@ -44,8 +44,12 @@ def transcript_line(text: str) -> str:
 
 def stop(transcript: Path, session: str) -> dict[str, str]:
     """A Claude Code Stop without `last_assistant_message`: the dialect reads the transcript."""
-    return {"hook_event_name": "Stop", "session_id": session, "cwd": "/",
-            "transcript_path": str(transcript)}
+    return {
+        "hook_event_name": "Stop",
+        "session_id": session,
+        "cwd": "/",
+        "transcript_path": str(transcript),
+    }
 
 
 def test_a_root_only_transcript_named_by_the_agent_is_never_read(
@@ -59,8 +63,13 @@ def test_a_root_only_transcript_named_by_the_agent_is_never_read(
     readable.write_text(transcript_line("the agent's own turn") + "\n")
     readable.chmod(0o644)
     # SubagentStop reads `agent_transcript_path` first: the same rule.
-    subagent = {"hook_event_name": "SubagentStop", "session_id": "s-3", "cwd": "/",
-                "transcript_path": str(readable), "agent_transcript_path": str(secret)}
+    subagent = {
+        "hook_event_name": "SubagentStop",
+        "session_id": "s-3",
+        "cwd": "/",
+        "transcript_path": str(readable),
+        "agent_transcript_path": str(secret),
+    }
     template = space.template(
         "  - name: turns\n"
         "    on: [agent-end, subagent-end]\n"
@@ -83,7 +92,9 @@ def test_a_root_only_transcript_named_by_the_agent_is_never_read(
 
     # The agent itself may not read the file, and all three posts were taken.
     assert (report["uid"], report["probe"], report["statuses"]) == (
-        65534, "PermissionError", [200, 200, 200]
+        65534,
+        "PermissionError",
+        [200, 200, 200],
     )
     turns = [json.loads(request.body) for request in target_server.requests]
     assert [(t["EVENT"], t["TEXT"]) for t in turns] == [
@@ -95,7 +106,9 @@ def test_a_root_only_transcript_named_by_the_agent_is_never_read(
     leaks = [
         str(path.relative_to(space.root))
         for path in space.root.rglob("*")
-        if path.is_file() and not path.is_symlink() and path != secret
+        if path.is_file()
+        and not path.is_symlink()
+        and path != secret
         and canary.encode() in path.read_bytes()
     ]
     assert leaks == []
@@ -131,5 +144,8 @@ def test_the_supervisor_reads_a_transcript_as_the_agent_even_through_a_link(
     run.signal(signal.SIGTERM)
     run.wait(timeout=60)
     assert [json.loads(r.body)["TEXT"] for r in target_server.requests] == [""]
-    assert not [p for p in space.root.rglob("*")
-                if p.is_file() and not p.is_symlink() and p != secret and canary.encode() in p.read_bytes()]
+    assert not [
+        p
+        for p in space.root.rglob("*")
+        if p.is_file() and not p.is_symlink() and p != secret and canary.encode() in p.read_bytes()
+    ]

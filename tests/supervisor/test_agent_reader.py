@@ -60,15 +60,14 @@ def test_a_file_the_agent_may_read_gives_its_tail_and_whether_it_was_cut(shared:
     size = transcript.stat().st_size
     assert reader(str(transcript), size) == (transcript.read_bytes(), False)
     assert reader(str(transcript), 100) == (transcript.read_bytes()[-100:], True)
-    assert transcript_final_text(str(transcript), read=reader) == "\n\n".join(["first"] * 50
-                                                                              + ["last"])
+    assert transcript_final_text(str(transcript), read=reader) == "\n\n".join(
+        ["first"] * 50 + ["last"]
+    )
 
 
 @needs_root
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device", "missing", "nul"])
-def test_what_is_not_a_regular_file_gives_nothing_without_blocking(
-    shared: Path, kind: str
-) -> None:
+def test_what_is_not_a_regular_file_gives_nothing_without_blocking(shared: Path, kind: str) -> None:
     path = shared / kind
     if kind == "fifo":
         os.mkfifo(path, 0o666)  # opened without blocking, then left unread: not regular

@@ -142,11 +142,13 @@ def transcript_final_text(
 ) -> str:
     """Text of the trailing run of assistant entries in a Claude JSONL transcript, or "".
     `read` reads the file's tail (default: `read_tail`, with this process's rights)."""
-    found = (read or read_tail)(path, tail_bytes)
-    if found is None:
+    read_back = (read or read_tail)(path, tail_bytes)
+    if read_back is None:
         return ""
-    tail, cut = found
-    lines = tail[-tail_bytes:].split(b"\n")  # never more than asked, whoever read it
+    tail, cut = read_back
+    if len(tail) > tail_bytes:  # never more than asked, whoever read it
+        tail, cut = tail[len(tail) - tail_bytes :], True
+    lines = tail.split(b"\n")
     if cut:
         lines = lines[1:]  # the first line was cut by the seek
     parts: list[str] = []
