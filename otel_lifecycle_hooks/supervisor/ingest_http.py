@@ -98,6 +98,8 @@ _REASONS = {
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
+# Content-Length: ASCII digits only (str.isdigit would take "²"), and never a huge number.
+_LENGTH = re.compile(r"[0-9]{1,12}")
 # A header name: RFC 9110's token.
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # One JSON string (whole, escapes included) or one structural character: what `json_tokens`
@@ -451,14 +453,17 @@ class HttpIngest:
             self._watch(connection, selectors.EVENT_READ)
 
     def _make_room(self) -> bool:
-        """Close the oldest connection whose request has not shown the token; False when
-        every open one has (then the agent itself holds them all)."""
-        for connection in self._connections.values():  # oldest first
-            if not connection.authorized:
-                self._refuse("http_too_many_connections")
-                self._drop(connection)
-                return True
-        return False
+        """Close the oldest connection whose request has not shown the token (one already
+        answered first); False when every open one has (the agent itself holds them all)."""
+        candidates = [c for c in self._connections.values() if not c.authorized]  # oldest first
+        if not candidates:
+            return False
+        answered = [c for c in candidates if not _unfinished(c)]
+        closed = (answered or candidates)[0]
+        if _unfinished(closed):
+            self._refuse("http_too_many_connections")
+        self._drop(closed)
+        return True
 
     def _step(self, connection: _Connection, mask: int) -> None:
         if self._connections.get(connection.order) is not connection:
@@ -475,6 +480,10 @@ class HttpIngest:
         except RequestRefused as refused:
             self._fail(connection, refused)
         except OSError:
+            self._drop(connection)
+        except Exception as exc:  # noqa: BLE001 - one client's bytes never stop the route
+            self._refuse("http_bad_request")
+            log.debug("HTTP event route: a request failed (%s)", type(exc).__name__)
             self._drop(connection)
 
     def _read(self, connection: _Connection) -> None:
@@ -522,7 +531,7 @@ class HttpIngest:
         length_header = request.headers.get("content-length")
         if length_header is None or "transfer-encoding" in request.headers:
             raise RequestRefused(411, "http_length_required")
-        if not length_header.isdigit() or len(length_header) > 12:
+        if not _LENGTH.fullmatch(length_header):
             raise RequestRefused(400, "http_bad_request")
         length = int(length_header)
         if length > MAX_BODY_BYTES:
@@ -594,6 +603,10 @@ class HttpIngest:
             head.append(f"Content-Type: {content_type}")
         if close:
             head.append("Connection: close")
+        else:
+            # A client that keeps the connection closes it before we would (Node's HTTP
+            # client reads this): a post is never sent on a connection we are closing.
+            head.append(f"Keep-Alive: timeout={int(REQUEST_DEADLINE // 2)}")
         connection.outgoing += ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body
         connection.served += 1
         connection.close_after = close
@@ -674,3 +687,11 @@ class HttpIngest:
                 pass
         except OSError:
             pass
+
+
+def _unfinished(connection: _Connection) -> bool:
+    """Whether closing `connection` now loses a request: one begun, or a connection that has
+    sent nothing yet (not one answered and idle, or lingering after its answer)."""
+    if connection.state in (_BODY, _PARSING) or connection.buffer:
+        return True
+    return connection.state == _HEAD and not connection.served

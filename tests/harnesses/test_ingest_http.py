@@ -255,8 +255,13 @@ def connect(ingest: HttpIngest) -> socket.socket:
 
 
 def head(ingest: HttpIngest, length: int, *extra: str) -> bytes:
-    lines = ["POST /claude HTTP/1.1", "Host: x", f"Authorization: Bearer {ingest.token}",
-             f"Content-Length: {length}", *extra]
+    lines = [
+        "POST /claude HTTP/1.1",
+        "Host: x",
+        f"Authorization: Bearer {ingest.token}",
+        f"Content-Length: {length}",
+        *extra,
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -401,3 +406,21 @@ def test_json_past_either_bound_has_no_count() -> None:
     assert json_token_count(b"[" * (MAX_JSON_DEPTH + 1)) is None
     assert json_token_count(b"[" + b"0," * MAX_JSON_TOKENS + b"0]") is None
     assert json_token_count(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) == 2 * MAX_JSON_DEPTH
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "+2", "0x2", "2 2", "9" * 13])
+def test_a_length_that_is_not_plain_digits_is_refused_and_the_route_goes_on(
+    counted: Any, length: str
+) -> None:
+    ingest, delivered, refusals, _clock = counted
+    with connect(ingest) as connection:
+        request = head(ingest, 0).replace(
+            b"Content-Length: 0", f"Content-Length: {length}".encode("latin-1")
+        )
+        connection.sendall(request + b"{}")
+        assert connection.makefile("rb").readline().split()[1] == b"400"
+    with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as client:
+        answer = client.post("/claude", json={"hook_event_name": "Stop"}, headers=auth(ingest))
+    assert answer.status_code == 200
+    assert delivered.wait_for(1)[0]["event"] == "agent-end"
+    assert refusals.reasons == ["http_bad_request"]
