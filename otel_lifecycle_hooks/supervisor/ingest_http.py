@@ -70,6 +70,9 @@ BODY_RESERVE_BYTES = 8 * 1024 * 1024
 # (its patch a list of lines) is ~20,000.
 MAX_JSON_TOKENS = 200_000
 MAX_JSON_DEPTH = 64
+# A body up to this size is parsed by the serving thread itself when no other waits for the
+# parser (bounded by MAX_JSON_TOKENS as any other): two parses at most at once.
+INLINE_PARSE_BYTES = 64 * 1024
 # What may wait for delivery at once: a flood of large bodies is refused (503), not buffered.
 # A payload is charged its body's size plus `TOKEN_CHARGE` per token (what parsing built).
 MAX_QUEUED_PAYLOADS = 1024
@@ -253,6 +256,8 @@ class HttpIngest:
         self._queued_bytes = 0
         self._queued_lock = threading.Lock()
         self._bodies = _BodyBudget()
+        self._parses_waiting = 0  # bodies handed to the parser and not yet queued for delivery
+        self._parses_lock = threading.Lock()
         self.token = secrets.token_urlsafe(32)
         self._payloads: queue.Queue[tuple[dict[str, Any], int] | None] = queue.Queue(
             MAX_QUEUED_PAYLOADS
@@ -366,19 +371,25 @@ class HttpIngest:
                 return
             connection, taken, body = item
             del item
-            try:
-                status = self._parse_and_queue(body)
-            except MemoryError:
-                status = 503
-                self._refuse("http_out_of_memory")
-            except Exception as exc:  # noqa: BLE001 - the route outlives any one body
-                status = 400
-                self._refuse("http_bad_request")
-                log.debug("HTTP event route: a body failed (%s)", type(exc).__name__)
+            status = self._parsed(body)
             del body
             self._bodies.give_back(taken)
+            with self._parses_lock:
+                self._parses_waiting -= 1  # after `accept`: the delivery order is kept
             self._answers.put((connection, connection.served, status))
             self._wake()
+
+    def _parsed(self, body: bytearray) -> int:
+        """Parse one body and queue it for delivery; the status to answer."""
+        try:
+            return self._parse_and_queue(body)
+        except MemoryError:
+            self._refuse("http_out_of_memory")
+            return 503
+        except Exception as exc:  # noqa: BLE001 - the route outlives any one body
+            self._refuse("http_bad_request")
+            log.debug("HTTP event route: a body failed (%s)", type(exc).__name__)
+            return 400
 
     def _parse_and_queue(self, body: bytearray) -> int:
         tokens = json_token_count(body)
@@ -569,6 +580,17 @@ class HttpIngest:
         assert body is not None
         taken, connection.taken = connection.taken, 0
         connection.state = _PARSING
+        with self._parses_lock:
+            inline = len(body) <= INLINE_PARSE_BYTES and not self._parses_waiting
+            if not inline:
+                self._parses_waiting += 1
+        if inline:
+            # A usual post, with no body before it still waiting: parsed here, which saves
+            # two thread hand-offs on every event.
+            status = self._parsed(body)
+            self._bodies.give_back(taken)
+            self._answer(connection, status)
+            return
         self._watch(connection, 0)  # nothing more is read until this body is answered
         self._to_parse.put((connection, taken, body))
 
@@ -583,13 +605,14 @@ class HttpIngest:
             if connection.served != served or connection.state != _PARSING:
                 continue
             try:
-                if status == 200:
-                    self._respond(connection, 200)
-                else:
-                    connection.close_after = True
-                    self._respond(connection, status)
+                self._answer(connection, status)
             except OSError:
                 self._drop(connection)
+
+    def _answer(self, connection: _Connection, status: int) -> None:
+        if status != 200:
+            connection.close_after = True
+        self._respond(connection, status)
 
     def _respond(
         self, connection: _Connection, status: int, body: bytes = b"", content_type: str = ""
