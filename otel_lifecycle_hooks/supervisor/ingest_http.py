@@ -106,9 +106,11 @@ _REASONS = {
 _LENGTH = re.compile(r"[0-9]{1,12}")
 # A header name: RFC 9110's token.
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# One JSON string (whole, escapes included) or one structural character: what `json_tokens`
-# counts. A string is matched at once, so brackets inside strings are not counted.
-_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]', re.DOTALL)
+# One JSON string (whole, escapes included) or one structural character: what
+# `json_token_count` counts. A string is matched at once, so brackets inside strings are not
+# counted. Its closing quote is optional, so that a string left open matches to the end once
+# (linear), instead of failing and being tried again from every later quote (quadratic).
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{},:]', re.DOTALL)
 
 
 class RequestRefused(Exception):
@@ -130,6 +132,10 @@ def json_token_count(body: bytes | bytearray) -> int | None:
         if count > MAX_JSON_TOKENS:
             return None
         token = match.group()
+        if token[:1] == b'"':
+            if len(token) == 1 or token[-1:] != b'"' or _escapes_closing_quote(token):
+                return count  # a string left open: not JSON, which the parser will say
+            continue
         if token in (b"[", b"{"):
             depth += 1
             if depth > MAX_JSON_DEPTH:
@@ -137,6 +143,12 @@ def json_token_count(body: bytes | bytearray) -> int | None:
         elif token in (b"]", b"}"):
             depth -= 1
     return count
+
+
+def _escapes_closing_quote(token: bytes) -> bool:
+    """Whether the last quote of a matched string is escaped (the string ran to the end)."""
+    backslashes = len(token) - 1 - len(token[:-1].rstrip(b"\\"))
+    return backslashes % 2 == 1
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,7 @@ class _Request:
     keep_alive: bool
 
 
-def parse_head(head: bytes) -> _Request:
+def _parse_head(head: bytes) -> _Request:
     """The request line and headers (without the blank line); `RequestRefused` when they are
     not HTTP/1.x as this route takes it."""
     lines = head.split(b"\r\n")
@@ -514,15 +526,16 @@ class HttpIngest:
                 self._refuse("http_incomplete_request")
             self._drop(connection)
             return
+        searched = max(0, len(connection.buffer) - 3)  # a trickled head is not searched again
         connection.buffer += chunk
-        end = connection.buffer.find(b"\r\n\r\n")
+        end = connection.buffer.find(b"\r\n\r\n", searched)
         if end < 0:
             if len(connection.buffer) > MAX_HEADER_BYTES:
                 raise RequestRefused(431, "http_header_too_large")
             return
         head, rest = bytes(connection.buffer[:end]), connection.buffer[end + 4 :]
         connection.buffer = bytearray()
-        self._begin(connection, parse_head(head), rest)
+        self._begin(connection, _parse_head(head), rest)
 
     def _begin(self, connection: _Connection, request: _Request, rest: bytearray) -> None:
         """Decide on a request from its head alone: answer it, or begin reading its body."""

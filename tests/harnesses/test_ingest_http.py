@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -424,3 +426,29 @@ def test_a_length_that_is_not_plain_digits_is_refused_and_the_route_goes_on(
     assert answer.status_code == 200
     assert delivered.wait_for(1)[0]["event"] == "agent-end"
     assert refusals.reasons == ["http_bad_request"]
+
+
+@pytest.mark.parametrize(
+    ("body", "tokens"),
+    [
+        (b'["a\\"', 2),  # the last quote escaped: the string runs to the end
+        (b'["a\\\\"]', 3),  # an escaped backslash, then the closing quote
+        (b'["a', 2),
+    ],
+)
+def test_a_string_left_open_ends_the_count(body: bytes, tokens: int) -> None:
+    assert json_token_count(body) == tokens
+
+
+def test_strings_left_open_from_every_quote_are_counted_in_one_pass() -> None:
+    # Before: each escaped quote began a new attempt to the end, hours for 8 MiB (in one call
+    # that holds the GIL: hence a process of its own, its timeout a hang guard).
+    code = (
+        "from otel_lifecycle_hooks.supervisor.ingest_http import MAX_BODY_BYTES, "
+        "json_token_count\n"
+        "print(json_token_count(b'\"' + b'\\\\\"' * (MAX_BODY_BYTES // 2 - 1)))"
+    )
+    counted = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert counted.stdout.strip() == "1"
