@@ -84,6 +84,7 @@ TOKEN_CHARGE = 64
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
 LISTEN_BACKLOG = 128
+ACCEPT_PAUSE = 0.25  # seconds without accepting after an accept failed (out of descriptors)
 _READ_SIZE = 65536
 _POLL_INTERVAL = 0.25  # seconds between deadline sweeps when nothing arrives
 
@@ -269,6 +270,7 @@ class HttpIngest:
         self._queued_bytes = 0
         self._queued_lock = threading.Lock()
         self._bodies = _BodyBudget()
+        self._accepting_again = 0.0  # when accepting failed: the time to try again
         self._parses_waiting = 0  # bodies handed to the parser and not yet queued for delivery
         self._parses_lock = threading.Lock()
         self.token = secrets.token_urlsafe(32)
@@ -444,6 +446,9 @@ class HttpIngest:
                 # is read before its connection could be closed to make room.
                 if waiting:
                     self._accept_waiting()
+                if self._accepting_again and time.monotonic() >= self._accepting_again:
+                    self._selector.register(self._sock, selectors.EVENT_READ, None)
+                    self._accepting_again = 0.0
                 self._expire()
         except Exception as exc:  # noqa: BLE001 - a line, never a traceback on the terminal
             if not self._stopped.is_set():
@@ -461,8 +466,12 @@ class HttpIngest:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                # Out of descriptors (the process's limit, not ours): the backlog keeps them.
+                # Out of descriptors (the process's limit, not ours): the backlog keeps them,
+                # and the listener, readable still, is left out of the selector a moment
+                # rather than tried again at once, round after round.
                 self._refuse("http_accept_failed")
+                self._selector.unregister(self._sock)
+                self._accepting_again = time.monotonic() + ACCEPT_PAUSE
                 return
             if len(self._connections) >= MAX_CONNECTIONS and not self._make_room():
                 self._refuse("http_too_many_connections")
@@ -504,6 +513,9 @@ class HttpIngest:
         except RequestRefused as refused:
             self._fail(connection, refused)
         except OSError:
+            self._drop(connection)
+        except MemoryError:
+            self._refuse("http_out_of_memory")
             self._drop(connection)
         except Exception as exc:  # noqa: BLE001 - one client's bytes never stop the route
             self._refuse("http_bad_request")

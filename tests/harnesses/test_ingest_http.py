@@ -452,3 +452,67 @@ def test_strings_left_open_from_every_quote_are_counted_in_one_pass() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert counted.stdout.strip() == "1"
+
+
+# A route in a process of its own whose descriptors run out: it reports its URL and token,
+# fills its descriptor table, waits for the first failed accept and one second more, says how
+# many accepts failed, frees the descriptors, and reports each delivery.
+OUT_OF_DESCRIPTORS = r"""
+import json, os, resource, sys, threading, time
+from otel_lifecycle_hooks.supervisor.ingest_http import HttpIngest
+
+refused = []
+ingest = HttpIngest(lambda m: print("delivered " + m["event"], flush=True),
+                    refuse=refused.append).start()
+print(json.dumps({"url": ingest.url, "token": ingest.token}), flush=True)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+print("full", flush=True)
+while "http_accept_failed" not in refused:
+    time.sleep(0.01)
+time.sleep(1.0)
+print("failed accepts " + str(refused.count("http_accept_failed")), flush=True)
+for descriptor in held:
+    os.close(descriptor)
+sys.stdin.readline()
+ingest.close()
+"""
+
+
+def test_out_of_descriptors_the_route_waits_instead_of_spinning_and_then_serves() -> None:
+    route = subprocess.Popen(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert route.stdin is not None and route.stdout is not None
+    try:
+        where = json.loads(route.stdout.readline())
+        assert route.stdout.readline().strip() == "full"
+        host, port = where["url"].removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as waiting:
+            # In the backlog while the route has no descriptor to accept it with.
+            failed = route.stdout.readline().split()
+            assert failed[:2] == ["failed", "accepts"]
+            # A spinning listener fails thousands of times a second; one that waits, a few.
+            assert 1 <= int(failed[2]) <= 20
+            body = b'{"hook_event_name": "Stop"}'
+            waiting.sendall(
+                f"POST /claude HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {where['token']}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            assert waiting.makefile("rb").readline().split()[1] == b"200"
+        assert route.stdout.readline().strip() == "delivered agent-end"
+    finally:
+        route.stdin.write("done\n")
+        route.stdin.close()
+        route.wait(timeout=30)
+        route.stdout.close()
