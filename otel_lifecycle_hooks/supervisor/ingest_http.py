@@ -259,8 +259,8 @@ class HttpIngest:
     ) -> None:
         """`deliver`: the socket's delivery function; `received`: how many messages the
         session got so far (for `GET /v1/status`); `agent`: the (uid, gid) the agent runs as,
-        when not as this process (transcripts are read with its rights); `refuse(reason)`: counts each
-        refusal (default: a counter of its own that logs, rate-limited)."""
+        when not as this process (transcripts are read with its rights); `refuse(reason)`:
+        counts each refusal (default: a counter of its own that logs, rate-limited)."""
         self._deliver = deliver
         self._received = received or (lambda: 0)
         self._refuse = refuse or IngressCounts().refuse
@@ -309,7 +309,8 @@ class HttpIngest:
         return self
 
     def close(self) -> None:
-        """Stop serving: open connections are closed, what waits for delivery is dropped."""
+        """Stop serving: open connections are closed (a request cut off is counted); what was
+        already queued is still delivered, then the delivering thread ends."""
         self._stopped.set()
         self._wake()
         self._to_parse.put(None)

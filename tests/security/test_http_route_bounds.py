@@ -131,11 +131,11 @@ def test_eight_bodies_of_empty_objects_at_once_stay_under_the_memory_bound(
     def flood() -> None:
         with socket.create_connection((host, int(port)), timeout=120) as connection:
             try:
-                connection.sendall(
+                head = (
                     f"POST /claude HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                    + body[:half]
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                 )
+                connection.sendall(head.encode() + body[:half])
             except OSError:
                 pass  # refused before its body was read: the rest is not wanted
             halfway.wait()
