@@ -13,9 +13,9 @@ without blocking, reads only a regular file, and never more than the tail. What 
 is treated as the agent's text (it runs as the agent, who could tamper with it): read up to the
 bound and no further, within `READ_DEADLINE`.
 
-Cost: one interpreter start per transcript read (measured 17-30 ms on a busy machine); only a Stop (or SubagentStop,
-StopFailure) without `last_assistant_message` reads a transcript, and one at a time (the HTTP
-route's single delivery thread).
+Cost: one interpreter start per transcript read (measured 17-30 ms on a busy machine); only a
+Stop (or SubagentStop, StopFailure) without `last_assistant_message` reads a transcript, and one
+at a time (the HTTP route's single delivery thread).
 """
 
 from __future__ import annotations
