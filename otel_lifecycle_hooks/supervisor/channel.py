@@ -77,11 +77,14 @@ class SessionChannel:
         deliver: Callable[[dict[str, Any]], None],
         owner: tuple[int, int] | None = None,
         http: bool = False,
+        refuse: Callable[[str], None] | None = None,
     ) -> None:
         """`deliver`: the supervisor's own delivery function. `owner`: (uid, gid) of the agent
-        when it runs as another user. `http`: also open the loopback HTTP route."""
+        when it runs as another user. `http`: also open the loopback HTTP route. `refuse`:
+        counts what the HTTP route refuses (the supervisor's ingress counter)."""
         self._supervisor_deliver = deliver
         self._owner = owner
+        self._refuse = refuse
         self._want_http = http
         self._received = 0
         self._count_lock = threading.Lock()
@@ -111,7 +114,9 @@ class SessionChannel:
             try:
                 from .ingest_http import HttpIngest
 
-                self._http = HttpIngest(self.deliver, self.received).start()
+                self._http = HttpIngest(
+                    self.deliver, self.received, agent=self._owner, refuse=self._refuse
+                ).start()
             except OSError as exc:
                 log.warning("HTTP event route not started: %s", exc.strerror or exc)
             else:

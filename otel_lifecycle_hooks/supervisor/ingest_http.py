@@ -2,51 +2,247 @@
 
 `HttpIngest` listens on 127.0.0.1 (an ephemeral port) and accepts `POST /claude` with the
 header `Authorization: Bearer <token>`, the token being random per session. Each payload is
-translated by the claude dialect, exactly as `hook --dialect claude` would, and its messages go
-to the same delivery function as the Unix socket's, in the order the payloads arrived.
+translated by the claude dialect, exactly as `hook --dialect claude` would (its transcript read
+with the agent's rights: supervisor/agent_reader.py), and its messages go to the same delivery
+function as the Unix socket's, in the order the payloads arrived.
 
 It answers at once, before delivery, with `200` and an empty body: Claude Code reads that as
 success with nothing to say, so the agent is never held up or steered. A missing or wrong token
 gets 401, a peer that is not loopback 403, a body over `MAX_BODY_BYTES` (or without a length)
-413/411, a body that is not a JSON object 400, and a full queue (`MAX_QUEUED_PAYLOADS`, or
-`MAX_QUEUED_BYTES` waiting) 503: Claude Code goes on, the event is lost and logged. `GET /v1/status` (with the token) tells `harness doctor` how many
-messages this session received.
+413/411 before any of it is read, a body that is not a JSON object 400, JSON with more than
+`MAX_JSON_TOKENS` tokens or deeper than `MAX_JSON_DEPTH` 413 before it is parsed, and no room
+(bodies in flight, `MAX_QUEUED_PAYLOADS` or `MAX_QUEUED_BYTES` waiting) 503: Claude Code goes
+on, the event is lost and counted. `GET /v1/status` (with the token) tells `harness doctor` how
+many messages this session received.
+
+Anyone on the machine can connect, so the route is bounded whoever connects (docs/security.md):
+one thread serves every connection (a selector), one parses, one delivers; at most
+`MAX_CONNECTIONS` are open, and when a new one comes the oldest that has not shown the token
+is closed; a request has `REQUEST_DEADLINE` from its connection (or the previous answer) to
+its body's last byte. Every refusal is counted through `refuse(reason)`, the counter the
+event socket uses. Nothing a client sends raises out of here or prints a traceback.
 """
 
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import logging
 import queue
+import re
 import secrets
-import socketserver
+import selectors
+import socket
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
+from ..harness.dialects import claude
 from ..loopback import is_loopback_host
+from .admission import IngressCounts
+from .agent_reader import AgentIdentity, tail_reader
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024  # as `hook` reads at most from stdin
-MAX_QUEUED_PAYLOADS = 1024
-# What may wait for delivery at once: a flood of large bodies is refused (503), not buffered.
-MAX_QUEUED_BYTES = 32 * 1024 * 1024
-CLIENT_TIMEOUT = 2.0  # seconds a connection may stay silent
 CLAUDE_PATH = "/claude"
 STATUS_PATH = "/v1/status"
 
+# -- the bounds (docs/security.md states them) -------------------------------------------------
+MAX_BODY_BYTES = 8 * 1024 * 1024  # as `hook` reads at most from stdin
+MAX_HEADER_BYTES = 16 * 1024  # the request line and headers together
+# Connections open at once (descriptors and buffers: at most this many header buffers).
+MAX_CONNECTIONS = 128
+# From a connection's accept (or its previous answer) to its request's last byte: a trickling
+# client is cut off, whatever it sends, and its slot is free again.
+REQUEST_DEADLINE = 10.0  # seconds
+# Body bytes being received or waiting for the parser, over all connections. A body over
+# LARGE_BODY_BYTES may not take the last BODY_RESERVE_BYTES: ordinary posts (a few KiB) still
+# fit while large ones arrive.
+MAX_BODIES_BYTES = 32 * 1024 * 1024
+LARGE_BODY_BYTES = 1024 * 1024
+BODY_RESERVE_BYTES = 8 * 1024 * 1024
+# What a parse may build: JSON's structural tokens and strings (each a value, or what holds
+# one), counted before `json.loads` runs. An 8 MiB body of empty objects would be ~2.8 million
+# dicts (~200 MB); at 200,000 tokens a parse builds about its body's size plus 10 MB at most
+# (measured: 5 MB for empty objects, 14 MB for 4 MB of short strings or long numbers), while a
+# Write of a 10,000-line file (its patch a list of lines) is ~20,000 tokens.
+MAX_JSON_TOKENS = 200_000
+MAX_JSON_DEPTH = 64
+# A body up to this size is parsed by the serving thread itself when no other waits for the
+# parser (bounded by MAX_JSON_TOKENS as any other): two parses at most at once.
+INLINE_PARSE_BYTES = 64 * 1024
+# What may wait for delivery at once: a flood of large bodies is refused (503), not buffered.
+# A payload is charged its body's size plus `TOKEN_CHARGE` per token (what parsing built).
+MAX_QUEUED_PAYLOADS = 1024
+MAX_QUEUED_BYTES = 32 * 1024 * 1024
+TOKEN_CHARGE = 64
+# Lingering after an error answer (before closing): the client reads the answer instead of a
+# reset caused by what it still sends.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 64 * 1024
+LISTEN_BACKLOG = 128
+ACCEPT_PAUSE = 0.25  # seconds without accepting after an accept failed (out of descriptors)
+_READ_SIZE = 65536
+_POLL_INTERVAL = 0.25  # seconds between deadline sweeps when nothing arrives
 
-class _LoopbackServer(ThreadingHTTPServer):
-    daemon_threads = True  # a stalled client never holds up the supervisor's exit
+_REASONS = {
+    200: "OK",
+    100: "Continue",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+# Content-Length: ASCII digits only (str.isdigit would take "²"), and never a huge number.
+_LENGTH = re.compile(r"[0-9]{1,12}")
+# A header name: RFC 9110's token.
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# One JSON string (whole, escapes included) or one structural character: what
+# `json_token_count` counts. A string is matched at once, so brackets inside strings are not
+# counted. Its closing quote is optional, so that a string left open matches to the end once
+# (linear), instead of failing and being tried again from every later quote (quadratic).
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{},:]', re.DOTALL)
 
-    def server_bind(self) -> None:
-        # HTTPServer's own looks the host's name up (DNS, and the idna codec): not needed.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
+
+class RequestRefused(Exception):
+    """A request answered with an error: its status and the refusal's counted reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def json_token_count(body: bytes | bytearray) -> int | None:
+    """How many JSON tokens (strings and structural characters) `body` holds, counted without
+    parsing it; None as soon as it is over `MAX_JSON_TOKENS` or nests deeper than
+    `MAX_JSON_DEPTH`. Whether it is JSON at all is the parser's to say."""
+    depth = 0
+    count = 0
+    for match in _JSON_TOKEN.finditer(body):
+        count += 1
+        if count > MAX_JSON_TOKENS:
+            return None
+        token = match.group()
+        if token[:1] == b'"':
+            if len(token) == 1 or token[-1:] != b'"' or _escapes_closing_quote(token):
+                return count  # a string left open: not JSON, which the parser will say
+            continue
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return None
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return count
+
+
+def _escapes_closing_quote(token: bytes) -> bool:
+    """Whether the last quote of a matched string is escaped (the string ran to the end)."""
+    backslashes = len(token) - 1 - len(token[:-1].rstrip(b"\\"))
+    return backslashes % 2 == 1
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    keep_alive: bool
+
+
+def _parse_head(head: bytes) -> _Request:
+    """The request line and headers (without the blank line); `RequestRefused` when they are
+    not HTTP/1.x as this route takes it."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
+        raise RequestRefused(400, "http_bad_request")
+    method, target, version = parts
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise RequestRefused(505, "http_bad_request")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise RequestRefused(400, "http_bad_request")  # obsolete folding included
+        key = name.decode("ascii").lower()
+        text = value.strip(b" \t").decode("latin-1")
+        if key in headers and key in ("content-length", "authorization", "transfer-encoding"):
+            raise RequestRefused(400, "http_bad_request")  # two of them: ambiguous
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    connection = headers.get("connection", "").lower()
+    keep_alive = version == b"HTTP/1.1" and "close" not in connection
+    path = target.decode("latin-1").split("?", 1)[0]
+    return _Request(method.decode("ascii"), path, headers, keep_alive)
+
+
+class _BodyBudget:
+    """Body bytes in flight over all connections (`MAX_BODIES_BYTES`, with the reserve)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.used = 0
+
+    def take(self, size: int) -> bool:
+        room = MAX_BODIES_BYTES - (BODY_RESERVE_BYTES if size > LARGE_BODY_BYTES else 0)
+        with self._lock:
+            if self.used + size > room:
+                return False
+            self.used += size
+            return True
+
+    def give_back(self, size: int) -> None:
+        with self._lock:
+            self.used -= size
+
+
+# A connection's states.
+_HEAD, _BODY, _PARSING, _LINGER = "head", "body", "parsing", "linger"
+
+
+class _Connection:
+    __slots__ = (
+        "authorized",
+        "body",
+        "buffer",
+        "close_after",
+        "deadline",
+        "events",
+        "keep_alive",
+        "order",
+        "outgoing",
+        "received",
+        "served",
+        "sock",
+        "state",
+        "taken",
+    )
+
+    def __init__(self, sock: socket.socket, order: int, deadline: float) -> None:
+        self.sock = sock
+        self.order = order  # accept order: the oldest unauthorized connection goes first
+        self.deadline = deadline
+        self.state = _HEAD
+        self.buffer = bytearray()  # the head being read
+        self.body: bytearray | None = None
+        self.received = 0  # body bytes read so far
+        self.taken = 0  # body bytes taken from the budget
+        self.authorized = False  # this request showed the token: never closed for room
+        self.keep_alive = True
+        self.served = 0  # requests answered on this connection
+        self.outgoing = bytearray()
+        self.close_after = False
+        self.events = 0  # what the selector watches for
 
 
 class HttpIngest:
@@ -57,60 +253,97 @@ class HttpIngest:
         deliver: Callable[[dict[str, Any]], None],
         received: Callable[[], int] | None = None,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
+        agent: tuple[int, int] | None = None,
+        refuse: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`deliver`: the socket's delivery function; `received`: how many messages the
-        session got so far (for `GET /v1/status`)."""
+        session got so far (for `GET /v1/status`); `agent`: the (uid, gid) the agent runs as,
+        when not as this process (transcripts are read with its rights); `refuse(reason)`:
+        counts each refusal (default: a counter of its own that logs, rate-limited)."""
         self._deliver = deliver
         self._received = received or (lambda: 0)
+        self._refuse = refuse or IngressCounts().refuse
+        self._read_tail = tail_reader(AgentIdentity(*agent) if agent else None)
+        self._clock = clock
         self._max_queued_bytes = max_queued_bytes
         self._queued_bytes = 0
         self._queued_lock = threading.Lock()
+        self._bodies = _BodyBudget()
+        self._accepting_again = 0.0  # when accepting failed: the time to try again
+        self._parses_waiting = 0  # bodies handed to the parser and not yet queued for delivery
+        self._parses_lock = threading.Lock()
         self.token = secrets.token_urlsafe(32)
         self._payloads: queue.Queue[tuple[dict[str, Any], int] | None] = queue.Queue(
             MAX_QUEUED_PAYLOADS
         )
-        self._server = _LoopbackServer(("127.0.0.1", 0), _handler(self))
-        self._serving = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-            name="http-ingest", daemon=True,
-        )
-        self._worker = threading.Thread(target=self._deliver_in_order, name="http-ingest-deliver",
-                                        daemon=True)
+        # Bodies waiting for the parser: at most one per connection, so at most MAX_CONNECTIONS.
+        self._to_parse: queue.Queue[tuple[_Connection, int, bytearray] | None] = queue.Queue()
+        self._answers: queue.Queue[tuple[_Connection, int, int]] = queue.Queue()
+        self._sock = socket.create_server(("127.0.0.1", 0), backlog=LISTEN_BACKLOG)
+        self._sock.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._sock, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._connections: dict[int, _Connection] = {}  # by accept order, oldest first
+        self._order = itertools.count()
+        self._stopped = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._serve, name="http-ingest", daemon=True),
+            threading.Thread(target=self._parse_in_order, name="http-ingest-parse", daemon=True),
+            threading.Thread(
+                target=self._deliver_in_order, name="http-ingest-deliver", daemon=True
+            ),
+        ]
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def start(self) -> HttpIngest:
-        self._serving.start()
-        self._worker.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop serving: open connections are closed (a request cut off is counted); what was
+        already queued is still delivered, then the delivering thread ends."""
+        self._stopped.set()
+        self._wake()
+        self._to_parse.put(None)
         try:
             self._payloads.put_nowait(None)
         except queue.Full:
             pass
+        serving = self._threads[0]
+        if serving.is_alive() and threading.current_thread() is not serving:
+            serving.join(timeout=2.0)
+        for closing in (self._selector, self._sock, self._wake_r, self._wake_w):
+            try:
+                closing.close()
+            except (OSError, ValueError):
+                pass
 
     def token_matches(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header[len("Bearer "):].encode(), self.token.encode())
+        return hmac.compare_digest(header[len("Bearer ") :].encode(), self.token.encode())
 
     def accept(self, payload: dict[str, Any], size: int) -> bool:
-        """Queue one payload (of `size` bytes) for delivery; False when the queue is full."""
+        """Queue one payload (charged `size` bytes) for delivery; False when there is no room.
+        A large one may not take the last `BODY_RESERVE_BYTES` of room, as a large body."""
+        reserve = BODY_RESERVE_BYTES if size > LARGE_BODY_BYTES else 0
         with self._queued_lock:
-            if self._queued_bytes + size > self._max_queued_bytes:
-                log.warning("HTTP event route: %d bytes waiting, a payload dropped",
-                            self._queued_bytes)
+            if self._queued_bytes + size > self._max_queued_bytes - reserve:
+                self._refuse("http_queue_full")
                 return False
             try:
                 self._payloads.put_nowait((payload, size))
             except queue.Full:
-                log.warning("HTTP event route: %d payloads waiting, one dropped",
-                            MAX_QUEUED_PAYLOADS)
+                self._refuse("http_queue_full")
                 return False
             self._queued_bytes += size
         return True
@@ -118,10 +351,9 @@ class HttpIngest:
     def received(self) -> int:
         return self._received()
 
-    def _deliver_in_order(self) -> None:
-        from ..harness.dialects import get_dialect
+    # -- delivery (one thread: in order) -------------------------------------------------------
 
-        dialect = get_dialect("claude")
+    def _deliver_in_order(self) -> None:
         while True:
             item = self._payloads.get()
             if item is None:
@@ -130,91 +362,386 @@ class HttpIngest:
             with self._queued_lock:
                 self._queued_bytes -= size
             try:
-                events = dialect.translate(payload, [])
+                events = claude.translate_hook_payload(payload, claude.NAME, self._read_tail)
             except Exception as exc:  # noqa: BLE001 - one bad payload never stops the route
                 # The type only: the payload is the agent's, and may hold anything.
-                log.warning("HTTP event route: a payload not translated (%s)", type(exc).__name__)
+                self._refuse("http_not_translated")
+                log.debug("HTTP event route: a payload not translated (%s)", type(exc).__name__)
                 continue
+            del payload, item
             for event in events:
                 try:
                     self._deliver(event.to_wire())
-                except Exception:
-                    log.exception("HTTP event route: delivering a message failed")
+                except Exception as exc:  # noqa: BLE001 - nor one failed delivery
+                    self._refuse("delivery_failed")
+                    log.warning(
+                        "HTTP event route: delivering a message failed (%s)", type(exc).__name__
+                    )
 
+    # -- parsing (one thread: one parse at a time, in arrival order) --------------------------
 
-def _handler(ingest: HttpIngest) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = CLIENT_TIMEOUT
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # request lines could carry what an agent chose; nothing to log
-
-        def _answer(self, status: int, body: bytes = b"", content_type: str = "") -> None:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            if status >= 400:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-
-        def _allowed(self) -> bool:
-            if not is_loopback_host(self.client_address[0]):
-                self._answer(403)
-                return False
-            if not ingest.token_matches(self.headers.get("Authorization")):
-                self._answer(401)
-                return False
-            return True
-
-        def do_POST(self) -> None:
-            if not self._allowed():
+    def _parse_in_order(self) -> None:
+        while True:
+            item = self._to_parse.get()
+            if item is None:
                 return
-            if self.path.split("?", 1)[0] != CLAUDE_PATH:
-                self._answer(404)
-                return
-            length_header = self.headers.get("Content-Length")
-            if length_header is None or self.headers.get("Transfer-Encoding"):
-                self._answer(411)
-                return
+            connection, taken, body = item
+            del item
+            status = self._parsed(body)
+            del body
+            self._bodies.give_back(taken)
+            with self._parses_lock:
+                self._parses_waiting -= 1  # after `accept`: the delivery order is kept
+            self._answers.put((connection, connection.served, status))
+            self._wake()
+
+    def _parsed(self, body: bytearray) -> int:
+        """Parse one body and queue it for delivery; the status to answer."""
+        try:
+            return self._parse_and_queue(body)
+        except MemoryError:
+            self._refuse("http_out_of_memory")
+            return 503
+        except Exception as exc:  # noqa: BLE001 - the route outlives any one body
+            self._refuse("http_bad_request")
+            log.debug("HTTP event route: a body failed (%s)", type(exc).__name__)
+            return 400
+
+    def _parse_and_queue(self, body: bytearray) -> int:
+        tokens = json_token_count(body)
+        if tokens is None:
+            self._refuse("http_json_too_large")
+            return 413
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
+            self._refuse("http_not_json")
+            return 400
+        if not isinstance(payload, dict):
+            self._refuse("http_not_an_object")
+            return 400
+        charge = len(body) + TOKEN_CHARGE * tokens
+        return 200 if self.accept(payload, charge) else 503
+
+    # -- serving (one thread: every connection, through a selector) ---------------------------
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"w")
+        except OSError:
+            pass  # already awake (the buffer is full), or closed
+
+    def _serve(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                waiting = False
+                for key, mask in self._selector.select(timeout=_POLL_INTERVAL):
+                    if key.data == "wake":
+                        self._drain_wake()
+                    elif key.data is None:
+                        waiting = True
+                    else:
+                        self._step(key.data, mask)
+                self._answer_parsed()
+                # New connections after what the open ones sent: a request that has arrived
+                # is read before its connection could be closed to make room.
+                if waiting:
+                    self._accept_waiting()
+                if self._accepting_again and time.monotonic() >= self._accepting_again:
+                    self._selector.register(self._sock, selectors.EVENT_READ, None)
+                    self._accepting_again = 0.0
+                self._expire()
+        except Exception as exc:  # noqa: BLE001 - a line, never a traceback on the terminal
+            if not self._stopped.is_set():
+                log.error("HTTP event route stopped: %s", type(exc).__name__)
+        finally:
+            for connection in list(self._connections.values()):
+                if connection.state == _BODY or connection.buffer:
+                    self._refuse("http_route_closed")  # a request cut off: lost, so counted
+                self._drop(connection)
+
+    def _accept_waiting(self) -> None:
+        for _ in range(LISTEN_BACKLOG):
             try:
-                length = int(length_header)
-            except ValueError:
-                self._answer(400)
-                return
-            if length < 0 or length > MAX_BODY_BYTES:
-                self._answer(413)
-                return
-            try:
-                payload = json.loads(self.rfile.read(length))
-            except (ValueError, UnicodeDecodeError):
-                self._answer(400)
+                sock, address = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                self.close_connection = True
+                # Out of descriptors (the process's limit, not ours): the backlog keeps them,
+                # and the listener, readable still, is left out of the selector a moment
+                # rather than tried again at once, round after round.
+                self._refuse("http_accept_failed")
+                self._selector.unregister(self._sock)
+                self._accepting_again = time.monotonic() + ACCEPT_PAUSE
                 return
-            if not isinstance(payload, dict):
-                self._answer(400)
+            if len(self._connections) >= MAX_CONNECTIONS and not self._make_room():
+                self._refuse("http_too_many_connections")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            connection = _Connection(sock, next(self._order), self._clock() + REQUEST_DEADLINE)
+            self._connections[connection.order] = connection
+            if not is_loopback_host(str(address[0])):
+                self._fail(connection, RequestRefused(403, "http_not_loopback"))
+                continue
+            self._watch(connection, selectors.EVENT_READ)
+
+    def _make_room(self) -> bool:
+        """Close the oldest connection whose request has not shown the token (one already
+        answered first); False when every open one has (the agent itself holds them all)."""
+        candidates = [c for c in self._connections.values() if not c.authorized]  # oldest first
+        if not candidates:
+            return False
+        answered = [c for c in candidates if not _unfinished(c)]
+        closed = (answered or candidates)[0]
+        if _unfinished(closed):
+            self._refuse("http_too_many_connections")
+        self._drop(closed)
+        return True
+
+    def _step(self, connection: _Connection, mask: int) -> None:
+        if self._connections.get(connection.order) is not connection:
+            return  # closed earlier in this round
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(connection)
+            if (
+                mask & selectors.EVENT_READ
+                and connection.order in self._connections
+                and connection.state != _PARSING
+            ):
+                self._read(connection)
+        except RequestRefused as refused:
+            self._fail(connection, refused)
+        except OSError:
+            self._drop(connection)
+        except MemoryError:
+            self._refuse("http_out_of_memory")
+            self._drop(connection)
+        except Exception as exc:  # noqa: BLE001 - one client's bytes never stop the route
+            self._refuse("http_bad_request")
+            log.debug("HTTP event route: a request failed (%s)", type(exc).__name__)
+            self._drop(connection)
+
+    def _read(self, connection: _Connection) -> None:
+        if connection.state == _LINGER:
+            chunk = connection.sock.recv(_READ_SIZE)
+            connection.received += len(chunk)
+            if not chunk or connection.received > LINGER_BYTES:
+                self._drop(connection)
+            return
+        if connection.state == _BODY:
+            self._read_body(connection)
+            return
+        chunk = connection.sock.recv(min(_READ_SIZE, MAX_HEADER_BYTES + 4 - len(connection.buffer)))
+        if not chunk:
+            if connection.buffer:
+                self._refuse("http_incomplete_request")
+            self._drop(connection)
+            return
+        searched = max(0, len(connection.buffer) - 3)  # a trickled head is not searched again
+        connection.buffer += chunk
+        end = connection.buffer.find(b"\r\n\r\n", searched)
+        if end < 0:
+            if len(connection.buffer) > MAX_HEADER_BYTES:
+                raise RequestRefused(431, "http_header_too_large")
+            return
+        head, rest = bytes(connection.buffer[:end]), connection.buffer[end + 4 :]
+        connection.buffer = bytearray()
+        self._begin(connection, _parse_head(head), rest)
+
+    def _begin(self, connection: _Connection, request: _Request, rest: bytearray) -> None:
+        """Decide on a request from its head alone: answer it, or begin reading its body."""
+        connection.keep_alive = request.keep_alive
+        if not self.token_matches(request.headers.get("authorization")):
+            raise RequestRefused(401, "http_unauthorized")
+        connection.authorized = True
+        if request.method == "GET" and request.path == STATUS_PATH:
+            if rest or "content-length" in request.headers:
+                raise RequestRefused(400, "http_bad_request")
+            body = json.dumps({"received": self.received()}).encode()
+            self._respond(connection, 200, body, "application/json")
+            return
+        if request.path not in (CLAUDE_PATH, STATUS_PATH):
+            raise RequestRefused(404, "http_not_found")
+        if request.method != "POST" or request.path != CLAUDE_PATH:
+            raise RequestRefused(405, "http_method_not_allowed")
+        length_header = request.headers.get("content-length")
+        if length_header is None or "transfer-encoding" in request.headers:
+            raise RequestRefused(411, "http_length_required")
+        if not _LENGTH.fullmatch(length_header):
+            raise RequestRefused(400, "http_bad_request")
+        length = int(length_header)
+        if length > MAX_BODY_BYTES:
+            raise RequestRefused(413, "http_body_too_large")
+        if len(rest) > length:
+            raise RequestRefused(400, "http_bad_request")  # pipelining: not for this route
+        if not self._bodies.take(length):
+            raise RequestRefused(503, "http_bodies_in_flight")
+        connection.taken = length
+        connection.body = bytearray(length)
+        connection.body[: len(rest)] = rest
+        connection.received = len(rest)
+        connection.state = _BODY
+        if request.headers.get("expect", "").lower() == "100-continue" and not rest:
+            connection.outgoing += b"HTTP/1.1 100 Continue\r\n\r\n"
+            self._flush(connection)
+        if connection.received == length:
+            self._to_parser(connection)
+
+    def _read_body(self, connection: _Connection) -> None:
+        assert connection.body is not None
+        view = memoryview(connection.body)[connection.received :]
+        size = connection.sock.recv_into(view, min(len(view), _READ_SIZE))
+        view.release()
+        if size == 0:
+            self._refuse("http_incomplete_request")
+            self._drop(connection)
+            return
+        connection.received += size
+        if connection.received == len(connection.body):
+            self._to_parser(connection)
+
+    def _to_parser(self, connection: _Connection) -> None:
+        body, connection.body = connection.body, None
+        assert body is not None
+        taken, connection.taken = connection.taken, 0
+        connection.state = _PARSING
+        with self._parses_lock:
+            inline = len(body) <= INLINE_PARSE_BYTES and not self._parses_waiting
+            if not inline:
+                self._parses_waiting += 1
+        if inline:
+            # A usual post, with no body before it still waiting: parsed here, which saves
+            # two thread hand-offs on every event.
+            status = self._parsed(body)
+            self._bodies.give_back(taken)
+            self._answer(connection, status)
+            return
+        self._watch(connection, 0)  # nothing more is read until this body is answered
+        self._to_parse.put((connection, taken, body))
+
+    def _answer_parsed(self) -> None:
+        while True:
+            try:
+                connection, served, status = self._answers.get_nowait()
+            except queue.Empty:
                 return
-            self._answer(200 if ingest.accept(payload, length) else 503)
+            if self._connections.get(connection.order) is not connection:
+                continue  # closed while its body was parsed (the supervisor stopping)
+            if connection.served != served or connection.state != _PARSING:
+                continue
+            try:
+                self._answer(connection, status)
+            except OSError:
+                self._drop(connection)
 
-        def do_GET(self) -> None:
-            if not self._allowed():
-                return
-            if self.path.split("?", 1)[0] != STATUS_PATH:
-                self._answer(404)
-                return
-            body = json.dumps({"received": ingest.received()}).encode()
-            self._answer(200, body, "application/json")
+    def _answer(self, connection: _Connection, status: int) -> None:
+        if status != 200:
+            connection.close_after = True
+        self._respond(connection, status)
 
-        def _not_allowed(self) -> None:
-            if self._allowed():
-                self._answer(405)
+    def _respond(
+        self, connection: _Connection, status: int, body: bytes = b"", content_type: str = ""
+    ) -> None:
+        close = connection.close_after or not connection.keep_alive or status >= 400
+        head = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+            f"Content-Length: {len(body)}",
+        ]
+        if content_type:
+            head.append(f"Content-Type: {content_type}")
+        if close:
+            head.append("Connection: close")
+        else:
+            # A client that keeps the connection closes it before we would (Node's HTTP
+            # client reads this): a post is never sent on a connection we are closing.
+            head.append(f"Keep-Alive: timeout={int(REQUEST_DEADLINE // 2)}")
+        connection.outgoing += ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body
+        connection.served += 1
+        connection.close_after = close
+        connection.authorized = False  # the next request shows the token again
+        connection.state = _LINGER if close else _HEAD
+        connection.received = 0
+        connection.deadline = self._clock() + (LINGER_SECONDS if close else REQUEST_DEADLINE)
+        self._flush(connection)
 
-        do_PUT = do_DELETE = do_PATCH = _not_allowed
+    def _flush(self, connection: _Connection) -> None:
+        if connection.outgoing:
+            sent = connection.sock.send(connection.outgoing)
+            del connection.outgoing[:sent]
+        if connection.outgoing:
+            reading = 0 if connection.state == _PARSING else selectors.EVENT_READ
+            self._watch(connection, reading | selectors.EVENT_WRITE)
+            return
+        if connection.state == _LINGER:
+            connection.sock.shutdown(socket.SHUT_WR)  # the answer is out; what comes is drained
+        self._watch(connection, 0 if connection.state == _PARSING else selectors.EVENT_READ)
 
-    return Handler
+    def _fail(self, connection: _Connection, refused: RequestRefused) -> None:
+        self._refuse(refused.reason)
+        if connection.taken:
+            self._bodies.give_back(connection.taken)
+            connection.taken = 0
+        connection.body = None
+        connection.close_after = True
+        try:
+            self._respond(connection, refused.status)
+        except OSError:
+            self._drop(connection)
+
+    def _watch(self, connection: _Connection, events: int) -> None:
+        if events == connection.events:
+            return
+        if connection.events and events:
+            self._selector.modify(connection.sock, events, connection)
+        elif events:
+            self._selector.register(connection.sock, events, connection)
+        else:
+            self._selector.unregister(connection.sock)
+        connection.events = events
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for connection in [c for c in self._connections.values() if c.deadline <= now]:
+            if connection.state == _PARSING:
+                continue  # the parser answers it; the parse is bounded, not the client
+            if connection.state == _LINGER:
+                self._drop(connection)
+            elif connection.state == _BODY or connection.buffer:
+                self._refuse("http_request_deadline")
+                self._drop(connection)
+            else:
+                if not connection.served:  # a connection that never sent a request
+                    self._refuse("http_idle_connection")
+                self._drop(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        if self._connections.pop(connection.order, None) is None:
+            return
+        if connection.taken:
+            self._bodies.give_back(connection.taken)
+            connection.taken = 0
+        connection.body = None
+        if connection.events:
+            try:
+                self._selector.unregister(connection.sock)
+            except (KeyError, ValueError):
+                pass
+            connection.events = 0
+        connection.sock.close()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+
+def _unfinished(connection: _Connection) -> bool:
+    """Whether closing `connection` now loses a request: one begun, or a connection that has
+    sent nothing yet (not one answered and idle, or lingering after its answer)."""
+    if connection.state in (_BODY, _PARSING) or connection.buffer:
+        return True
+    return connection.state == _HEAD and not connection.served

@@ -219,7 +219,9 @@ class Supervisor:
         options = self.options
         self._set_phase("provisioning")
         http = wants_http_route(options.command, self.metadata, options.environ)
-        self._channel = SessionChannel(self._deliver, _socket_owner(options.user), http)
+        self._channel = SessionChannel(
+            self._deliver, _socket_owner(options.user), http, refuse=self.ingress.refuse
+        )
         self._server = EventServer(
             self._channel.deliver,
             owner=_socket_owner(options.user),

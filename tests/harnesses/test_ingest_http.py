@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,16 @@ import httpx
 import pytest
 
 from otel_lifecycle_hooks.loopback import is_loopback_host
-from otel_lifecycle_hooks.supervisor.ingest_http import MAX_BODY_BYTES, HttpIngest
+from otel_lifecycle_hooks.supervisor.ingest_http import (
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    MAX_HEADER_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_TOKENS,
+    REQUEST_DEADLINE,
+    HttpIngest,
+    json_token_count,
+)
 from tests.harnesses.fake_models import Step
 from tests.harnesses.real import Claude, harness_binary
 from tests.harnesses.session import PACKAGE_CLI
@@ -201,3 +212,307 @@ def test_a_flood_of_large_bodies_is_refused_while_delivery_waits_not_buffered() 
         ingest.close()
     # Three more fit in 64 KiB while the delivery waits; the rest are refused, not buffered.
     assert (first, queued) == (200, [200, 200, 200, 503, 503])
+
+
+# -- the route's bounds (supervisor/ingest_http.py) ---------------------------------------------
+
+
+class Refusals:
+    """The reasons `refuse` was called with, in order (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.changed = threading.Condition()
+
+    def __call__(self, reason: str) -> None:
+        with self.changed:
+            self.reasons.append(reason)
+            self.changed.notify_all()
+
+    def wait_for(self, reason: str) -> list[str]:
+        with self.changed:
+            self.changed.wait_for(lambda: reason in self.reasons, timeout=30)
+        return self.reasons
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def counted() -> Any:
+    delivered, refusals, clock = Delivered(), Refusals(), FakeClock()
+    ingest = HttpIngest(delivered, refuse=refusals, clock=clock).start()
+    yield ingest, delivered, refusals, clock
+    ingest.close()
+
+
+def connect(ingest: HttpIngest) -> socket.socket:
+    host, port = ingest.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def head(ingest: HttpIngest, length: int, *extra: str) -> bytes:
+    lines = [
+        "POST /claude HTTP/1.1",
+        "Host: x",
+        f"Authorization: Bearer {ingest.token}",
+        f"Content-Length: {length}",
+        *extra,
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def closed_by_peer(connection: socket.socket) -> bool:
+    """Waits until the route closes this connection (what it answered before is skipped);
+    a connection left open fails the test with the socket's timeout."""
+    try:
+        while connection.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_request_not_finished_by_its_deadline_is_cut_off_and_counted(counted: Any) -> None:
+    ingest, delivered, refusals, clock = counted
+    with connect(ingest) as connection:
+        connection.sendall(head(ingest, 100, "Expect: 100-continue"))
+        assert connection.recv(100).startswith(b"HTTP/1.1 100 ")  # its head is taken
+        connection.sendall(b'{"hook_event_name": ')  # and no more
+        with connect(ingest) as idle:
+            # Answered on a connection accepted after `idle`: `idle` is accepted too.
+            with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as client:
+                assert client.get("/v1/status", headers=auth(ingest)).status_code == 200
+            clock.now += REQUEST_DEADLINE + 1
+            assert closed_by_peer(connection) and closed_by_peer(idle)
+    assert refusals.wait_for("http_idle_connection")
+    assert sorted(refusals.reasons) == ["http_idle_connection", "http_request_deadline"]
+    assert delivered.messages == []
+
+
+def test_at_the_bound_the_oldest_connection_without_the_token_makes_room(counted: Any) -> None:
+    ingest, delivered, refusals, _clock = counted
+    held = [connect(ingest) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for connection in held:
+            connection.sendall(b"POST /claude HTTP/1.1\r\n")  # a head that never ends
+        with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as client:
+            answer = client.post("/claude", json={"hook_event_name": "Stop"}, headers=auth(ingest))
+        assert answer.status_code == 200
+        assert closed_by_peer(held[0])  # the oldest
+        assert delivered.wait_for(1)[0]["event"] == "agent-end"
+        assert refusals.reasons == ["http_too_many_connections"]
+    finally:
+        for connection in held:
+            connection.close()
+
+
+def test_when_every_open_connection_showed_the_token_a_new_one_is_refused(counted: Any) -> None:
+    ingest, _delivered, refusals, _clock = counted
+    held = [connect(ingest) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for connection in held:  # each waits for its body: the agent holding every slot
+            connection.sendall(head(ingest, 10, "Expect: 100-continue"))
+        for connection in held:
+            assert connection.recv(100).startswith(b"HTTP/1.1 100 ")
+        with connect(ingest) as late:
+            late.sendall(head(ingest, 2) + b"{}")
+            assert closed_by_peer(late)
+        assert refusals.wait_for("http_too_many_connections") == ["http_too_many_connections"]
+    finally:
+        for connection in held:
+            connection.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "reason"),
+    [
+        (b'{"a": [' + b"{}," * (MAX_JSON_TOKENS // 2) + b"{}]}", 413, "http_json_too_large"),
+        (b'{"a": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}", 413,
+         "http_json_too_large"),
+        (b"[1, 2]", 400, "http_not_an_object"),
+        (b"{nope", 400, "http_not_json"),
+    ],
+    ids=["too-many-tokens", "too-deep", "an-array", "not-json"],
+)
+def test_a_body_over_the_json_bounds_or_not_an_object_is_refused_and_counted(
+    counted: Any, body: bytes, status: int, reason: str
+) -> None:
+    ingest, delivered, refusals, _clock = counted
+    with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as client:
+        assert client.post("/claude", content=body, headers=auth(ingest)).status_code == status
+    assert refusals.wait_for(reason) == [reason]
+    assert delivered.messages == []
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "reason"),
+    [
+        (b"POST /claude HTTP/1.1\r\nX: " + b"y" * MAX_HEADER_BYTES + b"\r\n\r\n", 431,
+         "http_header_too_large"),
+        (b"POST /claude HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 401, "http_unauthorized"),
+        (b"POST /claude HTTP/2.0\r\n\r\n", 505, "http_bad_request"),
+        (b"POST /claude HTTP/1.1\r\n folded\r\n\r\n", 400, "http_bad_request"),
+    ],
+    ids=["head-too-large", "no-token", "not-http-1", "folded-header"],
+)
+def test_a_bad_head_is_answered_and_counted_before_anything_else_is_read(
+    counted: Any, request_bytes: bytes, status: int, reason: str
+) -> None:
+    ingest, _delivered, refusals, _clock = counted
+    with connect(ingest) as connection:
+        connection.sendall(request_bytes)
+        assert connection.makefile("rb").readline().split()[1] == str(status).encode()
+    assert refusals.wait_for(reason) == [reason]
+
+
+def test_two_lengths_or_a_chunked_body_are_refused(counted: Any) -> None:
+    ingest, _delivered, refusals, _clock = counted
+    for extra, status in (("Content-Length: 3", 400), ("Transfer-Encoding: chunked", 411)):
+        with connect(ingest) as connection:
+            connection.sendall(head(ingest, 2, extra) + b"{}")
+            assert connection.makefile("rb").readline().split()[1] == str(status).encode()
+    refusals.wait_for("http_length_required")
+    assert refusals.reasons == ["http_bad_request", "http_length_required"]
+
+
+def test_posts_on_one_kept_alive_connection_are_each_answered_and_delivered(counted: Any) -> None:
+    ingest, delivered, refusals, _clock = counted
+    with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as client:
+        for name in ("PreToolUse", "PostToolUse", "Stop"):
+            answer = client.post("/claude", json={"hook_event_name": name}, headers=auth(ingest))
+            assert answer.status_code == 200
+            assert answer.headers.get("connection") != "close"
+    assert [m["event"] for m in delivered.wait_for(3)] == ["tool-start", "tool-end", "agent-end"]
+    assert refusals.reasons == []
+
+
+@pytest.mark.parametrize(
+    ("body", "tokens"),
+    [
+        (b'{"a": "{[,:]}"}', 5),  # brackets inside a string are text, not structure
+        (b'{"a": "say \\"{\\" ok", "b": [1, 2]}', 11),
+        (b"", 0),
+    ],
+)
+def test_json_tokens_are_counted_outside_strings_only(body: bytes, tokens: int) -> None:
+    assert json_token_count(body) == tokens
+
+
+def test_json_past_either_bound_has_no_count() -> None:
+    assert json_token_count(b"[" * (MAX_JSON_DEPTH + 1)) is None
+    assert json_token_count(b"[" + b"0," * MAX_JSON_TOKENS + b"0]") is None
+    assert json_token_count(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) == 2 * MAX_JSON_DEPTH
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "+2", "0x2", "2 2", "9" * 13])
+def test_a_length_that_is_not_plain_digits_is_refused_and_the_route_goes_on(
+    counted: Any, length: str
+) -> None:
+    ingest, delivered, refusals, _clock = counted
+    with connect(ingest) as connection:
+        request = head(ingest, 0).replace(
+            b"Content-Length: 0", f"Content-Length: {length}".encode("latin-1")
+        )
+        connection.sendall(request + b"{}")
+        assert connection.makefile("rb").readline().split()[1] == b"400"
+    with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as client:
+        answer = client.post("/claude", json={"hook_event_name": "Stop"}, headers=auth(ingest))
+    assert answer.status_code == 200
+    assert delivered.wait_for(1)[0]["event"] == "agent-end"
+    assert refusals.reasons == ["http_bad_request"]
+
+
+@pytest.mark.parametrize(
+    ("body", "tokens"),
+    [
+        (b'["a\\"', 2),  # the last quote escaped: the string runs to the end
+        (b'["a\\\\"]', 3),  # an escaped backslash, then the closing quote
+        (b'["a', 2),
+    ],
+)
+def test_a_string_left_open_ends_the_count(body: bytes, tokens: int) -> None:
+    assert json_token_count(body) == tokens
+
+
+def test_strings_left_open_from_every_quote_are_counted_in_one_pass() -> None:
+    # Before: each escaped quote began a new attempt to the end, hours for 8 MiB (in one call
+    # that holds the GIL: hence a process of its own, its timeout a hang guard).
+    code = (
+        "from otel_lifecycle_hooks.supervisor.ingest_http import MAX_BODY_BYTES, "
+        "json_token_count\n"
+        "print(json_token_count(b'\"' + b'\\\\\"' * (MAX_BODY_BYTES // 2 - 1)))"
+    )
+    counted = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert counted.stdout.strip() == "1"
+
+
+# A route in a process of its own whose descriptors run out: it reports its URL and token,
+# fills its descriptor table, waits for the first failed accept and one second more, says how
+# many accepts failed, frees the descriptors, and reports each delivery.
+OUT_OF_DESCRIPTORS = r"""
+import json, os, resource, sys, threading, time
+from otel_lifecycle_hooks.supervisor.ingest_http import HttpIngest
+
+refused = []
+ingest = HttpIngest(lambda m: print("delivered " + m["event"], flush=True),
+                    refuse=refused.append).start()
+print(json.dumps({"url": ingest.url, "token": ingest.token}), flush=True)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+print("full", flush=True)
+while "http_accept_failed" not in refused:
+    time.sleep(0.01)
+time.sleep(1.0)
+print("failed accepts " + str(refused.count("http_accept_failed")), flush=True)
+for descriptor in held:
+    os.close(descriptor)
+sys.stdin.readline()
+ingest.close()
+"""
+
+
+def test_out_of_descriptors_the_route_waits_instead_of_spinning_and_then_serves() -> None:
+    route = subprocess.Popen(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert route.stdin is not None and route.stdout is not None
+    try:
+        where = json.loads(route.stdout.readline())
+        assert route.stdout.readline().strip() == "full"
+        host, port = where["url"].removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as waiting:
+            # In the backlog while the route has no descriptor to accept it with.
+            failed = route.stdout.readline().split()
+            assert failed[:2] == ["failed", "accepts"]
+            # A spinning listener fails thousands of times a second; one that waits, a few.
+            assert 1 <= int(failed[2]) <= 20
+            body = b'{"hook_event_name": "Stop"}'
+            waiting.sendall(
+                f"POST /claude HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {where['token']}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            assert waiting.makefile("rb").readline().split()[1] == b"200"
+        assert route.stdout.readline().strip() == "delivered agent-end"
+    finally:
+        route.stdin.write("done\n")
+        route.stdin.close()
+        route.wait(timeout=30)
+        route.stdout.close()

@@ -35,7 +35,13 @@ from ._common import as_text, event, text
 # The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    # (path, at most this many bytes) -> (the file's last bytes, whether its start was cut),
+    # or None when it cannot be read. The `hook` process reads with its own rights (it is the
+    # agent); a supervisor running as another user passes a reader that has the agent's.
+    TailReader = Callable[[str, int], "tuple[bytes, bool] | None"]
 
 NAME = "claude"
 
@@ -63,8 +69,11 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
     return translate_hook_payload(payload, NAME)
 
 
-def translate_hook_payload(payload: Mapping[str, Any], dialect: str) -> list[NormalizedEvent]:
-    """The Claude-shaped hook payload that Claude Code and Codex both send."""
+def translate_hook_payload(
+    payload: Mapping[str, Any], dialect: str, read: TailReader | None = None
+) -> list[NormalizedEvent]:
+    """The Claude-shaped hook payload that Claude Code and Codex both send; `read` reads the
+    transcript's tail (default: `read_tail`, with this process's rights)."""
     raw = text(payload, "hook_event_name")
     name = _SIMPLE.get(raw)
     if name is None:
@@ -89,7 +98,7 @@ def translate_hook_payload(payload: Mapping[str, Any], dialect: str) -> list[Nor
         fields[MESSAGE] = f"Permission requested for {fields[TOOL_NAME] or 'a tool'}"
         fields[NOTIFICATION_TYPE] = "permission_prompt"
     elif raw in ("Stop", "SubagentStop", "StopFailure"):
-        fields[ASSISTANT_TEXT] = final_assistant_text(payload)
+        fields[ASSISTANT_TEXT] = final_assistant_text(payload, read)
         if raw == "StopFailure":
             fields[ERROR_TYPE] = text(payload, "error_type", "error")
             fields[ERROR_MESSAGE] = text(payload, "error_message", "error_details", "error")
@@ -100,32 +109,47 @@ def translate_hook_payload(payload: Mapping[str, Any], dialect: str) -> list[Nor
     return [event(name, dialect, raw, payload, **fields)]
 
 
-def final_assistant_text(payload: Mapping[str, Any]) -> str:
-    """The turn's final text: `last_assistant_message` if given, else the transcript's tail."""
+def final_assistant_text(payload: Mapping[str, Any], read: TailReader | None = None) -> str:
+    """The turn's final text: `last_assistant_message` if given, else the transcript's tail
+    (read by `read`)."""
     given = payload.get("last_assistant_message")
     if isinstance(given, str) and given.strip():
         return given.strip()
     path = text(payload, "agent_transcript_path", "transcript_path")
-    return transcript_final_text(path) if path else ""
+    return transcript_final_text(path, read=read) if path else ""
 
 
-def transcript_final_text(path: str, tail_bytes: int = TRANSCRIPT_TAIL_BYTES) -> str:
-    """Text of the trailing run of assistant entries in a Claude JSONL transcript, or ""."""
+def read_tail(path: str, tail_bytes: int) -> tuple[bytes, bool] | None:
+    """The last `tail_bytes` of the regular file at `path`, read with this process's rights,
+    and whether the file's start was cut; None when it is not a readable regular file."""
     try:
         # The path is the agent's: a FIFO or a device would block or never end. Opened without
         # blocking, read only when it is a regular file, and never more than the tail.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         with open(descriptor, "rb") as transcript:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                return ""
+                return None
             size = transcript.seek(0, os.SEEK_END)
             start = max(0, size - tail_bytes)
             transcript.seek(start)
-            tail = transcript.read(tail_bytes)
+            return transcript.read(tail_bytes), start > 0
     except (OSError, ValueError):
+        return None
+
+
+def transcript_final_text(
+    path: str, tail_bytes: int = TRANSCRIPT_TAIL_BYTES, read: TailReader | None = None
+) -> str:
+    """Text of the trailing run of assistant entries in a Claude JSONL transcript, or "".
+    `read` reads the file's tail (default: `read_tail`, with this process's rights)."""
+    read_back = (read or read_tail)(path, tail_bytes)
+    if read_back is None:
         return ""
+    tail, cut = read_back
+    if len(tail) > tail_bytes:  # never more than asked, whoever read it
+        tail, cut = tail[len(tail) - tail_bytes :], True
     lines = tail.split(b"\n")
-    if start > 0:
+    if cut:
         lines = lines[1:]  # the first line was cut by the seek
     parts: list[str] = []
     for line in lines:
