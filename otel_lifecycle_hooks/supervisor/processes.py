@@ -334,6 +334,23 @@ class AgentProcesses:
                 reaped += done == process.pid
         return reaped
 
+    def reap_pids(self, pids: Sequence[int]) -> int:
+        """Collect those of `pids` that exited as this process's children (the agent's
+        processes that its cgroup listed, found there rather than by the scan)."""
+        reaped = 0
+        for pid in pids:
+            if pid == self.agent_pid:
+                continue  # its Popen's to wait for
+            info = read_stat(pid, self._proc)
+            if info is None or info.state != "Z" or info.ppid != self.supervisor_pid:
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            reaped += done == pid
+        return reaped
+
     def signal(self, signum: int) -> list[int]:
         """Send `signum` to every live process of the agent but the agent itself (its group
         is signalled by the caller); returns the pids signalled."""
