@@ -7,7 +7,8 @@ supervisor looks). All three ignore SIGTERM. Where the supervisor has a writable
 hierarchy, the agent runs in a cgroup of its own, and:
 
 - a supervisor killed outright (SIGKILL) leaves the group behind; the next `run` on this
-  machine kills it and removes it;
+  machine, or `reconcile`, kills it and removes it;
+- the agent cannot move itself out of its group;
 - a normal stop (SIGTERM, the agent ignoring it) ends every process of the group at the grace
   deadline;
 - a script hook that times out takes its `setsid` grandchild with it.
@@ -18,9 +19,13 @@ one of them, and polls under a generous hang guard.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,19 +33,16 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.actions.script import run_script
+from otel_lifecycle_hooks.confinement import CGROUP_ENV, Cgroup, find_hierarchy
 from otel_lifecycle_hooks.render import RenderedCommand
 from otel_lifecycle_hooks.supervisor.processes import read_stat
-from tests.supervisor.supervised import Workspace, wait_until
+from tests.supervisor.supervised import Workspace, recorder_hook, wait_until
 
 
 def _writable_cgroup2() -> bool:
-    """A cgroup v2 hierarchy this process may create groups in (read from mountinfo)."""
-    try:
-        with open("/proc/self/mountinfo") as mountinfo:
-            mounts = [line.split(" - ")[0].split()[4] for line in mountinfo if " - cgroup2 " in line]
-    except OSError:
-        return False
-    return any(os.access(mount, os.W_OK) for mount in mounts)
+    """A cgroup v2 hierarchy (as mountinfo shows it) this process may create groups in."""
+    hierarchy = find_hierarchy()
+    return hierarchy is not None and os.access(hierarchy.mount, os.W_OK)
 
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
@@ -100,8 +102,28 @@ def shared_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def space(shared_dir: Path) -> Iterator[Workspace]:
+def cgroup_parent() -> Iterator[str]:
+    """A parent cgroup of the test's own (named by the variable), so that no other supervisor
+    on the machine sweeps the groups under it: only the runs a test starts do."""
+    hierarchy = find_hierarchy()
+    assert hierarchy is not None
+    path = f"{hierarchy.root.rstrip('/')}/olh-test-{os.getpid()}-{next(_parents)}"
+    yield path
+    directory = hierarchy.directory(path)
+    if directory is not None and directory.exists():
+        for group in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if group.is_dir():
+                Cgroup(group).remove()
+        directory.rmdir()
+
+
+_parents = itertools.count()
+
+
+@pytest.fixture
+def space(shared_dir: Path, cgroup_parent: str) -> Iterator[Workspace]:
     workspace = Workspace(shared_dir)
+    workspace.env[CGROUP_ENV] = cgroup_parent
     (shared_dir / "agent_program.py").write_text(AGENT)
     yield workspace
     workspace.cleanup()
@@ -146,19 +168,23 @@ def _still_running(processes: dict[str, tuple[int, int]]) -> list[str]:
     return running
 
 
-def test_a_killed_supervisors_agent_tree_is_ended_by_the_next_run(
-    space: Workspace, shared_dir: Path
-) -> None:
-    first = shared_dir / "first"
-    run = space.start(None, _agent_command(first), "--user", UNPRIVILEGED)
-    wait_until((first / "ready").exists, what="the agent to start its child and daemon")
-    processes = _recorded_processes(first)
-    assert processes["daemon"][0] != processes["agent"][0]
-
+def _killed_supervisors_processes(space: Workspace, directory: Path) -> dict[str, tuple[int, int]]:
+    """The agent's processes once its supervisor was killed outright (SIGKILL)."""
+    run = space.start(None, _agent_command(directory), "--user", UNPRIVILEGED)
+    wait_until((directory / "ready").exists, what="the agent to start its child and daemon")
+    processes = _recorded_processes(directory)
     run.signal(signal.SIGKILL)
     run.wait(timeout=30)
     # The kernel ends the agent itself (its parent-death signal); its child and daemon, which
     # no one tells, are what is left of the session.
+    return processes
+
+
+def test_a_killed_supervisors_agent_tree_is_ended_by_the_next_run(
+    space: Workspace, shared_dir: Path
+) -> None:
+    processes = _killed_supervisors_processes(space, shared_dir / "first")
+
     second = shared_dir / "second"
     rerun = space.start(None, _agent_command(second), "--user", UNPRIVILEGED)
     wait_until((second / "ready").exists, what="the next run's agent to start")
@@ -167,6 +193,28 @@ def test_a_killed_supervisors_agent_tree_is_ended_by_the_next_run(
         lambda: not _still_running(processes), timeout=30, what="the killed session's processes"
     )
     assert rerun.process.poll() is None, rerun.stderr  # the next run itself goes on
+
+
+def test_a_killed_supervisors_agent_tree_is_ended_by_reconcile(
+    space: Workspace, shared_dir: Path
+) -> None:
+    processes = _killed_supervisors_processes(space, shared_dir / "first")
+    # No script hook: the sweep is reconcile's own, not a side effect of running a script.
+    template = space.template(recorder_hook("http://127.0.0.1:9/events", ["session-end"]))
+
+    reconcile = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--template", str(template)],
+        env=space.env,
+        cwd=shared_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert reconcile.returncode == 0, reconcile.stderr
+    wait_until(
+        lambda: not _still_running(processes), timeout=30, what="the killed session's processes"
+    )
 
 
 def test_a_stop_ends_every_process_of_the_agents_group(space: Workspace, shared_dir: Path) -> None:
@@ -206,3 +254,63 @@ def test_a_timed_out_scripts_setsid_grandchild_is_ended(shared_dir: Path) -> Non
             except (ValueError, ProcessLookupError):
                 pass
 
+
+
+# An agent that tries to leave its cgroup for the hierarchy's root and for its own group's
+# parent, and records what it was told; then its daemon (same plan as AGENT) is started.
+ESCAPING_AGENT = r"""
+import json, os, sys, time
+
+directory = sys.argv[1]
+mount = own = None
+with open("/proc/self/mountinfo") as mountinfo:
+    for line in mountinfo:
+        if " - cgroup2 " in line:
+            mount = line.split(" - ")[0].split()[4]
+with open("/proc/self/cgroup") as cgroup:
+    own = next(line[3:].strip() for line in cgroup if line.startswith("0::"))
+tried = {}
+for target in (mount, mount + os.path.dirname(own), mount + os.path.dirname(os.path.dirname(own))):
+    try:
+        with open(os.path.join(target, "cgroup.procs"), "w") as procs:
+            procs.write("0")
+        tried[target] = "moved"
+    except OSError as exc:
+        tried[target] = exc.strerror
+with open(os.path.join(directory, "tried.json"), "w") as handle:
+    json.dump(tried, handle)
+with open(os.path.join(directory, "agent.pid"), "w") as handle:
+    handle.write(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
+
+
+def _cgroup_of(pid: int) -> str:
+    with open(f"/proc/{pid}/cgroup") as cgroup:
+        return next(line[3:].strip() for line in cgroup if line.startswith("0::"))
+
+
+def test_the_agent_cannot_move_itself_out_of_its_cgroup(
+    space: Workspace, shared_dir: Path, cgroup_parent: str
+) -> None:
+    assert SYSTEM_PYTHON is not None
+    program = shared_dir / "escaping_agent.py"
+    program.write_text(ESCAPING_AGENT)
+    directory = shared_dir / "escape"
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    run = space.start(None, [SYSTEM_PYTHON, str(program), str(directory)], "--user", UNPRIVILEGED)
+    tried_file = directory / "tried.json"
+    wait_until(lambda: (directory / "agent.pid").exists(), what="the agent to try to escape")
+    agent_pid = int((directory / "agent.pid").read_text())
+
+    tried = json.loads(tried_file.read_text())
+    assert tried and "moved" not in tried.values(), tried
+    group = _cgroup_of(agent_pid)
+    assert group.endswith("/agent"), group
+    assert group.startswith(f"{cgroup_parent}/run-{run.process.pid}-"), group
+
+    run.signal(signal.SIGTERM)
+    run.wait(timeout=60)
+    wait_until(lambda: read_stat(agent_pid) is None, timeout=30, what="the agent to end")
