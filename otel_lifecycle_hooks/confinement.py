@@ -50,7 +50,7 @@ log = logging.getLogger("otel_lifecycle_hooks.confinement")
 
 # "off" (or "0", "false", "no") turns confinement off; a cgroup path (as /proc/self/cgroup
 # writes it, from the hierarchy's root, e.g. "/agents") names the parent instead of the default.
-CGROUP_ENV = "OTEL_LIFECYCLE_HOOKS_CGROUP"
+CGROUP_ENV = "LIFECYCLE_HOOKS_CGROUP"
 DEFAULT_PARENT_NAME = "otel-lifecycle-hooks"
 _OFF = frozenset({"off", "0", "false", "no"})
 _RUN_NAME = re.compile(r"run-([1-9][0-9]{0,9})-([0-9]{1,20})-([0-9]{1,9})")
@@ -97,9 +97,7 @@ def find_hierarchy(
     """The cgroup v2 mount that shows this process's own cgroup; None without one."""
     try:
         with open(cgroup_file) as handle:
-            own = next(
-                (line[3:].rstrip("\n") for line in handle if line.startswith("0::")), None
-            )
+            own = next((line[3:].rstrip("\n") for line in handle if line.startswith("0::")), None)
         with open(mountinfo) as handle:
             lines = handle.readlines()
     except OSError:
@@ -295,8 +293,14 @@ class CgroupHome:
         try:
             path.mkdir(mode=0o700)
             os.chmod(path, 0o700)
+            # Only a domain group takes a process; under a threaded parent the join would
+            # fail and the process would not start: it is then started unconfined instead.
+            usable = (path / "cgroup.type").read_text().strip() == "domain"
         except OSError as exc:
             log.debug("could not make cgroup %s: %s", name, exc)
+            return None
+        if not usable:
+            _rmdir(path)
             return None
         return Cgroup(path)
 
@@ -318,7 +322,7 @@ def sweep_orphans(parent: Path, hierarchy: Hierarchy) -> list[str]:
     """Kill and remove every `run-*` group under `parent` whose owner is gone: its lock is
     free and its pid no longer runs with the start time in its name. Never a group that holds
     this process's own cgroup. Returns the names of the groups removed."""
-    removed = []
+    removed: list[str] = []
     try:
         names = sorted(entry.name for entry in os.scandir(parent) if entry.is_dir())
     except OSError:
@@ -397,12 +401,10 @@ def home(environ: Mapping[str, str] | None = None) -> CgroupHome | None:
     with _home_lock:
         if not _home:
             made = CgroupHome.create(os.environ if environ is None else environ)
-            if made is not None:
-                if not _close_registered:
-                    # A process that confines and is not a supervisor (a replay running
-                    # scripts) ends its groups when it exits.
-                    atexit.register(close_home)
-                    _close_registered.append(True)
+            if made is not None and not _close_registered:
+                # What scripts left running in it ends with this process, as `run` ends.
+                atexit.register(close_home)
+                _close_registered.append(True)
             _home.append(made)
         return _home[0]
 

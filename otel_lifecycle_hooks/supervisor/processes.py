@@ -25,6 +25,11 @@ libraries with threads (gRPC's exporter) can hang it. The launcher is util-linux
 and execs the agent (about 1.5 ms); where there is no such `setpriv`, a second interpreter
 (`python -S -I`) does the same (about 9 ms, paid by every agent's start).
 
+The scan has a blind spot (an orphan that left the agent's session and environment before
+it was seen), and a killed supervisor can scan nothing: where processes can be confined (root
+with cgroup v2), the agent also runs in a cgroup of its own that run.py kills whole
+(`confinement`); the scan stays for everything else.
+
 Linux only; elsewhere every function here is a no-op that reports it did nothing.
 """
 
