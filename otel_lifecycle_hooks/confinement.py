@@ -187,8 +187,9 @@ def _pids(path: Path) -> list[int]:
 
 
 def _kill(path: Path) -> None:
-    """cgroup.kill (Linux 5.14 and later) ends the whole subtree at once; without it, every
-    process listed is killed until none is left (a forking process is caught on a later pass)."""
+    """cgroup.kill (Linux 5.14 and later) ends the whole subtree at once; without it, the
+    subtree is frozen (cgroup.freeze, 5.2 and later: no process forks while it is listed) and
+    every process listed is killed until none is left, then thawed so the killed can exit."""
     try:
         with open(path / "cgroup.kill", "w") as handle:
             handle.write("1")
@@ -199,17 +200,35 @@ def _kill(path: Path) -> None:
     except OSError as exc:
         log.warning("could not kill the processes of cgroup %s: %s", path.name, exc.strerror)
         return
-    for _ in range(100):
-        groups = [path, *(p for p in path.iterdir() if p.is_dir())]
-        pids = [pid for group in groups for pid in _pids(group)]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.01)
+    _kill_each(path)
+
+
+def _kill_each(path: Path) -> None:
+    """What cgroup.kill does, for kernels without it: freeze, kill every listed, thaw."""
+    frozen = _write(path / "cgroup.freeze", "1")
+    try:
+        for _ in range(100):
+            pids = _subtree_pids(path)
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.01)
+    finally:
+        if frozen:
+            _write(path / "cgroup.freeze", "0")
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        with open(path, "w") as handle:
+            handle.write(text)
+    except OSError:
+        return False
+    return True
 
 
 def _remove(path: Path, wait: float, kill: bool = True) -> bool:

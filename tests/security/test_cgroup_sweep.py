@@ -21,6 +21,7 @@ from otel_lifecycle_hooks.confinement import (
     CGROUP_ENV,
     Cgroup,
     CgroupHome,
+    _kill_each,
     find_hierarchy,
     sweep_orphaned_groups,
 )
@@ -141,3 +142,24 @@ def test_a_supervisors_group_is_its_own_while_it_lives(parent: tuple[str, Path])
     wait_until(lambda: not _running(process, start), timeout=30, what="close to kill the agent")
     process.wait(timeout=10)
     assert not home.path.exists()
+
+
+def test_without_cgroup_kill_a_forking_group_is_still_ended(parent: tuple[str, Path]) -> None:
+    # Kernels before 5.14 have no cgroup.kill: the group is frozen and killed process by
+    # process. A shell that keeps forking must not outrun it.
+    _, directory = parent
+    group = directory / "forking"
+    group.mkdir()
+    forker = subprocess.Popen(
+        Cgroup(group).join_argv(["/bin/sh", "-c", "while :; do sleep 600 & done"])
+    )
+    try:
+        wait_until(lambda: len(Cgroup(group).pids()) > 20, what="the group to fill")
+
+        _kill_each(group)
+
+        wait_until(lambda: not Cgroup(group).pids(), timeout=30, what="the group to empty")
+        assert forker.wait(timeout=30) == -9
+    finally:
+        Cgroup(group).kill()
+        forker.wait(timeout=30)

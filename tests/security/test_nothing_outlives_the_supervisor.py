@@ -285,6 +285,14 @@ while True:
 """
 
 
+def _pid_in(path: Path) -> int | None:
+    """The pid a file holds, once it is written whole."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _cgroup_of(pid: int) -> str:
     with open(f"/proc/{pid}/cgroup") as cgroup:
         return next(line[3:].strip() for line in cgroup if line.startswith("0::"))
@@ -301,8 +309,9 @@ def test_the_agent_cannot_move_itself_out_of_its_cgroup(
     directory.chmod(0o777)
     run = space.start(None, [SYSTEM_PYTHON, str(program), str(directory)], "--user", UNPRIVILEGED)
     tried_file = directory / "tried.json"
-    wait_until(lambda: (directory / "agent.pid").exists(), what="the agent to try to escape")
-    agent_pid = int((directory / "agent.pid").read_text())
+    agent_pid = wait_until(
+        lambda: _pid_in(directory / "agent.pid"), what="the agent to try to escape"
+    )
 
     tried = json.loads(tried_file.read_text())
     assert tried and "moved" not in tried.values(), tried
@@ -313,3 +322,19 @@ def test_the_agent_cannot_move_itself_out_of_its_cgroup(
     run.signal(signal.SIGTERM)
     run.wait(timeout=60)
     wait_until(lambda: read_stat(agent_pid) is None, timeout=30, what="the agent to end")
+
+
+def test_confinement_turned_off_leaves_the_agent_in_the_supervisors_cgroup(
+    space: Workspace, shared_dir: Path
+) -> None:
+    directory = shared_dir / "unconfined"
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    agent = ["/bin/sh", "-c", 'echo "$$" > "$1/agent.pid"; exec sleep 600', "agent", str(directory)]
+    run = space.start(None, agent, "--user", UNPRIVILEGED, env={CGROUP_ENV: "off"})
+    agent_pid = wait_until(lambda: _pid_in(directory / "agent.pid"), what="the agent to start")
+
+    assert _cgroup_of(agent_pid) == _cgroup_of(run.process.pid)
+
+    run.signal(signal.SIGTERM)
+    run.wait(timeout=60)
