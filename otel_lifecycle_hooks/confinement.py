@@ -42,7 +42,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,10 +158,13 @@ class Cgroup:
         """The processes in the group now (the group gone: none)."""
         return _pids(self.path)
 
-    def signal(self, signum: int) -> list[int]:
-        """Send `signum` to every process of the group; the pids signalled."""
+    def signal(self, signum: int, skip: Collection[int] = ()) -> list[int]:
+        """Send `signum` to every process of the group but those of `skip` (signalled once
+        already: a second TERM may mean "now" to a program); the pids signalled."""
         sent = []
         for pid in self.pids():
+            if pid in skip:
+                continue
             try:
                 os.kill(pid, signum)
             except (ProcessLookupError, PermissionError):

@@ -342,11 +342,13 @@ class Supervisor:
     def _forward(self, signum: int) -> None:
         if self._child is not None and self._child.poll() is None:
             self._signal_group(signum)
+        sent: list[int] = []
         if signum != signal.SIGHUP and self._processes is not None:
             # Those that left the agent's group or session (setsid) are signalled one by one.
-            self._processes.signal(signum)
+            sent = self._processes.signal(signum)
         if signum != signal.SIGHUP and self._agent_group is not None:
-            self._agent_group.signal(signum)
+            # And those the scan never saw; none twice (the group's were signalled above).
+            self._agent_group.signal(signum, skip=self._signalled_already(sent))
 
     def _end_leftovers(self) -> None:
         """After the agent exited: TERM what it left running, KILL it at the grace deadline,
@@ -359,7 +361,7 @@ class Supervisor:
             deadline = self._exit_deadline or self._grace_deadline()
             signalled = self._processes.signal(signal.SIGTERM)
             if group is not None:
-                signalled += group.signal(signal.SIGTERM)
+                signalled += group.signal(signal.SIGTERM, skip=self._signalled_already(signalled))
             if signalled:
                 log.warning("the agent exited and left processes running: stopping them")
         while self._leftovers() and time.monotonic() < deadline:
@@ -376,6 +378,15 @@ class Supervisor:
                 break
             time.sleep(0.01)
         self._reap_orphans(in_group)  # one that became a zombie after the last reap above
+
+    def _signalled_already(self, sent: Sequence[int]) -> set[int]:
+        """`sent`, the agent, and the members of its process group (a killpg reached them)."""
+        skip = set(sent)
+        if self._child is not None:
+            skip.add(self._child.pid)
+            if self._processes is not None:
+                skip.update(p.pid for p in self._processes.scan() if p.pgid == self._child.pid)
+        return skip
 
     def _leftovers(self) -> bool:
         """Whether any process of the agent's still runs (a zombie has ended)."""
