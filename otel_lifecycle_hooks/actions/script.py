@@ -320,12 +320,35 @@ def _confined_argv(
     if not os.access(program, os.X_OK) or os.path.isdir(program):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
     rest = [program, *argv[1:]]
+    if identity and not _user_may_execute(program, identity["user"], identity["group"]):
+        # What exec would say as that user; setpriv would only exit with a code of its own.
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
     if identity:
         setpriv = confinement.find_setpriv()
         assert setpriv is not None  # _execution_group made no group without it
         user = ["--reuid", str(identity["user"]), "--regid", str(identity["group"])]
         rest = [setpriv, *user, "--clear-groups", "--", *rest]
     return group.join_argv(rest)
+
+
+def _user_may_execute(path: str, uid: int, gid: int) -> bool:
+    """Whether the file's mode lets `uid` (primary group `gid`, no other groups) execute it.
+    A file with an access ACL is left for exec itself to judge."""
+    try:
+        info = os.stat(path)
+        if hasattr(os, "getxattr"):
+            try:
+                os.getxattr(path, "system.posix_acl_access")
+                return True
+            except OSError:
+                pass  # no ACL (ENODATA), or none supported: the mode decides
+    except OSError:
+        return True  # gone or unreadable: exec reports it
+    if info.st_uid == uid:
+        return bool(info.st_mode & 0o100)
+    if info.st_gid == gid:
+        return bool(info.st_mode & 0o010)
+    return bool(info.st_mode & 0o001)
 
 
 def _start(
