@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,36 @@ def test_only_running_as_root_is_guarded(tmp_path: Path) -> None:
     assert unsafe_as_root(str(script), {}, None) is None
     assert unsafe_as_root("no-such-program", {"PATH": str(tmp_path)}, None) is None
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize(("owner", "mode"), [(0, 0o700), (0, 0o754), (NOBODY_UID, 0o644)])
+def test_a_program_the_user_may_not_execute_fails_as_exec_would(
+    tmp_path: Path, owner: int, mode: int
+) -> None:
+    # As root with cgroup v2, the script is started through root stages (join its cgroup, then
+    # setpriv to the user): what the user may not run is still a permanent PermissionError, as
+    # exec as that user says, not the exit code of a stage.
+    marker = tmp_path / "ran"
+    script = _script(tmp_path, marker, mode, owner=owner)
+
+    outcome = run_script(RenderedCommand((str(script),)), 10.0, user="nobody")
+
+    assert (outcome.result.kind, outcome.result.error_type) == ("permanent", "PermissionError")
+    assert not marker.exists()
+
+
+def test_a_program_the_user_may_execute_runs_as_the_user() -> None:
+    # pytest's tmp_path is below a directory only root may traverse.
+    directory = Path(tempfile.mkdtemp(prefix="olh-as-user-"))
+    try:
+        directory.chmod(0o755)
+        script = directory / "whoami.sh"
+        script.write_text("#!/bin/sh\nid -u\n")
+        script.chmod(0o755)
+
+        outcome = run_script(RenderedCommand((str(script),)), 10.0, user="nobody")
+
+        assert outcome.result.kind == "ok", outcome.result
+        assert outcome.stdout.strip() == str(NOBODY_UID)
+    finally:
+        shutil.rmtree(directory)

@@ -8,6 +8,11 @@ be ended with it:
   work ends with its script, and orphans would otherwise hold its output pipes open.
   A process that left the group on purpose (`setsid`) is out of reach; we stop waiting for
   the pipes it holds after a short drain.
+- where processes can be confined (root with a writable cgroup v2: `confinement`), each
+  execution also runs in a cgroup of its own, joined before the script runs: a timeout kills
+  the whole cgroup, so what left the group (a `setsid` grandchild) ends with the script. After
+  a normal exit such a process is left to run, as without a cgroup, until the confining
+  process (the supervisor) ends.
 
 It is started with `os.posix_spawn` (no descriptor but its three pipes, SIGPIPE and SIGXFSZ at
 their defaults, its program looked up on its own PATH: what `subprocess` gives), or with
@@ -38,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import confinement
 from ..render import RenderedCommand
 from ..template.trust import is_loader_variable
 from .base import AttemptKind, AttemptResult
@@ -126,8 +132,11 @@ def run_script(
     refusal = None if root_checked else unsafe_as_root(command.argv, env, user, cwd)
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
+    group = _execution_group(identity)
+    process_started: _Process | None = None
     try:
-        process, pipes = _start(command.argv, env, identity, cwd)
+        process, pipes = _start(command.argv, env, identity, group, cwd)
+        process_started = process
     except FileNotFoundError:
         return failed("permanent", "FileNotFoundError", f"{program!r}: no such file")
     except PermissionError:
@@ -138,6 +147,9 @@ def run_script(
         # The message never quotes the culprit: a variable's value may be a secret.
         message = f"{program!r}: an argument or variable holds a NUL byte, or a name holds '='"
         return failed("permanent", "ValueError", message)
+    finally:
+        if group is not None and process_started is None:
+            group.remove()
 
     pump = _PipePump(process, pipes, command.stdin, output_limit, on_output)
     timed_out = escalated = False
@@ -146,10 +158,14 @@ def run_script(
         timed_out = not pump.run(until=started + timeout, stop_on_exit=True)
         if timed_out:
             _signal_group(process.pid, signal.SIGTERM)
+            if group is not None:
+                group.signal(signal.SIGTERM)  # those that left the process group too
             escalated = not pump.run(until=time.monotonic() + kill_grace, stop_on_exit=True)
             if escalated:
                 _signal_group(process.pid, signal.SIGKILL)
             process.wait()
+            if group is not None:
+                group.kill()  # whatever of the timed-out script is left, wherever it went
         _signal_group(process.pid, signal.SIGKILL)  # leftovers of the group, if any
         pump.run(until=time.monotonic() + _DRAIN_AFTER_EXIT, stop_on_exit=False)
     except Exception as exc:  # noqa: BLE001 - an attempt never raises into the engine
@@ -158,7 +174,13 @@ def run_script(
         pump.close()
         if process.poll() is None:  # only after an unexpected error above
             _signal_group(process.pid, signal.SIGKILL)
+            if group is not None:
+                group.kill()
             process.wait()
+        if group is not None:
+            # Empty after a timeout; after a normal exit, what the script left on purpose
+            # keeps its group until the supervisor ends (then its removal waits for none).
+            group.remove(wait=0.0 if not timed_out and unexpected is None else 1.0, kill=False)
 
     duration = time.monotonic() - started
     if unexpected is not None:
@@ -302,12 +324,75 @@ class _Process(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
+def _execution_group(identity: Mapping[str, Any]) -> confinement.Cgroup | None:
+    """A cgroup for one execution, where processes can be confined; None elsewhere, and for a
+    script run as another user where no setpriv can drop to that user after it joined."""
+    home = confinement.home()
+    if home is None or (identity and confinement.find_setpriv() is None):
+        return None
+    return home.leaf()
+
+
+def _confined_argv(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    identity: dict[str, Any],
+    group: confinement.Cgroup,
+) -> list[str]:
+    """`argv` started through the root stage that joins `group`, then (for `identity`) setpriv
+    to the script's user. The program is found here, on the script's PATH, so that a missing
+    one fails as it would unconfined, before anything starts."""
+    program = _executable(argv[0], env)
+    if not os.path.exists(program):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if not os.access(program, os.X_OK) or os.path.isdir(program):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    rest = [program, *argv[1:]]
+    if identity and not _user_may_execute(program, identity["user"], identity["group"]):
+        # What exec would say as that user; setpriv would only exit with a code of its own.
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    if identity:
+        setpriv = confinement.find_setpriv()
+        assert setpriv is not None  # _execution_group made no group without it
+        user = ["--reuid", str(identity["user"]), "--regid", str(identity["group"])]
+        rest = [setpriv, *user, "--clear-groups", "--", *rest]
+    return group.join_argv(rest)
+
+
+def _user_may_execute(path: str, uid: int, gid: int) -> bool:
+    """Whether the file's mode lets `uid` (primary group `gid`, no other groups) execute it.
+    A file with an access ACL is left for exec itself to judge."""
+    try:
+        info = os.stat(path)
+        if hasattr(os, "getxattr"):
+            try:
+                os.getxattr(path, "system.posix_acl_access")
+                return True
+            except OSError:
+                pass  # no ACL (ENODATA), or none supported: the mode decides
+    except OSError:
+        return True  # gone or unreadable: exec reports it
+    if info.st_uid == uid:
+        return bool(info.st_mode & 0o100)
+    if info.st_gid == gid:
+        return bool(info.st_mode & 0o010)
+    return bool(info.st_mode & 0o001)
+
+
 def _start(
-    argv: Sequence[str], env: dict[str, str], identity: dict[str, Any], cwd: str | None = None
+    argv: Sequence[str],
+    env: dict[str, str],
+    identity: dict[str, Any],
+    group: confinement.Cgroup | None = None,
+    cwd: str | None = None,
 ) -> tuple[_Process, tuple[int, int, int]]:
     """Start `argv` as the leader of a new session (so of its own process group), its stdin,
-    stdout and stderr on new pipes: the process, and our ends of those three pipes. Raises
-    OSError when it cannot start, ValueError for a NUL byte in an argument or variable."""
+    stdout and stderr on new pipes: the process, and our ends of those three pipes. With
+    `group`, as root through the stage that joins it (`identity` then applied by setpriv).
+    Raises OSError when it cannot start, ValueError for a NUL byte in an argument or
+    variable."""
+    if group is not None:
+        argv, identity = _confined_argv(argv, env, identity, group), {}
     pipes: list[int] = []
     try:
         for _ in range(3):

@@ -20,8 +20,9 @@ environment (and SCION_* for agent metadata) or the template, never the journal;
 needing one this environment does not set is left alone, naming it. Secrets come from this
 process's environment, as they did from the agent's. Exactly once across any number of
 reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
-sent, and sends nothing. Exit 0; 1 when the journal or template cannot be read; 2 on a bad
-option or no template named.
+sent, and sends nothing. As root on a machine with cgroup v2, each pass also kills what the
+agents of supervisors that died on this machine left running (their cgroups). Exit 0; 1 when
+the journal or template cannot be read; 2 on a bad option or no template named.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from .. import confinement
 
 log = logging.getLogger("otel_lifecycle_hooks.reconcile")
 
@@ -103,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     except JournalKeyError as exc:
         print(f"otel-lifecycle-hooks reconcile: {exc}", file=sys.stderr)
         return 2
+    if not args.dry_run and not args.watch:
+        # What a supervisor killed on this machine left running (root with cgroup v2 only).
+        confinement.sweep_orphaned_groups(os.environ)
     location = journal_path(args)
     if isinstance(location, Path) and not location.is_file() and not args.watch:
         print(f"nothing to reconcile: there is no journal at {location}")  # none is made
@@ -114,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signum, lambda *_: stop.set())
     try:
         while True:
+            if args.watch and not args.dry_run:
+                confinement.sweep_orphaned_groups(os.environ)
             for report in reconcile_pass(
                 journal, stale_after, args.agent, args.dry_run, template, key
             ):

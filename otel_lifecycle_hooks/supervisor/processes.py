@@ -25,6 +25,11 @@ libraries with threads (gRPC's exporter) can hang it. The launcher is util-linux
 and execs the agent (about 1.5 ms); where there is no such `setpriv`, a second interpreter
 (`python -S -I`) does the same (about 9 ms, paid by every agent's start).
 
+The scan has a blind spot (an orphan that left the agent's session and environment before
+it was seen), and a killed supervisor can scan nothing: where processes can be confined (root
+with cgroup v2), the agent also runs in a cgroup of its own that run.py kills whole
+(`confinement`); the scan stays for everything else.
+
 Linux only; elsewhere every function here is a no-op that reports it did nothing.
 """
 
@@ -332,6 +337,23 @@ class AgentProcesses:
                 except ChildProcessError:
                     continue
                 reaped += done == process.pid
+        return reaped
+
+    def reap_pids(self, pids: Sequence[int]) -> int:
+        """Collect those of `pids` that exited as this process's children (the agent's
+        processes that its cgroup listed, found there rather than by the scan)."""
+        reaped = 0
+        for pid in pids:
+            if pid == self.agent_pid:
+                continue  # its Popen's to wait for
+            info = read_stat(pid, self._proc)
+            if info is None or info.state != "Z" or info.ppid != self.supervisor_pid:
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            reaped += done == pid
         return reaped
 
     def signal(self, signum: int) -> list[int]:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import confinement
 from .. import events as ev
 from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
@@ -146,6 +147,10 @@ class Supervisor:
         self._stop_signals = 0  # SIGINT/SIGTERM received, counted in the handler
         self._harness_session_id = ""
         self._processes: AgentProcesses | None = None  # set once the agent is started
+        # The agent's cgroup, where processes can be confined (confinement.py): what stop and
+        # the end kill whole, wherever the agent's processes went.
+        self._agent_group: confinement.Cgroup | None = None
+        self._cgroups: confinement.CgroupHome | None = None
         self._stop_deadline: float | None = None
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
@@ -348,39 +353,75 @@ class Supervisor:
             self._signal_group(signal.SIGKILL)
         if self._processes is not None and self._processes.signal(signal.SIGKILL):
             log.warning("grace period spent: killed the processes the agent left")
+        if self._agent_group is not None:
+            self._agent_group.kill()  # also those that left its session and its tag
 
     def _forward(self, signum: int) -> None:
         if self._child is not None and self._child.poll() is None:
             self._signal_group(signum)
+        sent: list[int] = []
         if signum != signal.SIGHUP and self._processes is not None:
             # Those that left the agent's group or session (setsid) are signalled one by one.
-            self._processes.signal(signum)
+            sent = self._processes.signal(signum)
+        if signum != signal.SIGHUP and self._agent_group is not None:
+            # And those the scan never saw; none twice (the group's were signalled above).
+            self._agent_group.signal(signum, skip=self._signalled_already(sent))
 
     def _end_leftovers(self) -> None:
         """After the agent exited: TERM what it left running, KILL it at the grace deadline,
         and reap it, so that nothing the agent started outlives `run`."""
         if self._processes is None:
             return
+        group = self._agent_group
         deadline = self._stop_deadline
         if deadline is None:
             deadline = self._exit_deadline or self._grace_deadline()
-            if self._processes.signal(signal.SIGTERM):
+            signalled = self._processes.signal(signal.SIGTERM)
+            if group is not None:
+                signalled += group.signal(signal.SIGTERM, skip=self._signalled_already(signalled))
+            if signalled:
                 log.warning("the agent exited and left processes running: stopping them")
-        while self._processes.alive() and time.monotonic() < deadline:
+        while self._leftovers() and time.monotonic() < deadline:
             self._reap_orphans()
             time.sleep(0.05)
-        if self._processes.signal(signal.SIGKILL):
+        in_group = group.pids() if group is not None else []
+        if self._processes.signal(signal.SIGKILL) or in_group:
             log.warning("grace period spent: killed the processes the agent left")
+        if group is not None:
+            group.kill()
         for _ in range(100):  # a killed process takes a moment to become a zombie
-            self._reap_orphans()
-            if not self._processes.alive():
+            self._reap_orphans(in_group)
+            if not self._leftovers():
                 break
             time.sleep(0.01)
-        self._reap_orphans()  # one that became a zombie after the last reap above
+        self._reap_orphans(in_group)  # one that became a zombie after the last reap above
 
-    def _reap_orphans(self) -> None:
+    def _signalled_already(self, sent: Sequence[int]) -> set[int]:
+        """`sent`, the agent, and the members of its process group (a killpg reached them)."""
+        skip = set(sent)
+        if self._child is not None:
+            skip.add(self._child.pid)
+            if self._processes is not None:
+                skip.update(p.pid for p in self._processes.scan() if p.pgid == self._child.pid)
+        return skip
+
+    def _leftovers(self) -> bool:
+        """Whether any process of the agent's still runs (a zombie has ended)."""
+        if self._processes is not None and self._processes.alive():
+            return True
+        group = self._agent_group
+        # Zombies leave their cgroup: what it lists still runs (the agent itself included,
+        # while Popen has not reaped it).
+        return group is not None and any(
+            pid != getattr(self._child, "pid", None) for pid in group.pids()
+        )
+
+    def _reap_orphans(self, pids: Sequence[int] = ()) -> None:
+        """Collect the agent's exited orphans: those the scan knows, and `pids` (processes of
+        the agent's cgroup, which the scan may never have seen)."""
         if self._processes is not None:
             self._processes.reap()
+            self._processes.reap_pids(pids)
 
     def _signal_group(self, signum: int) -> None:
         assert self._child is not None
@@ -521,6 +562,9 @@ class Supervisor:
             self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
             self._telemetry.shutdown()
+        # Last, once the agent is gone and its session ended: nothing of it outlives the run.
+        if self._cgroups is not None:
+            self._cgroups.close()
 
     def _count_unhandled(self) -> None:
         """Messages admitted but still in the inbox when the session ends are never acted on:
@@ -630,7 +674,23 @@ class Supervisor:
             env.update(self._channel.open(self._server.path, env))
         # The agent dies with a killed supervisor, instead of running on unsupervised.
         argv, identity = die_with_parent(command, env, kwargs)
+        group = self._confine_agent(identity)
+        if group is not None:
+            # Joined as root, before the launcher drops to the agent's user and before any of
+            # the agent's own code runs: nothing it starts is ever outside the group.
+            argv = group.join_argv(argv)
         return subprocess.Popen(argv, env=env, start_new_session=True, **identity)
+
+    def _confine_agent(self, identity: Mapping[str, Any]) -> confinement.Cgroup | None:
+        """The agent's cgroup (made now, after the groups of dead supervisors are swept); None
+        where processes cannot be confined, or where the user would be changed by Popen
+        itself (no launcher), after the stage that joins the group would have run as root."""
+        if identity:
+            return None
+        self._cgroups = confinement.CgroupHome.create(self.options.environ)
+        if self._cgroups is not None:
+            self._agent_group = self._cgroups.leaf("agent")
+        return self._agent_group
 
     def _traceparent(self) -> str | None:
         from ..tracecontext import traceparent
@@ -687,6 +747,8 @@ class Supervisor:
             self.engine.executor.stopping.set()
         if self._child is not None and self._child.poll() is None:
             self._signal_group(signal.SIGKILL)
+        if self._agent_group is not None:
+            self._agent_group.kill()
         if self._dispatching and not self._interrupted:
             self._interrupted = True
             raise RunInterrupted(f"interrupted by a second {signal.Signals(signum).name}")
