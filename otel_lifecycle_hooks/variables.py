@@ -74,7 +74,7 @@ METADATA_VARIABLES: tuple[str, ...] = (
     "HOOK_NAME",
 )
 # The supervisor's journal settings (where it is, the key that seals its session rows): the
-# supervisor's alone, never passed to the agent (supervisor/agent_env.py, journal/seal.py).
+# supervisor's alone, never passed to the agent (agent_env.py, journal/seal.py).
 JOURNAL_SETTINGS = ("LIFECYCLE_HOOKS_JOURNAL", "OTEL_LIFECYCLE_HOOKS_JOURNAL")
 JOURNAL_KEY_ENV = "LIFECYCLE_HOOKS_JOURNAL_KEY"
 JOURNAL_KEY_FILE_ENV = "LIFECYCLE_HOOKS_JOURNAL_KEY_FILE"

@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from .. import events as ev
+from ..agent_env import agent_environment
 from ..actions.base import AttemptResult
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
@@ -505,8 +506,18 @@ class HookExecutor:
             on_output=self.output_listener(hook, redactor),
             root_checked=True,  # refused above
             confined=confined,
+            base_env=self.inherited_env(user),
         )
         return outcome.result._replace(output=(outcome.stdout_tail, outcome.stderr_tail))
+
+    def inherited_env(self, user: str | None) -> dict[str, str] | None:
+        """What a script inherits (None: this process's whole environment). A script run as
+        the agent's user is the agent's to read (/proc/PID/environ), so it inherits what the
+        agent does: no journal setting and no credential the hooks name, unless the template
+        shares it. What its own `env:` gives it, it still gets."""
+        if user is None or os.geteuid() != 0:
+            return None
+        return agent_environment(os.environ, self.template)
 
     def script_identity(self, hook: HookSpec) -> tuple[str | None, bool]:
         """Who runs `hook`'s script (None: this process's user) and whether it is confined:
@@ -544,6 +555,7 @@ class HookExecutor:
                 on_output=on_output,
                 root_checked=True,  # refused in _script_attempt
                 confined=confined,
+                base_env=self.inherited_env(user),
             ).result
 
         log_line = self.output_listener(hook, redactor) or (lambda stream, line: None)

@@ -208,7 +208,7 @@ class Template(NamedTuple):
     # `hook_rate_limit:` of scion-agent.yaml: one limit shared by all HTTP hooks of the agent.
     hook_rate_limit: RateLimit | None = None
     # `share_with_agent:`: credentials its hooks name that the agent's environment keeps
-    # anyway (by default the supervisor withholds them: supervisor/agent_env.py).
+    # anyway (by default the supervisor withholds them: agent_env.py).
     share_with_agent: frozenset[str] = frozenset()
 
     def hooks_for(self, event: str) -> tuple[HookSpec, ...]:

@@ -5,8 +5,9 @@ the journal's location and key, the bearer token a hook's `auth:` reads, a webho
 secret, and a secret-named variable a hook's body reads. The agent dumps the environment it got:
 none of those names or values is in it; the one the template lists under `share_with_agent:` is.
 What the agent still gets (PATH, its own OTEL_* settings, its metadata) is untouched. A script
-hook run as the agent's user (whose environment the agent can read in /proc) gets neither the
-journal's location nor its key.
+hook run as the agent's user (whose environment the agent can read in /proc) inherits no more
+than the agent: neither the journal's location and key nor the hooks' credentials, only what its
+own `env:` hands it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor.supervised import Workspace, script_hook
+from tests.supervisor.supervised import Workspace
 from tests.support.target_server import TargetServer
 
 pytestmark = pytest.mark.skipif(
@@ -110,20 +111,28 @@ def test_the_agent_gets_none_of_the_journals_or_the_hooks_credentials(
     assert register.headers["authorization"] == f"Bearer {CREDENTIALS['REGISTRY_TOKEN']}"
 
 
-def test_a_script_hook_run_as_the_agents_user_gets_no_journal_setting(
+def test_a_script_hook_run_as_the_agents_user_inherits_no_more_than_the_agent(
     workspace: Workspace, agent_dir: Path, target: TargetServer
 ) -> None:
     dump = agent_dir / "script-environ.json"
     program = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
-    script = script_hook("dump", ["post-start"], ["/usr/bin/python3", "-c", program],
-                         blocking="true")  # fmt: skip
+    # A script that needs a credential names it in its own env:, and gets it.
+    script = (
+        "  - name: dump\n    on: [post-start]\n    blocking: true\n    action:\n"
+        f"      type: script\n      command: {json.dumps(['/usr/bin/python3', '-c', program])}\n"
+        '      env: {DEPLOY_API_KEY: "${DEPLOY_API_KEY}"}\n'
+    )
     dumped_environment(workspace, agent_dir, target, extra="", more_hooks=script)
 
     environ = json.loads(dump.read_text())
     assert environ["USER"] == "nobody"
     for name in ("LIFECYCLE_HOOKS_JOURNAL_KEY", "OTEL_LIFECYCLE_HOOKS_JOURNAL"):
         assert name not in environ
-    assert CREDENTIALS["LIFECYCLE_HOOKS_JOURNAL_KEY"] not in json.dumps(environ)
+    everything = json.dumps(environ)
+    for name in ("LIFECYCLE_HOOKS_JOURNAL_KEY", "REGISTRY_TOKEN", "WEBHOOK_SIGNING_SECRET"):
+        assert CREDENTIALS[name] not in everything, name
+    assert SHARED["GITHUB_TOKEN"] not in everything
+    assert environ["DEPLOY_API_KEY"] == CREDENTIALS["DEPLOY_API_KEY"]
 
 
 def test_a_credential_the_template_shares_reaches_the_agent_and_no_other(

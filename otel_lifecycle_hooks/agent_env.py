@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..redact import looks_like_secret_name
-from ..template.model import Template
-from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, referenced_names
+from .redact import looks_like_secret_name
+from .template.model import Template
+from .variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, referenced_names
 
 # Not the journal package's own names: importing it would load SQLite before the agent starts.
 _SUPERVISOR_SETTINGS = (*JOURNAL_SETTINGS, JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV)
