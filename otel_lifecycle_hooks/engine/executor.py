@@ -22,8 +22,8 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from .. import events as ev
-from ..agent_env import agent_environment
 from ..actions.base import AttemptResult
+from ..agent_env import agent_environment
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..template.model import HookSpec, Template

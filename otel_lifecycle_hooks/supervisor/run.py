@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import confinement
 from .. import events as ev
+from ..agent_env import agent_environment
 from ..engine.dispatch import DispatchResult
 from ..engine.engine import HookEngine
 from ..engine.model import Execution
@@ -35,7 +36,6 @@ from ..engine.session import AgentSession
 from ..template.model import Template
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
-from ..agent_env import agent_environment
 from .channel import SessionChannel, wants_http_route
 from .deferred import DeferredJournal
 from .legacy import run_legacy_hooks
