@@ -11,6 +11,7 @@ import json
 import random
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,12 @@ def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> Non
 
     def terminate_during_the_tool(process: subprocess.Popen[str], session: Session) -> None:
         wait_for_pid_file(pid_file)
-        seen["tool"] = _processes_with_argument(duration)
+        # The shell writes the pid file before it execs the sleep: on a busy machine the
+        # sleep may not be there yet when the file is.
+        deadline = time.monotonic() + 30
+        while not (found := _processes_with_argument(duration)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["tool"] = found
         seen["agent"] = _children(process.pid)
         process.send_signal(signal.SIGTERM)
 
