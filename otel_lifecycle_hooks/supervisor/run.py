@@ -43,6 +43,8 @@ from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
 from .server import STOPPING, EventServer
 
+# The session row's column holding the moment a claim fixes, by owed event.
+_CLAIMED_COLUMNS = {"pre-stop": "pre_stop_at", "session-end": "session_end_at"}
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 EXIT_LIMITS = 10
@@ -160,6 +162,9 @@ class Supervisor:
         # knows, never from what it reads back.
         self._journal_key: bytes | None = None
         self._sealed_row: Any = None  # journal.rows.SessionRow, once sealed
+        # This session's row as read at its first of pre-stop and session-end when a recoverer
+        # had claimed it (False: not claimed, or unread); see _claimed_moment.
+        self._claimed_row: Any = None
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
@@ -836,12 +841,13 @@ class Supervisor:
         owed): its moment is journaled before any hook is sent, and is its ${TIMESTAMP}, so
         that recovery sends the same X-Scion-Hook-IDs (recovery.py)."""
         assert self.session is not None and self.engine is not None
-        moment = self.engine.clock.wall()
+        moment = self.session.info.next_moment(self.engine.clock.wall())
         if self._journal is not None and not self._session_journaled:
             try:  # the row and its seal first: the moment's seal extends them
                 self._journal_session()
             except Exception:
                 log.exception("journaling the session failed")
+        moment = self._claimed_moment(event, moment)
         sealed = self._seal_moment(event, moment)
         self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
@@ -851,6 +857,35 @@ class Supervisor:
             return self.session.record(event, values, deadline=deadline, timestamp=moment)
         finally:
             self._dispatching = False
+
+    def _claimed_moment(self, event: str, moment: float) -> float:
+        """The moment a recoverer's claim fixed for `event` (pre-stop, session-end) while this
+        supervisor was taken for dead (a frozen node, a long SIGSTOP), else `moment`: the
+        journal keeps the first moment, and the hooks must carry the X-Scion-Hook-ID it gives,
+        the one the recoverer sent. Read once, when the first of those events begins."""
+        column = _CLAIMED_COLUMNS.get(event)
+        if column is None or self._journal is None or self.session is None:
+            return moment
+        if self._claimed_row is None:
+            row = self._journal_call("session", self.session.session_id)
+            self._claimed_row = row if row is not None and row.claimed_by else False
+            if self._claimed_row and self._sealed_row is not None:
+                # The claim re-sealed the row with both moments: this run's seals cover them too.
+                self._sealed_row = self._sealed_row._replace(
+                    pre_stop_at=self._sealed_row.pre_stop_at or row.pre_stop_at,
+                    session_end_at=self._sealed_row.session_end_at or row.session_end_at,
+                )
+        if not self._claimed_row:
+            return moment
+        claimed: float | None = getattr(self._claimed_row, column)
+        if claimed is None:
+            return moment
+        log.warning(
+            "session %s was claimed for recovery by %s while this supervisor was taken for "
+            "dead: its %s hooks keep the moment the claim fixed (%s), and so their ids",
+            self.session.session_id, self._claimed_row.claimed_by, event, claimed,
+        )  # fmt: skip
+        return self.session.info.keep_moment(claimed)
 
     def _journal_agent(self, pid: int) -> None:
         from .recovery import process_start_time
