@@ -165,6 +165,8 @@ class Supervisor:
         # This session's row as read at its first of pre-stop and session-end when a recoverer
         # had claimed it (False: not claimed, or unread); see _claimed_moment.
         self._claimed_row: Any = None
+        # The owed events' moments the journal took, by event (see _unjournaled_moment).
+        self._journaled_moments: dict[str, float] = {}
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
@@ -848,8 +850,16 @@ class Supervisor:
             except Exception:
                 log.exception("journaling the session failed")
         moment = self._claimed_moment(event, moment)
+        sealed_before = self._sealed_row
         sealed = self._seal_moment(event, moment)
-        self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
+        kept = self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
+        if self._journal is not None and not kept:
+            # Not journaled (a full disk): the moment a recoverer's claim will fix instead,
+            # so that what it sends later carries the ids sent now.
+            self._sealed_row = sealed_before
+            moment = self.session.info.keep_moment(self._unjournaled_moment(event, moment))
+        else:
+            self._journaled_moments[event] = moment
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
         values.update(fields or {})
         self._dispatching = True  # a second stop signal may abandon these hooks too
@@ -857,6 +867,26 @@ class Supervisor:
             return self.session.record(event, values, deadline=deadline, timestamp=moment)
         finally:
             self._dispatching = False
+
+    def _unjournaled_moment(self, event: str, moment: float) -> float:
+        """The moment of owed `event` when it could not be journaled: the one a claim fixes
+        from the row (journal.rows.unjournaled_moments), which holds this run's journaled
+        post-start and pre-stop moments. Post-start's own is `moment`: a session whose row
+        lacks it is never recovered."""
+        post_start = self._journaled_moments.get("post-start")
+        if event not in _CLAIMED_COLUMNS or post_start is None:
+            return moment
+        # Here, not at the top: the journal is imported after the agent started (start-up).
+        from ..journal.rows import unjournaled_moments
+
+        pre_stop, session_end = unjournaled_moments(
+            post_start, self._journaled_moments.get("pre-stop"), moment
+        )
+        log.warning(
+            "the journal did not take the moment %s began: its hooks carry the moment "
+            "recovery would fix for it, so that a recovered delivery keeps their ids", event,
+        )  # fmt: skip
+        return pre_stop if event == "pre-stop" else session_end
 
     def _claimed_moment(self, event: str, moment: float) -> float:
         """The moment a recoverer's claim fixed for `event` (pre-stop, session-end) while this

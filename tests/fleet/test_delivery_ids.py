@@ -7,6 +7,7 @@ drop a real event; one delivery under two ids would deregister twice."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,3 +190,76 @@ def test_a_supervisor_resumed_after_being_recovered_sends_its_pre_stop_under_the
     assert deregistrations and set(deregistrations) == {claimed}, run.stderr
     claimed_end = f"{agent_id}:farewell:session-end:{format_unix_timestamp(row['session_end_at'])}"
     assert farewells and set(farewells) == {claimed_end}, run.stderr
+
+
+def _fill(directory: Path) -> Path:
+    """Fill the filesystem of `directory` to its last byte; the filler file's path."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.fixture
+def tiny_filesystem() -> Iterator[Path]:
+    """A 2 MiB tmpfs of its own, for a journal whose disk fills."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where = Path(tempfile.mkdtemp(prefix="tiny-fs-"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(where)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        where.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        where.rmdir()
+
+
+def test_a_deregistration_recovered_after_the_journals_disk_filled_keeps_its_id(
+    workspace: Workspace, tiny_filesystem: Path
+) -> None:
+    """The SQLite journal's disk fills in the middle of a session (its tool deliveries can no
+    longer be journaled); the agent is stopped and its supervisor deregisters it. Once space
+    is back, `reconcile` finds the session unfinished and sends what it owes: under the ids
+    the supervisor used, never new ones."""
+    journal = tiny_filesystem / "journal.sqlite3"
+    workspace.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = str(journal)
+    workspace.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "200ms"
+    full = workspace.root / "full"
+    with TargetServer() as receiver:
+        template = fleet_template(workspace, receiver, tools=True)
+        plan = [{"count": 5, "rate": 50}, {"count": 20, "rate": 50, "wait_for": str(full)}]
+        agent = tool_agent(workspace, 0, phases=plan, linger=str(workspace.root / "never"))
+        run = workspace.start(template, agent)
+        wait_until(lambda: len(deliveries(receiver, "/tool")) == 5, what="phase one")
+        filler = _fill(tiny_filesystem)
+        full.touch()
+        wait_until(lambda: len(deliveries(receiver, "/tool")) == 25, what="phase two")
+        run.signal(signal.SIGTERM)
+        run.wait(timeout=60)
+        session = json.loads(deliveries(receiver, "/register")[0].body)["session"]
+        sent = hook_ids(receiver, "/deregister", session)
+        assert len(sent) == 1, run.stderr
+        filler.unlink()
+        time.sleep(1.5)  # the session's last heartbeat grows older than --stale-after
+        reconcile = subprocess.run(
+            [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile",
+             "--template", str(template), "--stale-after", "1s"],
+            env=workspace.env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert reconcile.returncode == 0, reconcile.stderr
+        deregistrations = hook_ids(receiver, "/deregister", session)
+        farewells = hook_ids(receiver, "/farewell", session)
+    assert set(deregistrations) == set(sent), (run.stderr, reconcile.stdout)
+    assert len(set(farewells)) == 1, (run.stderr, reconcile.stdout)
