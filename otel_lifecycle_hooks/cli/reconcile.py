@@ -316,7 +316,7 @@ def _planned(row: Any, template: Any) -> list[str]:
         if not owed:
             continue
         for hook in template.hooks_for(event):
-            stamp = format_unix_timestamp(moment) if moment is not None else "(fixed when claimed)"
+            stamp = "(fixed when claimed)" if moment is None else format_unix_timestamp(moment)
             planned.append(f"{event}/{hook.name} {agent_id}:{hook.name}:{event}:{stamp}")
     return planned
 

@@ -780,7 +780,5 @@ def _request_record(
     }
 
 
-
-
 def _hex(value: int, width: int) -> str | None:
     return format(value, f"0{width}x") if value else None

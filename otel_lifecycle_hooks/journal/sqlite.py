@@ -292,10 +292,12 @@ class Journal:
             f"UPDATE sessions SET {column} = COALESCE({column}, ?), seal = COALESCE(?, seal)"
             " WHERE session_id = ?"
         )
-        return self._run(
-            "begin an event", lambda db: db.execute(sql, (timestamp, seal, session_id)) and True,
-            False,
-        )  # fmt: skip
+
+        def write(db: sqlite3.Connection) -> bool:
+            db.execute(sql, (timestamp, seal, session_id))
+            return True
+
+        return self._run("begin an event", write, False)
 
     def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
         """The agent process of the session: its pid and start time (from /proc)."""

@@ -45,6 +45,7 @@ from .server import STOPPING, EventServer
 
 # The session row's column holding the moment a claim fixes, by owed event.
 _CLAIMED_COLUMNS = {"pre-stop": "pre_stop_at", "session-end": "session_end_at"}
+
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 EXIT_LIMITS = 10
@@ -860,6 +861,10 @@ class Supervisor:
             moment = self.session.info.keep_moment(self._unjournaled_moment(event, moment))
         else:
             self._journaled_moments[event] = moment
+            # The moments recovery would derive from this one (journal.rows.unjournaled_moments:
+            # a microsecond on for pre-stop, two for session-end) go to no other event.
+            reserved = 0.000002 if event == "post-start" else 0.000001
+            self.session.info.keep_moment(moment + reserved)
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
         values.update(fields or {})
         self._dispatching = True  # a second stop signal may abandon these hooks too

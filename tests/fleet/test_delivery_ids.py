@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from otel_lifecycle_hooks.journal.rows import unjournaled_moments
 from otel_lifecycle_hooks.variables import format_unix_timestamp
 from tests.fleet.fleet import deliveries, fleet_template, hook_ids, query, tool_agent
 from tests.supervisor.supervised import Workspace, wait_until
@@ -186,6 +187,9 @@ def test_a_supervisor_resumed_after_being_recovered_sends_its_pre_stop_under_the
         agent_id = json.loads(row["metadata"])["AGENT_ID"]
         deregistrations = hook_ids(receiver, "/deregister", session)
         farewells = hook_ids(receiver, "/farewell", session)
+    # The claim fixed them from the row, as a supervisor unable to journal its own would.
+    fixed = unjournaled_moments(row["post_start_at"], None, 0.0)
+    assert (row["pre_stop_at"], row["session_end_at"]) == fixed
     claimed = f"{agent_id}:deregister:pre-stop:{format_unix_timestamp(row['pre_stop_at'])}"
     assert deregistrations and set(deregistrations) == {claimed}, run.stderr
     claimed_end = f"{agent_id}:farewell:session-end:{format_unix_timestamp(row['session_end_at'])}"
