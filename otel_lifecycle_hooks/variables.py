@@ -175,10 +175,18 @@ def captured_variable_names(hook_name: str) -> tuple[str, str]:
 
 
 def format_timestamp(moment: datetime) -> str:
-    """RFC 3339 in UTC with a `Z`: `2026-05-01T12:00:00Z` (what `${TIMESTAMP}` holds)."""
-    utc = moment.astimezone(UTC)
-    text = utc.isoformat(timespec="milliseconds" if utc.microsecond else "seconds")
-    return text.replace("+00:00", "Z")
+    """RFC 3339 in UTC to the microsecond, with a `Z`: `2026-05-01T12:00:00.250000Z` (what
+    `${TIMESTAMP}` holds). Always six digits: each event of a session has its own microsecond,
+    and the text is the end of its X-Scion-Hook-ID."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def format_unix_timestamp(unix: float) -> str:
+    """`format_timestamp` of a unix time, rounded to the nearest microsecond exactly the same
+    way wherever it is formatted (a live run, a recovery, `reconcile --dry-run`)."""
+    micros = round(unix * 1_000_000)
+    whole = datetime.fromtimestamp(micros // 1_000_000, tz=UTC)
+    return format_timestamp(whole.replace(microsecond=micros % 1_000_000))
 
 
 def secret_names_for(template: "Template") -> frozenset[str]:

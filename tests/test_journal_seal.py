@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.journal import Journal
-from otel_lifecycle_hooks.journal.rows import SessionRow, as_claimed
+from otel_lifecycle_hooks.journal.rows import SessionRow, as_claimed, unjournaled_moments
 from otel_lifecycle_hooks.journal.seal import JournalKeyError, journal_key, seal, unvouched
 
 KEY = b"a-journal-key-of-enough-bytes"
@@ -124,7 +124,11 @@ def test_a_claim_seals_the_moments_it_fixes_in_the_same_statement(tmp_path: Path
         claimed = journal.claim_session(
             "s1", "me", 300.0, now, seal=seal(KEY, as_claimed(row, now))
         )
-    assert claimed is not None and claimed.pre_stop_at == now
+    # The moments the claim's SQL fixed are the very doubles a supervisor that could not
+    # journal its own would take (and the claimer sealed).
+    assert claimed is not None
+    fixed = unjournaled_moments(row.post_start_at, None, now)
+    assert (claimed.pre_stop_at, claimed.session_end_at) == fixed
     assert unvouched(KEY, claimed) == "" and unvouched(KEY, read(path)) == ""
 
 

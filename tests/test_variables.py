@@ -13,6 +13,7 @@ from otel_lifecycle_hooks.variables import (
     Variables,
     captured_variable_names,
     format_timestamp,
+    format_unix_timestamp,
     parse_template,
     referenced_names,
     secret_names_for,
@@ -279,8 +280,17 @@ def test_secret_names_for_a_template_gather_every_source() -> None:
 
 def test_timestamps_are_rfc3339_in_utc() -> None:
     moment = datetime(2026, 5, 1, 14, 0, 5, tzinfo=timezone(timedelta(hours=2)))
-    assert format_timestamp(moment) == "2026-05-01T12:00:05Z"
-    assert format_timestamp(moment.replace(microsecond=250000)) == "2026-05-01T12:00:05.250Z"
+    assert format_timestamp(moment) == "2026-05-01T12:00:05.000000Z"
+    assert format_timestamp(moment.replace(microsecond=250001)) == "2026-05-01T12:00:05.250001Z"
+
+
+def test_a_unix_moment_is_shown_to_its_exact_microsecond() -> None:
+    """Two moments a microsecond apart never show the same text (it ends X-Scion-Hook-ID),
+    and one moment shows the same text wherever it is formatted."""
+    base = 1_796_000_000_000_000  # microseconds, in 2026
+    texts = {format_unix_timestamp((base + step) / 1_000_000) for step in range(5000)}
+    assert len(texts) == 5000
+    assert format_unix_timestamp(1_796_000_000.9999996) == "2026-11-30T00:53:21.000000Z"  # rounds, carries
 
 
 def test_a_default_renders_in_a_json_body_like_any_value() -> None:

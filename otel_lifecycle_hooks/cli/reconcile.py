@@ -28,7 +28,6 @@ the journal or template cannot be read; 2 on a bad option or no template named.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import confinement
+from ..variables import format_unix_timestamp
 
 log = logging.getLogger("otel_lifecycle_hooks.reconcile")
 
@@ -316,14 +316,9 @@ def _planned(row: Any, template: Any) -> list[str]:
         if not owed:
             continue
         for hook in template.hooks_for(event):
-            stamp = _rfc3339(moment) if moment is not None else "(fixed when claimed)"
+            stamp = "(fixed when claimed)" if moment is None else format_unix_timestamp(moment)
             planned.append(f"{event}/{hook.name} {agent_id}:{hook.name}:{event}:{stamp}")
     return planned
-
-
-def _rfc3339(unix: float) -> str:
-    moment = datetime.datetime.fromtimestamp(unix, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _line(report: dict[str, Any]) -> str:

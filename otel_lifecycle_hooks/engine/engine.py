@@ -103,7 +103,7 @@ class HookEngine:
             event = LifecycleEvent(
                 name=event,
                 fields={k: _text(v) for k, v in (fields or {}).items() if v is not None},
-                timestamp=self.clock.wall(),
+                timestamp=session.next_moment(self.clock.wall()),
             )
         self.recorders.event_recorded(event)
         return self.dispatcher.dispatch(event, session, deadline)

@@ -15,7 +15,6 @@ import threading
 import time
 from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC
 from typing import Any
 
 from opentelemetry import trace
@@ -28,7 +27,7 @@ from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..template.model import HookSpec, Template
 from ..tracecontext import traceparent as to_traceparent
-from ..variables import EVENT_VARIABLES, Variables, secret_names_for
+from ..variables import EVENT_VARIABLES, Variables, format_unix_timestamp, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import attempt_timeout, outcome_of, retry_policy_for
@@ -181,7 +180,7 @@ class HookExecutor:
             return last[1]
         context = dict(event.fields)
         context["EVENT"] = event.name
-        context.setdefault("TIMESTAMP", _rfc3339(event.timestamp))
+        context.setdefault("TIMESTAMP", format_unix_timestamp(event.timestamp))
         self._last_context = (event, context)
         return context
 
@@ -748,7 +747,7 @@ def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) 
         "hook_event_name": event.name,
         "hook_name": hook.name,
         "session_id": session.session_id,
-        "timestamp": _rfc3339(event.timestamp),
+        "timestamp": format_unix_timestamp(event.timestamp),
         "context": dict(event.fields),
         "agent": dict(session.metadata),
         "recovered": event.recovered,
@@ -779,16 +778,6 @@ def _request_record(
         "argv": [redactor.redact_text(a) for a in rendered.argv],
         "env": {k: redactor.redact_text(v) for k, v in rendered.env.items()},
     }
-
-
-def _rfc3339(unix: float) -> str:
-    from datetime import datetime
-
-    return (
-        datetime.fromtimestamp(unix, tz=UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def _hex(value: int, width: int) -> str | None:

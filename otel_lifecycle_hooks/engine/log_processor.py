@@ -104,7 +104,9 @@ class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
         event = LifecycleEvent(
             name=event_name,
             fields=fields_from_attributes(attributes),
-            timestamp=timestamp / 1e9 if timestamp else self.engine.clock.wall(),
+            timestamp=session.next_moment(
+                timestamp / 1e9 if timestamp else self.engine.clock.wall()
+            ),
             event_id=event_id if isinstance(event_id, str) else None,
         )
         result = self.engine.fire(event, session)

@@ -15,6 +15,14 @@ from opentelemetry.trace import SpanContext
 from ..template.model import HookSpec
 
 
+MICROS = 1_000_000  # an event's moment is kept to the microsecond (its ${TIMESTAMP})
+
+
+def moment_micros(at: float) -> int:
+    """`at` (unix seconds) in whole microseconds, as `${TIMESTAMP}` shows it."""
+    return round(at * MICROS)
+
+
 class LifecycleEvent:
     """One lifecycle or runtime event: its template name and its context variables
     (PHASE, ACTIVITY, TOOL_NAME ... keyed by variable name). Not changed once made."""
@@ -60,7 +68,7 @@ class LifecycleEvent:
 class SessionInfo:
     """What the engine knows about the agent session an event belongs to."""
 
-    __slots__ = ("_lock", "captured", "metadata", "session_id", "span_context")
+    __slots__ = ("_last_moment", "_lock", "captured", "metadata", "session_id", "span_context")
 
     def __init__(
         self,
@@ -75,6 +83,27 @@ class SessionInfo:
         # Response capture: HOOK_<NAME>_RESPONSE / _STATUS of earlier hooks of this session.
         self.captured: dict[str, Any] = {} if captured is None else captured
         self._lock = threading.Lock()
+        self._last_moment = 0  # microseconds since the epoch: the latest moment given out
+
+    def next_moment(self, at: float) -> float:
+        """The moment of a new event of this session taken at `at` (unix seconds): `at` to the
+        microsecond, or a microsecond after the latest moment of this session when that is not
+        earlier. No two events of a session share one: it is their `${TIMESTAMP}`, and so the
+        end of their X-Scion-Hook-ID."""
+        micros = moment_micros(at)
+        with self._lock:
+            if micros <= self._last_moment:
+                micros = self._last_moment + 1
+            self._last_moment = micros
+        return micros / MICROS
+
+    def keep_moment(self, at: float) -> float:
+        """A moment fixed before (journaled, or claimed by a recoverer), returned unchanged: the
+        events taken after it get later ones."""
+        micros = moment_micros(at)
+        with self._lock:
+            self._last_moment = max(self._last_moment, micros)
+        return at
 
     def __repr__(self) -> str:
         return f"SessionInfo(session_id={self.session_id!r}, metadata={self.metadata!r})"

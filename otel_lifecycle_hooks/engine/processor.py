@@ -244,7 +244,9 @@ class LifecycleHookProcessor(SpanProcessor):
         event = LifecycleEvent(
             name=event_name,
             fields=fields_from_attributes(attributes),
-            timestamp=(timestamp / 1e9) if timestamp else self.engine.clock.wall(),
+            timestamp=session.next_moment(
+                timestamp / 1e9 if timestamp else self.engine.clock.wall()
+            ),
             event_id=event_id if isinstance(event_id, str) else None,
         )
         try:

@@ -110,7 +110,11 @@ class AgentSession:
         lifecycle_event = LifecycleEvent(
             name=event,
             fields=values,
-            timestamp=self.engine.clock.wall() if timestamp is None else timestamp,
+            timestamp=(
+                self.info.next_moment(self.engine.clock.wall())
+                if timestamp is None
+                else self.info.keep_moment(timestamp)
+            ),
             recovered=recovered,
         )
         attributes: dict[str, Any] = {

@@ -326,7 +326,9 @@ class PostgresJournal:
 
     def begin_event(
         self, session_id: str, event: str, timestamp: float, seal: str | None = None
-    ) -> None:
+    ) -> bool:
+        """As SqliteJournal.begin_event; always True: a write the database cannot take now is
+        kept (spilled) and written when it can, so this moment is the one it will hold."""
         column = EVENT_COLUMNS[event]
         ticket = self._enqueue(_begin_event_sql(column), (timestamp, seal, session_id))
         deadline = time.monotonic() + BEGIN_EVENT_WAIT
@@ -338,6 +340,7 @@ class PostgresJournal:
                 if left <= 0:
                     break
                 self._cond.wait(left)
+        return True
 
     def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
         self._update("agent_pid = %s, agent_started_at = %s", (pid, started_at), session_id)

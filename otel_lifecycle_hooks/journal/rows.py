@@ -345,12 +345,13 @@ UNFINISHED = (
 # leaves them to the next, which sends the same X-Scion-Hook-IDs. pre-stop is owed only if
 # session-end had not begun (a session that ended by itself never stopped). A claim is taken
 # over once its lease ran out, or from a named claimer known to be dead. A claimer holding the
-# journal key re-seals the row with the moments it fixes, in the same statement.
+# journal key re-seals the row with the moments it fixes, in the same statement. The moments
+# fixed are those `unjournaled_moments` gives (the same arithmetic, on the same doubles).
 CLAIM = (
     "UPDATE sessions SET claimed_by = ?, claim_expires_at = ?, seal = COALESCE(?, seal),"
-    " pre_stop_at = CASE WHEN pre_stop_at IS NULL AND session_end_at IS NULL THEN ?"
-    " ELSE pre_stop_at END,"
-    " session_end_at = COALESCE(session_end_at, ?)"
+    " pre_stop_at = CASE WHEN pre_stop_at IS NULL AND session_end_at IS NULL"
+    " THEN COALESCE(post_start_at + ?, ?) ELSE pre_stop_at END,"
+    " session_end_at = COALESCE(session_end_at, COALESCE(pre_stop_at, post_start_at + ?, ?) + ?)"
     f" WHERE session_id = ? AND {UNFINISHED}"
     " AND (claimed_by IS NULL OR claim_expires_at < ? OR claimed_by = ?) RETURNING *"
 )
@@ -385,16 +386,37 @@ def claim_values(
     seal: str | None,
 ) -> tuple[Any, ...]:
     """The parameters of `CLAIM`."""
-    return (claimer, now + lease, seal, now, now + 0.001, session_id, now, steal_from)
+    step = NEXT_MOMENT
+    return (
+        claimer, now + lease, seal, step, now, step, now, step, session_id, now, steal_from,
+    )  # fmt: skip
+
+
+# A moment one microsecond after another: ${TIMESTAMP} tells them apart.
+NEXT_MOMENT = 0.000001
+
+
+def unjournaled_moments(
+    post_start_at: float | None, pre_stop_at: float | None, now: float
+) -> tuple[float, float]:
+    """The moments of pre-stop and session-end when none was journaled for them: a microsecond
+    after post-start's, and session-end's a microsecond after pre-stop's. Computed from what
+    the row holds, so that a claimer and a supervisor that could not journal its own (its
+    disk full) reach the same ones, and so send the same X-Scion-Hook-IDs. `now` only where
+    the row has no post-start moment (a row of an earlier schema)."""
+    pre_stop = post_start_at + NEXT_MOMENT if post_start_at is not None else now
+    before_end = pre_stop_at if pre_stop_at is not None else pre_stop
+    return pre_stop, before_end + NEXT_MOMENT
 
 
 def as_claimed(row: SessionRow, now: float) -> SessionRow:
     """`row` as `CLAIM` at `now` leaves it: the owed events' moments fixed where they were not
     (what a claimer seals before it claims)."""
+    fixed_pre_stop, fixed_end = unjournaled_moments(row.post_start_at, row.pre_stop_at, now)
     pre_stop = row.pre_stop_at
     if pre_stop is None and row.session_end_at is None:
-        pre_stop = now
-    session_end = row.session_end_at if row.session_end_at is not None else now + 0.001
+        pre_stop = fixed_pre_stop
+    session_end = row.session_end_at if row.session_end_at is not None else fixed_end
     return row._replace(pre_stop_at=pre_stop, session_end_at=session_end)
 
 

@@ -281,17 +281,23 @@ class Journal:
 
     def begin_event(
         self, session_id: str, event: str, timestamp: float, seal: str | None = None
-    ) -> None:
+    ) -> bool:
         """An owed event (post-start, pre-stop, session-end) begins at `timestamp`, its
         `${TIMESTAMP}`: committed before any of its hooks is sent, with the row's new `seal`
         (seal.py) when one is given. A moment already journaled (by a reconciler's claim) is
-        kept."""
+        kept. False when it could not be committed (a full disk): the caller then takes the
+        moment a claim would fix (rows.unjournaled_moments)."""
         column = EVENT_COLUMNS[event]
-        self._update_session(
-            f"{column} = COALESCE({column}, ?), seal = COALESCE(?, seal)",
-            (timestamp, seal),
-            session_id,
+        sql = (
+            f"UPDATE sessions SET {column} = COALESCE({column}, ?), seal = COALESCE(?, seal)"
+            " WHERE session_id = ?"
         )
+
+        def write(db: sqlite3.Connection) -> bool:
+            db.execute(sql, (timestamp, seal, session_id))
+            return True
+
+        return self._run("begin an event", write, False)
 
     def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
         """The agent process of the session: its pid and start time (from /proc)."""

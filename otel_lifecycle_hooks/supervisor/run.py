@@ -43,6 +43,9 @@ from .limits import Limits
 from .processes import AGENT_TAG_ENV, AgentProcesses, die_with_parent, is_subreaper, set_subreaper
 from .server import STOPPING, EventServer
 
+# The session row's column holding the moment a claim fixes, by owed event.
+_CLAIMED_COLUMNS = {"pre-stop": "pre_stop_at", "session-end": "session_end_at"}
+
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 EXIT_LIMITS = 10
@@ -160,6 +163,11 @@ class Supervisor:
         # knows, never from what it reads back.
         self._journal_key: bytes | None = None
         self._sealed_row: Any = None  # journal.rows.SessionRow, once sealed
+        # This session's row as read at its first of pre-stop and session-end when a recoverer
+        # had claimed it (False: not claimed, or unread); see _claimed_moment.
+        self._claimed_row: Any = None
+        # The owed events' moments the journal took, by event (see _unjournaled_moment).
+        self._journaled_moments: dict[str, float] = {}
         self._exit_deadline: float | None = None  # the grace deadline from the agent's exit
 
     # -- the run --
@@ -836,14 +844,27 @@ class Supervisor:
         owed): its moment is journaled before any hook is sent, and is its ${TIMESTAMP}, so
         that recovery sends the same X-Scion-Hook-IDs (recovery.py)."""
         assert self.session is not None and self.engine is not None
-        moment = self.engine.clock.wall()
+        moment = self.session.info.next_moment(self.engine.clock.wall())
         if self._journal is not None and not self._session_journaled:
             try:  # the row and its seal first: the moment's seal extends them
                 self._journal_session()
             except Exception:
                 log.exception("journaling the session failed")
+        moment = self._claimed_moment(event, moment)
+        sealed_before = self._sealed_row
         sealed = self._seal_moment(event, moment)
-        self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
+        kept = self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
+        if self._journal is not None and not kept:
+            # Not journaled (a full disk): the moment a recoverer's claim will fix instead,
+            # so that what it sends later carries the ids sent now.
+            self._sealed_row = sealed_before
+            moment = self.session.info.keep_moment(self._unjournaled_moment(event, moment))
+        else:
+            self._journaled_moments[event] = moment
+            # The moments recovery would derive from this one (journal.rows.unjournaled_moments:
+            # a microsecond on for pre-stop, two for session-end) go to no other event.
+            reserved = 0.000002 if event == "post-start" else 0.000001
+            self.session.info.keep_moment(moment + reserved)
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
         values.update(fields or {})
         self._dispatching = True  # a second stop signal may abandon these hooks too
@@ -851,6 +872,55 @@ class Supervisor:
             return self.session.record(event, values, deadline=deadline, timestamp=moment)
         finally:
             self._dispatching = False
+
+    def _unjournaled_moment(self, event: str, moment: float) -> float:
+        """The moment of owed `event` when it could not be journaled: the one a claim fixes
+        from the row (journal.rows.unjournaled_moments), which holds this run's journaled
+        post-start and pre-stop moments. Post-start's own is `moment`: a session whose row
+        lacks it is never recovered."""
+        post_start = self._journaled_moments.get("post-start")
+        if event not in _CLAIMED_COLUMNS or post_start is None:
+            return moment
+        # Here, not at the top: the journal is imported after the agent started (start-up).
+        from ..journal.rows import unjournaled_moments
+
+        pre_stop, session_end = unjournaled_moments(
+            post_start, self._journaled_moments.get("pre-stop"), moment
+        )
+        log.warning(
+            "the journal did not take the moment %s began: its hooks carry the moment "
+            "recovery would fix for it, so that a recovered delivery keeps their ids", event,
+        )  # fmt: skip
+        return pre_stop if event == "pre-stop" else session_end
+
+    def _claimed_moment(self, event: str, moment: float) -> float:
+        """The moment a recoverer's claim fixed for `event` (pre-stop, session-end) while this
+        supervisor was taken for dead (a frozen node, a long SIGSTOP), else `moment`: the
+        journal keeps the first moment, and the hooks must carry the X-Scion-Hook-ID it gives,
+        the one the recoverer sent. Read once, when the first of those events begins."""
+        column = _CLAIMED_COLUMNS.get(event)
+        if column is None or self._journal is None or self.session is None:
+            return moment
+        if self._claimed_row is None:
+            row = self._journal_call("session", self.session.session_id)
+            self._claimed_row = row if row is not None and row.claimed_by else False
+            if self._claimed_row and self._sealed_row is not None:
+                # The claim re-sealed the row with both moments: this run's seals cover them too.
+                self._sealed_row = self._sealed_row._replace(
+                    pre_stop_at=self._sealed_row.pre_stop_at or row.pre_stop_at,
+                    session_end_at=self._sealed_row.session_end_at or row.session_end_at,
+                )
+        if not self._claimed_row:
+            return moment
+        claimed: float | None = getattr(self._claimed_row, column)
+        if claimed is None:
+            return moment
+        log.warning(
+            "session %s was claimed for recovery by %s while this supervisor was taken for "
+            "dead: its %s hooks keep the moment the claim fixed (%s), and so their ids",
+            self.session.session_id, self._claimed_row.claimed_by, event, claimed,
+        )  # fmt: skip
+        return self.session.info.keep_moment(claimed)
 
     def _journal_agent(self, pid: int) -> None:
         from .recovery import process_start_time

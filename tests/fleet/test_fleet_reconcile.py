@@ -7,7 +7,7 @@ once, and never touches the session that is still alive."""
 
 from __future__ import annotations
 
-import datetime
+
 import json
 import signal
 import subprocess
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from otel_lifecycle_hooks.variables import format_unix_timestamp
 from tests.fleet.fleet import deliveries, fleet_template, hook_ids, kill_with_agent, query
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
@@ -66,8 +67,8 @@ def session_of_agent(receiver: TargetServer, agent: str) -> str:
 
 
 def rfc3339(unix: float) -> str:
-    moment = datetime.datetime.fromtimestamp(unix, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """A journaled moment as `${TIMESTAMP}` shows it."""
+    return format_unix_timestamp(unix)
 
 
 def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
