@@ -176,18 +176,21 @@ def reconcile_pass(
     ran it and whose rows are sealed under `key`; a report per session acted on, refused or
     left for another template (and, in a dry run, per session that would be, or is left
     alone)."""
-    import time
-
     from ..journal.seal import unvouched
     from ..supervisor import recovery
 
     reports: list[dict[str, Any]] = []
     here = recovery.process_namespace()
     digests = recovery.template_digests(template)
+    # The journal's clock, read before its rows: a heartbeat written meanwhile is only newer.
+    # None: it cannot be read (the caller reports it), and nothing is judged.
+    clock = journal.liveness_clock()
+    if clock is None:
+        return reports
     for row in journal.unfinished_sessions(agent_id):
         gone, why = recovery.earlier_run_gone(
-            row, here=here, now=time.time(), stale_after=stale_after,
-            require_stale_heartbeat=True,
+            row, here=here, now=clock.now, stale_after=stale_after,
+            require_stale_heartbeat=True, alive_since=clock.alive_since,
         )  # fmt: skip
         base = {"session": row.session_id, "agent_id": row.agent_id, "agent": row.agent_name}
         if not gone:
@@ -212,7 +215,9 @@ def reconcile_pass(
         if dry_run:
             reports.append({**base, "action": "would recover", "hooks": _planned(row, template)})
             continue
-        claimed, refused = recovery.claim_vouched(journal, row, key, here, require_seal=True)
+        claimed, refused = recovery.claim_vouched(
+            journal, row, key, here, require_seal=True, now=clock.now
+        )
         if refused:
             reports.append({**base, "action": "left alone", "reason": refused})
             continue
