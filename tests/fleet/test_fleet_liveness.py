@@ -116,6 +116,26 @@ def database_age(url: str, session: str) -> float:
     return float(row["age"])
 
 
+def first_heartbeats_after_return(url: str, sessions: list[str]) -> str:
+    """Seconds from the database's start to each session's first heartbeat after it (on the
+    database's clock), as they are seen: a measurement, printed, never asserted on."""
+    seen: dict[str, float] = {}
+
+    def all_back() -> bool:
+        for row in query(
+            url,
+            "SELECT session_id, heartbeat_at - EXTRACT(EPOCH FROM pg_postmaster_start_time())"
+            "::float8 AS after FROM sessions WHERE session_id = ANY(%s)",
+            sessions,
+        ):
+            if row["after"] > 0:
+                seen.setdefault(row["session_id"], row["after"])
+        return len(seen) == len(sessions)
+
+    wait_until(all_back, timeout=90, what="every live supervisor's heartbeat")
+    return " ".join(f"{after:.2f}s" for after in sorted(seen.values()))
+
+
 def test_an_outage_longer_than_stale_after_deregisters_no_live_agent(
     workspace: Workspace,
     receiver: TargetServer,
@@ -145,6 +165,8 @@ def test_an_outage_longer_than_stale_after_deregisters_no_live_agent(
             time.sleep(20)  # the outage: four times --stale-after
         finally:
             postgres_server.start()
+        back = first_heartbeats_after_return(postgres_url, live)
+        print(f"\nfirst heartbeat of each live supervisor after the database's start: {back}")
         # The reconciler does act: the killed session is recovered after the outage.
         wait_until(
             lambda: hook_ids(receiver, "/farewell", lost),
