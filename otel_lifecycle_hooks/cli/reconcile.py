@@ -3,8 +3,9 @@
 
 Runs, from here, the owed pre-stop and session-end hooks of every session in the journal whose
 supervisor died: sessions that began post-start, never ended, were never recovered, and whose
-heartbeat is older than --stale-after (and, where their pids can be looked up from here, whose
-supervisor and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
+heartbeat is older than --stale-after on the journal's own clock, counted from the database's
+return when it was away (and, where their pids can be looked up from here, whose supervisor
+and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
 would have used, rendered from the template named here (--template, parent first, or
 $LIFECYCLE_HOOKS_TEMPLATE), never from the one the session journaled: the agent may have
 written its row. Only sessions whose rows are sealed under the journal key
@@ -59,8 +60,8 @@ def add_parser(subparsers: Any) -> None:
         "--stale-after",
         default="60s",
         metavar="DURATION",
-        help="a heartbeat older than this is a dead supervisor's (default 60s; the supervisors' "
-        "heartbeat is every 10s, $LIFECYCLE_HOOKS_HEARTBEAT)",
+        help="a heartbeat older than this, on the database's clock, is a dead supervisor's "
+        "(default 60s; the supervisors' heartbeat is every 10s, $LIFECYCLE_HOOKS_HEARTBEAT)",
     )
     parser.add_argument(
         "--watch", action="store_true", help="keep reconciling, every --interval, until stopped"

@@ -239,8 +239,9 @@ def session_lock_dir(environ: Mapping[str, str]) -> Path:
     return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "live"
 
 
-def _lock_path(lock_dir: Path, session_id: str) -> Path:
-    # Named by a hash: a session id is the journal's text, never a path.
+def session_lock_path(lock_dir: Path, session_id: str) -> Path:
+    """The lock file of `session_id` in `lock_dir`, named by a hash: a session id is the
+    journal's text, never a path."""
     return lock_dir / f"{_sha256_hex(session_id.encode('utf-8'))[:32]}.lock"
 
 
@@ -249,7 +250,7 @@ class SessionLock:
     go when the process dies, however it dies, whichever pid namespace looks."""
 
     def __init__(self, lock_dir: Path, session_id: str) -> None:
-        self.path = _lock_path(lock_dir, session_id)
+        self.path = session_lock_path(lock_dir, session_id)
         self._fd: int | None = None
         try:
             lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -275,7 +276,7 @@ def supervisor_lock_released(lock_dir: Path, session_id: str) -> bool:
     """Whether a supervisor of this machine is proven gone: the lock file of `session_id` is
     there, in a folder only this user writes (nobody else could have put a file there), and
     nobody holds it. False whenever it cannot be told."""
-    path = _lock_path(lock_dir, session_id)
+    path = session_lock_path(lock_dir, session_id)
     try:
         folder = os.lstat(lock_dir)
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
