@@ -16,6 +16,10 @@ that a reconciler elsewhere reuses that id; while the database is known down it 
 
 Reads (`history`, `reconcile`, recovery at start) and claims use their own connection and are
 made when asked: they are not on a hook's path.
+
+Heartbeats are stamped with the database's clock when they are committed, and queued (never
+spilled) while it is down; `liveness_clock` gives recoverers the database's now and the moment
+from which supervisors could write again (liveness.py).
 """
 
 from __future__ import annotations
