@@ -3,8 +3,9 @@
 
 Runs, from here, the owed pre-stop and session-end hooks of every session in the journal whose
 supervisor died: sessions that began post-start, never ended, were never recovered, and whose
-heartbeat is older than --stale-after (and, where their pids can be looked up from here, whose
-supervisor and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
+heartbeat is older than --stale-after on the journal's own clock, counted from the database's
+return when it was away (and, where their pids can be looked up from here, whose supervisor
+and agent are gone). Each hook is sent with the X-Scion-Hook-ID the session used or
 would have used, rendered from the template named here (--template, parent first, or
 $LIFECYCLE_HOOKS_TEMPLATE), never from the one the session journaled: the agent may have
 written its row. Only sessions whose rows are sealed under the journal key
@@ -59,8 +60,8 @@ def add_parser(subparsers: Any) -> None:
         "--stale-after",
         default="60s",
         metavar="DURATION",
-        help="a heartbeat older than this is a dead supervisor's (default 60s; the supervisors' "
-        "heartbeat is every 10s, $LIFECYCLE_HOOKS_HEARTBEAT)",
+        help="a heartbeat older than this, on the database's clock, is a dead supervisor's "
+        "(default 60s; the supervisors' heartbeat is every 10s, $LIFECYCLE_HOOKS_HEARTBEAT)",
     )
     parser.add_argument(
         "--watch", action="store_true", help="keep reconciling, every --interval, until stopped"
@@ -176,18 +177,21 @@ def reconcile_pass(
     ran it and whose rows are sealed under `key`; a report per session acted on, refused or
     left for another template (and, in a dry run, per session that would be, or is left
     alone)."""
-    import time
-
     from ..journal.seal import unvouched
     from ..supervisor import recovery
 
     reports: list[dict[str, Any]] = []
     here = recovery.process_namespace()
     digests = recovery.template_digests(template)
+    # The journal's clock, read before its rows: a heartbeat written meanwhile is only newer.
+    # None: it cannot be read (the caller reports it), and nothing is judged.
+    clock = journal.liveness_clock()
+    if clock is None:
+        return reports
     for row in journal.unfinished_sessions(agent_id):
         gone, why = recovery.earlier_run_gone(
-            row, here=here, now=time.time(), stale_after=stale_after,
-            require_stale_heartbeat=True,
+            row, here=here, now=clock.now, stale_after=stale_after,
+            require_stale_heartbeat=True, alive_since=clock.alive_since,
         )  # fmt: skip
         base = {"session": row.session_id, "agent_id": row.agent_id, "agent": row.agent_name}
         if not gone:
@@ -212,7 +216,9 @@ def reconcile_pass(
         if dry_run:
             reports.append({**base, "action": "would recover", "hooks": _planned(row, template)})
             continue
-        claimed, refused = recovery.claim_vouched(journal, row, key, here, require_seal=True)
+        claimed, refused = recovery.claim_vouched(
+            journal, row, key, here, require_seal=True, now=clock.now
+        )
         if refused:
             reports.append({**base, "action": "left alone", "reason": refused})
             continue

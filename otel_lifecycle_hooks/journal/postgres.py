@@ -16,6 +16,10 @@ that a reconciler elsewhere reuses that id; while the database is known down it 
 
 Reads (`history`, `reconcile`, recovery at start) and claims use their own connection and are
 made when asked: they are not on a hook's path.
+
+Heartbeats are stamped with the database's clock when they are committed, and queued (never
+spilled) while it is down; `liveness_clock` gives recoverers the database's now and the moment
+from which supervisors could write again (liveness.py).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import rows as _rows
+from .liveness import LivenessClock
 from .rows import (
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
@@ -64,7 +69,10 @@ BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (d
 ADOPTED_WAIT = 3.0  # seconds recovery waits for adopted spill files to be written
 READER_IDLE = 10.0  # seconds after which an unused reading connection is closed
 CONNECT_TIMEOUT = 3  # seconds, for every connection
-RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts to reach a database that is down
+# Between attempts to reach a database that is down: capped low, so that a supervisor's
+# queued heartbeat is in within seconds of the database's return (each delay jittered by up
+# to a quarter, so that a fleet does not reconnect in step).
+RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0)
 # Serialises migrations of one database across every process that opens it.
 _MIGRATION_LOCK = 0x6F746C68
 
@@ -80,9 +88,23 @@ def _sql(text: str) -> str:
     return text.replace("?", "%s")
 
 
+# A heartbeat at a moment the caller names (never moved back); an earlier version's
+# supervisors spilled it, so that an upgrade still writes the spill files that hold it.
 _HEARTBEAT = (
     "UPDATE sessions SET heartbeat_at = %s WHERE session_id = %s"
     " AND (heartbeat_at IS NULL OR heartbeat_at < %s)"
+)
+# The heartbeat on the database's clock, when it is written: what a reconciler compares with
+# the database's now (liveness.py). Never spilled nor replayed from a file: a heartbeat
+# written late by another process would show a dead supervisor alive.
+_HEARTBEAT_NOW = (
+    "UPDATE sessions SET heartbeat_at = EXTRACT(EPOCH FROM clock_timestamp())::float8"
+    " WHERE session_id = %s"
+)
+# The database's now and the moment it started, on its clock.
+_CLOCK = (
+    "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now,"
+    " EXTRACT(EPOCH FROM pg_postmaster_start_time())::float8 AS started"
 )
 # The assignments `_update` writes to a session row.
 _SESSION_UPDATES = (
@@ -172,6 +194,10 @@ class PostgresJournal:
         self._urgent = False  # a caller waits for the queue's commit: no batching window
         self.refused = 0  # writes the database refused (reported one by one)
         self._healthy = True
+        # Set when a read or write found the database unreachable; the next `liveness_clock`
+        # then takes the database's now as the moment supervisors could write again.
+        self._outage_seen = False
+        self._reachable_since = 0.0
         self._spill_lock = threading.Lock()
         self._spill: IO[str] | None = None
         self._spill_path = self._spill_dir / "unused.jsonl"  # named when first written
@@ -346,8 +372,29 @@ class PostgresJournal:
         self._update("agent_pid = %s, agent_started_at = %s", (pid, started_at), session_id)
 
     def heartbeat(self, session_id: str, at: float | None = None) -> None:
-        now = _now(at)
-        self._enqueue(_HEARTBEAT, (now, session_id, now), durable=False)
+        """The session's supervisor is alive: written with the database's clock when it is
+        committed (a supervisor passes no `at`: its own clock never decides liveness).
+        Queued while the database is down, so that it goes in as soon as it is back."""
+        if at is None:
+            self._enqueue(_HEARTBEAT_NOW, (session_id,), durable=False, droppable=True)
+        else:
+            self._enqueue(_HEARTBEAT, (at, session_id, at), durable=False, droppable=True)
+
+    def liveness_clock(self) -> LivenessClock | None:
+        """The database's now, and the moment from which a live supervisor could have
+        written: its start, or this journal's return from an outage it saw (liveness.py);
+        None when it cannot be read."""
+        with self._cond:
+            outage_seen = self._outage_seen or self._db_down
+        rows = self._select(_CLOCK, ())
+        if not rows:
+            return None
+        now, started = float(rows[0]["now"]), float(rows[0]["started"] or 0.0)
+        if outage_seen:
+            with self._cond:
+                self._outage_seen = False
+                self._reachable_since = now
+        return LivenessClock(now, max(started, self._reachable_since))
 
     def mark_post_start(self, session_id: str, at: float | None = None) -> None:
         self._update("post_started_at = %s", (_now(at),), session_id)
@@ -480,9 +527,12 @@ class PostgresJournal:
     def _update(self, assignments: str, values: tuple[Any, ...], session_id: str) -> None:
         self._enqueue(_update_sql(assignments), (*values, session_id))
 
-    def _enqueue(self, sql: str, params: tuple[Any, ...], *, durable: bool = True) -> int:
+    def _enqueue(
+        self, sql: str, params: tuple[Any, ...], *, durable: bool = True, droppable: bool = False
+    ) -> int:
         """Queue one write; its ticket (the commit count at which it is written). `durable`
-        writes (sessions) are also appended to the spill file at once."""
+        writes (sessions) are also appended to the spill file at once; a `droppable` one
+        (a heartbeat) is never spilled: left out when it cannot be queued."""
         # PostgreSQL's text cannot hold NUL, which an agent may well send: U+FFFD instead.
         params = tuple(
             p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
@@ -490,11 +540,9 @@ class PostgresJournal:
         if durable:
             self._spill_writes([(sql, params)], written_later=True)
         with self._cond:
-            if self._closing:
-                self._spill_writes([(sql, params)])
-                return self._enqueued
-            if len(self._queue) >= self._max_pending:
-                self._spill_writes([(sql, params)])
+            if self._closing or len(self._queue) >= self._max_pending:
+                if not droppable:
+                    self._spill_writes([(sql, params)])
                 return self._enqueued
             self._queue.append((sql, params))
             self._enqueued += 1
@@ -604,6 +652,7 @@ class PostgresJournal:
             except Exception as exc:  # noqa: BLE001 - psycopg's errors, and a file we could not read
                 with self._cond:
                     self._db_down = True
+                    self._outage_seen = True
                     self._cond.notify_all()
                 if not self._down_reported:
                     self._down_reported = True
@@ -618,6 +667,7 @@ class PostgresJournal:
                         db.close()
                     db = None
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
+                delay *= 1.0 - random.random() / 4
                 failures += 1
                 with self._cond:
                     if self._closing:
@@ -714,6 +764,7 @@ class PostgresJournal:
             except Exception as exc:  # noqa: BLE001 - psycopg's errors: a read never raises
                 log.error("execution journal %s: could not read: %s", self.path, _first_line(exc))
                 self._healthy = False
+                self._outage_seen = True
                 if self._reader is not None:
                     with contextlib.suppress(Exception):
                         self._reader.close()

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from . import rows as _rows
+from .liveness import LivenessClock, local_clock
 from .rows import (
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
@@ -306,6 +307,11 @@ class Journal:
     def heartbeat(self, session_id: str, at: float | None = None) -> None:
         """The session's supervisor is alive at `at`."""
         self._update_session("heartbeat_at = ?", (_now(at),), session_id)
+
+    def liveness_clock(self) -> LivenessClock:
+        """What a heartbeat's age is measured against: one machine, so its clock, on which
+        every heartbeat of this file was written (liveness.py)."""
+        return LivenessClock(local_clock())
 
     def mark_post_start(self, session_id: str, at: float | None = None) -> None:
         """The session's post-start hooks finished."""

@@ -15,7 +15,14 @@ registration is left behind. Recovery fires them, marked as recovered, exactly o
   after `CLAIM_LEASE`, for a recoverer that died half-way.
 - **Never a live session.** On the same machine (same boot and pid namespace) the earlier
   supervisor and agent processes are looked up by pid and start time; elsewhere, the session's
-  heartbeat must be older than `stale_after`. `reconcile` asks for both.
+  heartbeat must be older than `stale_after`. `reconcile` asks for both. The heartbeat's age
+  is measured on the journal's clock (PostgreSQL's own, journal/liveness.py), from the later
+  of the heartbeat and the moment the database could be written again after an outage: a
+  database that was away, or a machine whose clock is wrong, never makes a live agent look
+  dead. The next `run` on the same machine in another pid namespace (a container restarted)
+  also knows a supervisor is gone when the lock file it held while it lived (`SessionLock`)
+  is held by nobody: it recovers that session at once instead of waiting for its heartbeat to
+  grow stale, and says so, or why it leaves a session for later.
 - **Never the agent's row.** The agent can write the journal. Requests are rendered from the
   recoverer's template and operator-side metadata only: the next `run` uses its own, and
   recovers only sessions of its own agent id. Where a journal key is set
@@ -27,9 +34,12 @@ registration is left behind. Recovery fires them, marked as recovered, exactly o
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,6 +47,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..engine.model import LifecycleEvent, SessionInfo
+from ..journal.liveness import LivenessClock
 from ..journal.rows import SessionRow, as_claimed
 from ..redact import Redactor, looks_like_secret_name
 
@@ -221,26 +232,105 @@ def heartbeat_interval(environ: Mapping[str, str]) -> float:
         return DEFAULT_HEARTBEAT
 
 
-class Heartbeat:
-    """Refreshes a session's heartbeat in the journal until stopped (its own daemon thread)."""
+def session_lock_dir(environ: Mapping[str, str]) -> Path:
+    """Where supervisors of this machine keep the lock files of their live sessions: under
+    the supervisor's own home, which its agent (another user) cannot write."""
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "live"
 
-    def __init__(self, journal: Any, session_id: str, interval: float) -> None:
+
+def session_lock_path(lock_dir: Path, session_id: str) -> Path:
+    """The lock file of `session_id` in `lock_dir`, named by a hash: a session id is the
+    journal's text, never a path."""
+    return lock_dir / f"{_sha256_hex(session_id.encode('utf-8'))[:32]}.lock"
+
+
+class SessionLock:
+    """A lock file that a supervisor holds (flock) for as long as it lives: the kernel lets it
+    go when the process dies, however it dies, whichever pid namespace looks."""
+
+    def __init__(self, lock_dir: Path, session_id: str) -> None:
+        self.path = session_lock_path(lock_dir, session_id)
+        self._fd: int | None = None
+        try:
+            lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            hidden = lock_dir / f".{os.getpid()}-{self.path.name}"
+            fd = os.open(hidden, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            # Locked before it gets the name a prover opens: never seen unheld while we live.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(hidden, self.path)
+            self._fd = fd  # not inheritable (PEP 446): no child holds it after we die
+        except OSError as exc:
+            log.info("no session lock in %s (%s): recovery elsewhere waits for the heartbeat",
+                     lock_dir, exc)  # fmt: skip
+
+    def release_name(self) -> None:
+        """The session ended: the file goes (the lock itself is held until the process
+        exits, so that its end never looks like a death meanwhile)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
+def supervisor_lock_released(lock_dir: Path, session_id: str) -> bool:
+    """Whether a supervisor of this machine is proven gone: the lock file of `session_id` is
+    there, in a folder only this user writes (nobody else could have put a file there), and
+    nobody holds it. False whenever it cannot be told."""
+    path = session_lock_path(lock_dir, session_id)
+    try:
+        folder = os.lstat(lock_dir)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        private = (
+            stat.S_ISDIR(folder.st_mode)
+            and folder.st_uid == os.geteuid()
+            and not folder.st_mode & 0o022
+        )
+        if not (private and stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: its supervisor lives
+        with contextlib.suppress(OSError):
+            path.unlink()  # proven once; a later reader judges by the journal alone
+        return True
+    finally:
+        os.close(fd)
+
+
+class Heartbeat:
+    """Refreshes a session's heartbeat in the journal until stopped (its own daemon thread),
+    the first at once; with `lock_dir`, holds the session's lock file meanwhile."""
+
+    def __init__(
+        self, journal: Any, session_id: str, interval: float, lock_dir: Path | None = None
+    ) -> None:
         self._journal = journal
         self._session_id = session_id
         self._interval = interval
+        self._lock = SessionLock(lock_dir, session_id) if lock_dir is not None else None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._thread.start()
 
     def _beat(self) -> None:
-        while not self._stopped.wait(self._interval):
+        # At once: the row's first heartbeat is then on the journal's clock, not ours.
+        while True:
             try:
                 self._journal.heartbeat(self._session_id)
             except Exception:  # the journal reports its own failures; the beat goes on
                 log.debug("heartbeat failed", exc_info=True)
+            if self._stopped.wait(self._interval):
+                return
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._lock is not None:
+            self._lock.release_name()
 
 
 # -- deciding --
@@ -253,20 +343,35 @@ def earlier_run_gone(
     now: float,
     stale_after: float,
     require_stale_heartbeat: bool,
+    alive_since: float = 0.0,
+    lock_released: bool = False,
 ) -> tuple[bool, str]:
-    """Whether the supervisor and agent of `row` are gone, and if not, why it is left alone."""
+    """Whether the supervisor and agent of `row` are gone, and if not, why it is left alone.
+    `now` and `alive_since` are the journal's clock (`LivenessClock`): a heartbeat counts
+    from `alive_since` at the earliest, since none could be written before it.
+    `lock_released`: its supervisor's lock file on this machine is held by nobody."""
     beat = row.heartbeat_at if row.heartbeat_at is not None else row.started_at
-    stale = now - beat >= stale_after
+    age = LivenessClock(now, alive_since).age(beat)
+    stale = age >= stale_after
+    since = (
+        f", counted from the journal's return at {alive_since:.0f}" if alive_since > beat else ""
+    )
     if require_stale_heartbeat and not stale:
-        return False, f"its heartbeat is {now - beat:.0f}s old (stale after {stale_after:g}s)"
+        return False, f"its heartbeat is {age:.0f}s old{since} (stale after {stale_after:g}s)"
     if not row.host or row.host == here:
         if supervisor_alive(row.pid, row.started_at):
             return False, f"its supervisor (pid {row.pid}) still runs"
         if agent_alive(row.agent_pid, row.agent_started_at):
             return False, f"its agent (pid {row.agent_pid}) still runs"
         return True, ""
+    if lock_released:
+        return True, ""  # its supervisor's lock went with it (and its agent, PDEATHSIG)
     if not stale:
-        return False, f"it ran elsewhere and its heartbeat is {now - beat:.0f}s old"
+        return False, (
+            f"it ran in another pid namespace or machine, its supervisor's lock is not known "
+            f"released here, and its heartbeat is {age:.0f}s old{since} "
+            f"(stale after {stale_after:g}s)"
+        )
     return True, ""
 
 
@@ -380,21 +485,28 @@ def claimer_gone(claimed_by: str | None, here: str) -> bool:
 
 
 def claim_vouched(
-    journal: Any, row: SessionRow, key: bytes | None, here: str, *, require_seal: bool
+    journal: Any,
+    row: SessionRow,
+    key: bytes | None,
+    here: str,
+    *,
+    require_seal: bool,
+    now: float | None = None,
 ) -> tuple[SessionRow | None, str]:
     """Claim `row` for recovery if it can be vouched for: (the claimed row, "") when this
     caller won it; (None, why) when its seal is missing or wrong (with `key`, or always when
     `require_seal`); (None, "") when another recoverer has it. The claim re-seals the row with
-    the moments it fixes, and what it returns is checked against that seal."""
+    the moments it fixes, and what it returns is checked against that seal. `now`: the
+    journal's clock (its lease is judged on it), else this machine's."""
+    now = time.time() if now is None else now
     if key is None and not require_seal:
-        return _claim(journal, row, here, time.time(), None), ""
+        return _claim(journal, row, here, now, None), ""
     # Here, not at the top: hashlib's OpenSSL bindings would cost a run without a key ~4 ms.
     from ..journal.seal import seal, unvouched
 
     why = unvouched(key, row)
     if why or key is None:  # without a key every row is refused, with its reason
         return None, why
-    now = time.time()
     claimed = _claim(journal, row, here, now, seal(key, as_claimed(row, now)))
     if claimed is None:
         return None, ""  # another run or reconciler has it
@@ -424,23 +536,46 @@ def recover_orphaned_sessions(
     key: bytes | None = None,
     budget: float | None = None,
     stale_after: float = DEFAULT_STALE_AFTER,
+    lock_dir: Path | None = None,
 ) -> list[str]:
     """The next `run`'s recovery of `agent_id`'s orphaned sessions, rendered from this run's
     template and `metadata` (never the rows'); with a journal `key`, only sessions whose
-    rows are sealed under it. Returns their session ids."""
+    rows are sealed under it. A session of another pid namespace is recovered at once when
+    its supervisor's lock file in `lock_dir` is held by nobody. Each session left for later
+    is logged with why. Returns their session ids."""
     recovered: list[str] = []
     if journal is None:
         return recovered
     here = process_namespace()
-    for row in journal.unfinished_sessions(agent_id):
+    rows = journal.unfinished_sessions(agent_id)
+    clock = journal.liveness_clock() if rows else None
+    for row in rows:
+        if clock is None:
+            log.warning(
+                "session %s of an earlier run left for later: the journal %s cannot tell its "
+                "heartbeat's age now; `reconcile` or the next run recovers it",
+                _printable(row.session_id), journal.path,
+            )  # fmt: skip
+            continue
+        released = (
+            lock_dir is not None
+            and bool(row.host)
+            and row.host != here
+            and supervisor_lock_released(lock_dir, row.session_id)
+        )
         gone, why = earlier_run_gone(
-            row, here=here, now=time.time(), stale_after=stale_after,
-            require_stale_heartbeat=False,
+            row, here=here, now=clock.now, stale_after=stale_after,
+            require_stale_heartbeat=False, alive_since=clock.alive_since,
+            lock_released=released,
         )  # fmt: skip
         if not gone:
-            log.info("session %s of an earlier run left alone: %s", row.session_id, why)
+            log.warning(
+                "session %s of an earlier run left for later: %s; `reconcile` or the next run "
+                "recovers it once it is gone",
+                _printable(row.session_id), why,
+            )  # fmt: skip
             continue
-        claimed, refused = claim_vouched(journal, row, key, here, require_seal=False)
+        claimed, refused = claim_vouched(journal, row, key, here, require_seal=False, now=clock.now)
         if refused:
             log.warning(
                 "session %s of an earlier run left alone, nothing sent: %s",

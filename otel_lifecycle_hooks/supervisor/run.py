@@ -930,11 +930,15 @@ class Supervisor:
             self._journal_call("mark_agent", self.session.session_id, pid, started)
 
     def _start_heartbeat(self) -> None:
-        from .recovery import Heartbeat, heartbeat_interval
+        from .recovery import Heartbeat, heartbeat_interval, session_lock_dir
 
         if self._journal is not None and self.session is not None:
+            environ = self.options.environ
             self._heartbeat = Heartbeat(
-                self._journal, self.session.session_id, heartbeat_interval(self.options.environ)
+                self._journal,
+                self.session.session_id,
+                heartbeat_interval(environ),
+                session_lock_dir(environ),
             )
 
     def _keep_retention(self) -> None:
@@ -971,7 +975,7 @@ class Supervisor:
 
     def _recover_earlier_runs(self) -> None:
         """Fire the owed hooks of earlier runs of this agent that were killed (recovery.py)."""
-        from .recovery import recover_orphaned_sessions
+        from .recovery import recover_orphaned_sessions, session_lock_dir
 
         assert self.engine is not None
         executor = self.engine.executor
@@ -985,6 +989,7 @@ class Supervisor:
             self.options.template,
             key=self._journal_key,
             budget=self.options.grace_period,
+            lock_dir=session_lock_dir(self.options.environ),
         )
 
 

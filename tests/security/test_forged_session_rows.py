@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from otel_lifecycle_hooks.journal import Journal, open_journal
@@ -186,6 +187,15 @@ def reconcile(
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
+def _database_up_for(url: str) -> float:
+    """Seconds since the PostgreSQL server started, on its clock."""
+    with psycopg.connect(url) as db:
+        row = db.execute(
+            "SELECT EXTRACT(EPOCH FROM clock_timestamp() - pg_postmaster_start_time())::float8"
+        ).fetchone()
+    return float(row[0]) if row else 0.0
+
+
 def requests_for(registry: TargetServer, session: str) -> list[str]:
     """Each request the registry received for `session` (by its body), as `METHOD path`."""
     return [
@@ -273,6 +283,9 @@ def test_a_forged_postgresql_session_row_sends_nothing_from_run_or_reconcile(
         journal.close()
 
     supervise(workspace, template, [SYSTEM_PYTHON, "-c", "pass"], env)
+    # A heartbeat counts from the database's start at the earliest (docs/fleet.md, Liveness):
+    # a server started for this test must have run longer than reconcile's --stale-after.
+    wait_until(lambda: _database_up_for(postgres_url) > 1.5, what="the database up 1.5 s")
     done = reconcile(postgres_url, template, {**workspace.env, **env})
 
     nothing_shaped_by_the_agent(registry)
