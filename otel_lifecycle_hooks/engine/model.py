@@ -14,7 +14,6 @@ from opentelemetry.trace import SpanContext
 
 from ..template.model import HookSpec
 
-
 MICROS = 1_000_000  # an event's moment is kept to the microsecond (its ${TIMESTAMP})
 
 

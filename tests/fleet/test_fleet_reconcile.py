@@ -7,7 +7,6 @@ once, and never touches the session that is still alive."""
 
 from __future__ import annotations
 
-
 import json
 import signal
 import subprocess
