@@ -90,6 +90,7 @@ class Journal:
         self._db: sqlite3.Connection | None = None
         self._healthy = True
         self._busy_reported = False
+        self._failures = 0  # writes not made (the journal disabled, busy, or failing)
         # The open batch of execution rows: how many, and when the first was written.
         self._uncommitted = 0
         # Rows of the batch not inserted yet, each with its attempts.
@@ -280,12 +281,18 @@ class Journal:
         self._write("open a session", _rows.OPEN_SESSION, values)
 
     def begin_event(
-        self, session_id: str, event: str, timestamp: float, seal: str | None = None
+        self,
+        session_id: str,
+        event: str,
+        timestamp: float,
+        seal: str | None = None,
+        *,
+        wait: float | None = None,
     ) -> None:
         """An owed event (post-start, pre-stop, session-end) begins at `timestamp`, its
         `${TIMESTAMP}`: committed before any of its hooks is sent, with the row's new `seal`
         (seal.py) when one is given. A moment already journaled (by a reconciler's claim) is
-        kept."""
+        kept. `wait` is the PostgreSQL journal's: here the commit is made at once."""
         column = EVENT_COLUMNS[event]
         self._update_session(
             f"{column} = COALESCE({column}, ?), seal = COALESCE(?, seal)",
@@ -354,6 +361,13 @@ class Journal:
 
         rows: list[Any] = self._run("claim a session", claim, [])
         return _rows.session_row(rows[0]) if rows else None
+
+    def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
+        """Give back `claimer`'s claim of a session it could not finish recovering: the next
+        pass may claim it at once."""
+        self._write(
+            "release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer)
+        )
 
     def session(self, session_id: str) -> SessionRow | None:
         """One session by id."""
@@ -424,12 +438,16 @@ class Journal:
         """`action` under the lock; anything but a batched insert first commits the batch."""
         with self._lock:
             if self._db is None:
+                if what != "read":
+                    self._lost(what)
                 return default
             try:
                 if not batched:
                     self._commit_batch(self._db)
                 return action(self._db)
             except (sqlite3.Error, OSError) as exc:
+                if what != "read":
+                    self._failures += 1
                 if _is_busy(exc):
                     self._report_busy(what, exc)
                     if self._db.in_transaction and not self._uncommitted:
@@ -543,10 +561,27 @@ class Journal:
 
     def _update_session(self, assignments: str, values: tuple[Any, ...], session_id: str) -> None:
         sql = f"UPDATE sessions SET {assignments} WHERE session_id = ?"
-        self._write("update a session", sql, (*values, session_id))
+        column = assignments.split("=", 1)[0].strip()
+        self._write(f"update session {session_id} ({column})", sql, (*values, session_id))
 
     def _write(self, what: str, sql: str, values: Sequence[Any]) -> None:
         self._run(what, lambda db: db.execute(sql, values), None)
+
+    def _lost(self, what: str) -> None:
+        """A write the disabled journal cannot make: counted, and, for a session's row (what
+        crash recovery relies on: an owed session-end), logged one by one."""
+        self._failures += 1
+        if what.startswith(("open a session", "update session")):
+            log.warning(
+                "execution journal %s unavailable: could not %s; not recorded, crash recovery"
+                " will not know of it (%d writes lost)",
+                self.path, what, self._failures,
+            )  # fmt: skip
+
+    def stats(self) -> dict[str, int]:
+        """Running counts of what did not go as written, since open: `failures` (writes not
+        made: the journal disabled, busy, or failing)."""
+        return {"failures": self._failures}
 
     def _disable(self, what: str, exc: BaseException) -> None:
         if self._healthy:

@@ -155,6 +155,9 @@ class Supervisor:
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
         self._session_journaled = False  # recovery, the session row, heartbeat and retention
+        # What the journal could not make durable in time (reported in the run's summary).
+        self.durability_notes: list[str] = []
+        self._recovery_failed = 0  # owed hooks of earlier runs that failed when recovered
         # The key this run seals its session row with (read with the row, after the agent's
         # start), and the row as this run wrote it: the seal is computed from what the run
         # knows, never from what it reads back.
@@ -173,6 +176,7 @@ class Supervisor:
                 signal.signal(signum, handler)
 
     def _run(self) -> int:
+        from ..telemetry.metrics import JournalLosses
         from ..telemetry.setup import configure_telemetry
 
         options = self.options
@@ -202,6 +206,7 @@ class Supervisor:
         for watcher in options.watchers:
             self.engine.recorders.watch(watcher)
         self.ingress = IngressCounts(self._telemetry.meter_provider)
+        JournalLosses(self._journal_losses, self._telemetry.meter_provider)
         self._admission = Admission(self.ingress)
         self.session = AgentSession(
             self.engine,
@@ -558,6 +563,7 @@ class Supervisor:
             self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
+        self._report_journal_losses()
         if isinstance(self._journal, DeferredJournal):
             self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
@@ -565,6 +571,23 @@ class Supervisor:
         # Last, once the agent is gone and its session ended: nothing of it outlives the run.
         if self._cgroups is not None:
             self._cgroups.close()
+
+    def _report_journal_losses(self) -> None:
+        """One line in the run's summary when the journal lost, spilled or could not confirm
+        writes (what the metric counts), and each registration sent before it was durable."""
+        for note in self.durability_notes:
+            log.warning("journal: %s", note)
+        try:
+            counts = self._journal_losses()
+        except Exception:  # the journal reports its own failures
+            log.debug("reading the journal's loss counts failed", exc_info=True)
+            return
+        shown = {k: v for k, v in counts.items() if v and k not in ("adopted", "pending")}
+        if shown:
+            log.warning(
+                "journal losses this run: %s",
+                ", ".join(f"{kind} {count}" for kind, count in sorted(shown.items())),
+            )
 
     def _count_unhandled(self) -> None:
         """Messages admitted but still in the inbox when the session ends are never acted on:
@@ -843,7 +866,10 @@ class Supervisor:
             except Exception:
                 log.exception("journaling the session failed")
         sealed = self._seal_moment(event, moment)
-        self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
+        if event == "post-start":
+            self._begin_registration(moment, sealed)
+        else:
+            self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
         values = {"PHASE": self.phase, "ACTIVITY": self.activity}
         values.update(fields or {})
         self._dispatching = True  # a second stop signal may abandon these hooks too
@@ -851,6 +877,38 @@ class Supervisor:
             return self.session.record(event, values, deadline=deadline, timestamp=moment)
         finally:
             self._dispatching = False
+
+    def _begin_registration(self, moment: float, sealed: str | None) -> None:
+        """post-start's moment, and the session row before it, reach the journal before its
+        hooks (a registration) are sent, so that a reconciler can find the session: waited
+        for up to $LIFECYCLE_HOOKS_REGISTRATION_WAIT even while a shared database refuses.
+        Past that the hooks go, and the row kept only on this disk is counted and reported."""
+        from .recovery import registration_wait
+
+        assert self.session is not None
+        session_id = self.session.session_id
+        wait = registration_wait(self.options.environ)
+        committed = self._journal_call(
+            "begin_event", session_id, "post-start", moment, sealed, wait=wait
+        )
+        if committed is False:
+            self.durability_notes.append(
+                f"session {session_id}'s row was not in the journal when post-start's hooks"
+                f" were sent (waited {wait:g}s); it is kept in the local spill file"
+            )
+
+    def _journal_losses(self) -> dict[str, int]:
+        """The journal's loss counts (none until it is opened) and the owed hooks of earlier
+        runs that failed in recovery: what `agent.lifecycle.journal.losses` reports."""
+        journal = self._journal
+        counts: dict[str, int] = {}
+        opened = not isinstance(journal, DeferredJournal) or journal.is_open
+        if journal is not None and opened:
+            stats = getattr(journal, "stats", None)
+            if stats is not None:
+                counts.update(stats())
+        counts["recovery_failed"] = self._recovery_failed
+        return counts
 
     def _journal_agent(self, pid: int) -> None:
         from .recovery import process_start_time
@@ -907,6 +965,7 @@ class Supervisor:
         executor = self.engine.executor
         # Each owed event of a recovered session gets the grace period of its own, as a live
         # session's would: a slow pre-stop never starves its session-end.
+        failures: list[str] = []
         recover_orphaned_sessions(
             self._journal,
             self.metadata["AGENT_ID"],
@@ -915,7 +974,9 @@ class Supervisor:
             self.options.template,
             key=self._journal_key,
             budget=self.options.grace_period,
+            failures=failures,
         )
+        self._recovery_failed += len(failures)
 
 
 class _RowsWritten(ExecutionWatcher):
