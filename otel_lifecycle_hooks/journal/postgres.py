@@ -704,6 +704,9 @@ class PostgresJournal:
                     with contextlib.suppress(Exception):
                         db.close()
                     db = None
+                # A database refusing connections ("too many clients") must not be kept from
+                # our writes by our own idle reading connection: a fleet of them deadlocks.
+                self._release_idle_reader(idle_for=0.0)
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
                 if urgent:
                     delay = min(delay, URGENT_RETRY_DELAY) * random.uniform(0.5, 1.5)
@@ -809,10 +812,10 @@ class PostgresJournal:
                 self._reader = None
                 return []
 
-    def _release_idle_reader(self) -> None:
+    def _release_idle_reader(self, idle_for: float = READER_IDLE) -> None:
         """A supervisor reads only at start: its reading connection is not held for the whole
         session (a fleet's agents would hold twice the connections they need)."""
-        if self._reader is None or time.monotonic() - self._reader_used < READER_IDLE:
+        if self._reader is None or time.monotonic() - self._reader_used < idle_for:
             return
         if self._read_lock.acquire(blocking=False):
             try:
