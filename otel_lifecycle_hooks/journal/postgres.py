@@ -510,6 +510,24 @@ class PostgresJournal:
                     return
                 self._cond.wait(left)
 
+    def backlog(self) -> str:
+        """A line saying the database was unavailable and writes wait on this machine (queued,
+        or in spill files not written yet: this process's and earlier ones'); "" when none."""
+        with self._cond:
+            queued = len(self._queue) + self._spilled_unwritten
+            files = len(self._held)
+            down = self._db_down or not self._healthy
+        if not queued and not files:
+            return ""
+        parts = [f"{queued} writes queued"] if queued else []
+        if files:
+            parts.append(f"{files} spill files not written yet")
+        state = "is unavailable" if down else "was unavailable"
+        return (
+            f"the journal {self.path} {state}: {', '.join(parts)} on this machine; what they"
+            " hold is not shown until written"
+        )
+
     def pending(self) -> int:
         """Writes not committed yet (queued, or only in the spill file)."""
         with self._cond:

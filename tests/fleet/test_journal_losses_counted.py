@@ -5,7 +5,10 @@ which session writes it lost, one by one, and counts them in the run's summary."
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -100,3 +103,25 @@ def test_an_unwritable_sqlite_journal_reports_each_lost_session_write(
     stderr = run.stderr
     assert "could not update session" in stderr and "(session_end_at)" in stderr, stderr
     assert "journal losses this run: failures" in stderr, stderr
+
+
+def test_history_says_when_the_journal_was_unavailable_and_writes_wait(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Writes left in this machine's spill file while the database refused: `history` says
+    they wait here, beside its 'cannot read' line, rather than showing a journal without them."""
+    url = refusing_url(postgres_server)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("LIFECYCLE_HOOKS_JOURNAL", None)
+    journal = PostgresJournal(url, environ=env)
+    journal.open_session("s1", agent_id="a1", agent_name="alpha", started_at=time.time())
+    journal.close(timeout=0.2)
+    shown = subprocess.run(
+        [sys.executable, "-m", "otel_lifecycle_hooks", "history", "--journal", url],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 1
+    assert "cannot read the journal" in shown.stderr
+    assert "unavailable: 1 spill files not written yet on this machine" in shown.stderr
