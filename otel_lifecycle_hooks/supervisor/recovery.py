@@ -24,7 +24,8 @@ registration is left behind. Recovery fires them, marked as recovered, exactly o
 - **Owed until delivered.** A hook that fails during recovery is not counted as done: the
   session is not marked recovered and its claim is released, so the next pass (the next `run`
   or `reconcile`) sends it again, with the same id. After `RECOVERY_PASSES` failed passes of a
-  hook the session is marked recovered anyway, and that is logged as given up.
+  hook, and once its `retry: {horizon: ...}` from its event's moment has passed, the session is
+  marked recovered anyway, and that is logged as given up.
 - **Each event its own budget.** Each owed event of a recovered session gets the whole budget
   (the grace period) of its own, so that a slow pre-stop never starves the session-end.
 """
@@ -380,6 +381,8 @@ def recover_session(
     info = SessionInfo(session_id=row.session_id, metadata=metadata)
     fired: list[str] = []
     failed: list[str] = []
+    # When each failed hook may be given up: its event's moment plus its retry horizon.
+    retried_until: list[float] = []
     for item in owed:
         event = LifecycleEvent(
             name=item.event,
@@ -396,11 +399,12 @@ def recover_session(
             fired.append(f"{item.event}/{hook.name}")
             if getattr(result, "outcome", None) in _UNDELIVERED:
                 failed.append(f"{item.event}/{hook.name}")
+                retried_until.append(item.timestamp + (getattr(hook, "retry_horizon", 0) or 0))
     if not failed:
         journal.mark_recovered(row.session_id)
         return Recovery(row.session_id, row.agent_id, owed, fired)
     passes = _failed_passes(journaled, failed) + 1  # this pass's rows may not be read back yet
-    if passes >= RECOVERY_PASSES:
+    if passes >= RECOVERY_PASSES and time.time() >= max(retried_until):
         log.error(
             "session %s: owed hooks %s failed in %d recovery passes; given up, marked"
             " recovered (see `history --session %s`)",
@@ -409,14 +413,23 @@ def recover_session(
         journal.mark_recovered(row.session_id)
         return Recovery(row.session_id, row.agent_id, owed, fired, failed, gave_up=True)
     log.warning(
-        "session %s: owed hooks %s failed in recovery (pass %d of %d); it stays owed for the"
-        " next pass",
+        "session %s: owed hooks %s failed in recovery (pass %d; given up after %d passes%s);"
+        " it stays owed for the next pass",
         _printable(row.session_id), ", ".join(failed), passes, RECOVERY_PASSES,
+        _until(max(retried_until)),
     )  # fmt: skip
     release = getattr(journal, "release_claim", None)
     if release is not None:
         release(row.session_id, row.claimed_by or claimer_name())
     return Recovery(row.session_id, row.agent_id, owed, fired, failed)
+
+
+def _until(moment: float) -> str:
+    """", and once its retry horizon ends at MOMENT" when that is still to come."""
+    if moment <= time.time():
+        return ""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+    return f" and once its retry horizon ends at {stamp}"
 
 
 def _failed_passes(journaled: Iterable[Any], failed: Sequence[str]) -> int:

@@ -33,7 +33,7 @@ from ..engine.engine import HookEngine
 from ..engine.model import Execution
 from ..engine.recording import ExecutionWatcher
 from ..engine.session import AgentSession
-from ..template.model import Template
+from ..template.model import RETRIED_EVENTS, Template
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
@@ -158,6 +158,10 @@ class Supervisor:
         # What the journal could not make durable in time (reported in the run's summary).
         self.durability_notes: list[str] = []
         self._recovery_failed = 0  # owed hooks of earlier runs that failed when recovered
+        # pre-stop/session-end hooks with a retry horizon that failed: the session stays owed.
+        self._owed_failures = _OwedFailures()
+        self._close_session_at_exit = False  # close_session waits for their outcome
+        self._exit_code: int | None = None
         # The key this run seals its session row with (read with the row, after the agent's
         # start), and the row as this run wrote it: the seal is computed from what the run
         # knows, never from what it reads back.
@@ -205,6 +209,7 @@ class Supervisor:
         self._journal = self.engine.recorders.journal
         for watcher in options.watchers:
             self.engine.recorders.watch(watcher)
+        self.engine.recorders.watch(self._owed_failures)
         self.ingress = IngressCounts(self._telemetry.meter_provider)
         JournalLosses(self._journal_losses, self._telemetry.meter_provider)
         self._admission = Admission(self.ingress)
@@ -519,9 +524,16 @@ class Supervisor:
             self.engine.dispatcher.settle(self._exit_deadline or self._grace_deadline())
         self._legacy("session-end")
         self._record_owed("session-end", {"EXIT_CODE": str(exit_code)})
-        self._journal_call(
-            "close_session", self.session.session_id if self.session else "", exit_code
-        )
+        if any(hook.retry_horizon for hook in self.options.template.hooks):
+            # Closed once its owed hooks finished (non-blocking ones drain at exit): one with
+            # a retry horizon that failed leaves the session owed, for the next run or
+            # `reconcile` to send again with the same id.
+            self._close_session_at_exit = True
+            self._exit_code = exit_code
+        else:
+            self._journal_call(
+                "close_session", self.session.session_id if self.session else "", exit_code
+            )
         if self._heartbeat is not None:
             self._heartbeat.stop()
 
@@ -563,6 +575,8 @@ class Supervisor:
             self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
+        if self._close_session_at_exit:
+            self._close_or_keep_owed()
         self._report_journal_losses()
         if isinstance(self._journal, DeferredJournal):
             self._journal.close()  # the engine's recorders close only what they opened
@@ -571,6 +585,21 @@ class Supervisor:
         # Last, once the agent is gone and its session ended: nothing of it outlives the run.
         if self._cgroups is not None:
             self._cgroups.close()
+
+    def _close_or_keep_owed(self) -> None:
+        """Close the session, unless an owed hook with a retry horizon failed: then it stays
+        unfinished in the journal, and the next run or `reconcile` sends what did not
+        deliver (only that), with the same X-Scion-Hook-IDs, until its horizon."""
+        session_id = self.session.session_id if self.session else ""
+        failed = self._owed_failures.taken()
+        if not failed:
+            self._journal_call("close_session", session_id, self._exit_code)
+            return
+        log.warning(
+            "session %s: %s failed; it stays owed in the journal and is retried by the next run"
+            " or `reconcile` until its retry horizon",
+            session_id, ", ".join(failed),
+        )  # fmt: skip
 
     def _report_journal_losses(self) -> None:
         """One line in the run's summary when the journal lost, spilled or could not confirm
@@ -977,6 +1006,34 @@ class Supervisor:
             failures=failures,
         )
         self._recovery_failed += len(failures)
+
+
+class _OwedFailures(ExecutionWatcher):
+    """Notes this session's pre-stop and session-end hooks that have a retry horizon and did
+    not deliver ("event/hook"); recovered hooks of earlier sessions are not this session's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: list[str] = []
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None:
+        event = execution.event
+        if not execution.hook.retry_horizon:
+            return
+        # Here, not at the top: the journal's modules come after the agent's start.
+        from ..journal.rows import FAILED_OUTCOMES
+
+        if (
+            event.name in RETRIED_EVENTS
+            and not event.recovered
+            and execution.outcome in FAILED_OUTCOMES
+        ):
+            with self._lock:
+                self._failed.append(f"{event.name}/{execution.hook.name}")
+
+    def taken(self) -> list[str]:
+        with self._lock:
+            return list(self._failed)
 
 
 class _RowsWritten(ExecutionWatcher):

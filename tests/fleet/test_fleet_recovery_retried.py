@@ -4,6 +4,7 @@ against a real PostgreSQL; after `RECOVERY_PASSES` failed passes it is given up,
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.supervisor.recovery import RECOVERY_PASSES
-from tests.fleet.fleet import body, deliveries, fleet_template, hook_ids, kill_with_agent, query
+from tests.fleet.fleet import (
+    HOOKS,
+    body,
+    deliveries,
+    fleet_template,
+    hook_ids,
+    http_hook,
+    kill_with_agent,
+    query,
+)
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 
@@ -101,3 +111,48 @@ def test_an_owed_hook_that_keeps_failing_is_given_up_after_the_bound_and_reporte
             session,
         )
         assert [r["outcome"] for r in rows] == ["failed"] * RECOVERY_PASSES
+
+
+def horizon_template(workspace: Workspace, receiver: TargetServer) -> Path:
+    """The fleet's hooks, the deregistration with `retry: {horizon: 1h}`."""
+    hooks = "".join(
+        http_hook(name, event, receiver.url(f"/{name}"))
+        + ("    retry: {horizon: 1h}\n" if name == "deregister" else "")
+        for name, event in HOOKS
+    )
+    return workspace.template(hooks)
+
+
+def test_a_deregistration_with_a_retry_horizon_outlives_its_supervisor_and_failed_passes(
+    workspace: Workspace, postgres_url: str
+) -> None:
+    """The supervisor's own deregistration fails at stop: with a retry horizon the session
+    stays owed after it exits, past RECOVERY_PASSES failed passes (the horizon is an hour
+    away), and the pass after the registry is back sends it with the session's id."""
+    with TargetServer() as receiver:
+        template = horizon_template(workspace, receiver)
+        receiver.always("/deregister", Reply(status=503))
+        ready = workspace.root / "ready"
+        run = workspace.start(template, workspace.agent_command(on_term=0, ready_file=str(ready)))
+        wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
+        session = body(deliveries(receiver, "/register")[0])["session"]
+        run.signal(signal.SIGTERM)
+        assert run.wait(timeout=90) == 0, run.stderr
+        assert "stays owed in the journal" in run.stderr
+        live_ids = hook_ids(receiver, "/deregister", session)
+        assert live_ids and len(hook_ids(receiver, "/farewell", session)) == 1
+        (row,) = query(postgres_url, "SELECT * FROM sessions WHERE session_id = %s", session)
+        assert row["ended_at"] is None and row["recovered_at"] is None
+        time.sleep(1.5)  # its last heartbeat older than --stale-after
+
+        for _ in range(RECOVERY_PASSES):
+            out = reconcile_pass(workspace, template)
+            assert f"still owed: session {session}" in out, out
+        receiver.always("/deregister", Reply(status=200))
+        out = reconcile_pass(workspace, template)
+        assert f"recovered: session {session}" in out, out
+        ids = hook_ids(receiver, "/deregister", session)
+        assert set(ids) == {live_ids[0]}  # every attempt, live or recovered, under one id
+        assert len(hook_ids(receiver, "/farewell", session)) == 1  # delivered: never again
+        (row,) = query(postgres_url, "SELECT * FROM sessions WHERE session_id = %s", session)
+        assert row["recovered_at"] is not None
