@@ -568,10 +568,11 @@ class Journal:
         self._run(what, lambda db: db.execute(sql, values), None)
 
     def _lost(self, what: str) -> None:
-        """A write the disabled journal cannot make: counted, and, for a session's row (what
-        crash recovery relies on: an owed session-end), logged one by one."""
+        """A write the disabled journal cannot make: counted, and, for the moment an owed event
+        began (what crash recovery relies on: an owed session-end), logged one by one."""
         self._failures += 1
-        if what.startswith(("open a session", "update session")):
+        # The moment an owed event began (an owed session-end's): what recovery would need.
+        if what.startswith("update session") and what.endswith(_OWED_MOMENTS):
             log.warning(
                 "execution journal %s unavailable: could not %s; not recorded, crash recovery"
                 " will not know of it (%d writes lost)",
@@ -611,6 +612,9 @@ def _insert_attempts(
     rows = [attempt_values(attempt, uid) for uid, attempts in pairs for attempt in attempts]
     if rows:
         db.executemany(INSERT_ATTEMPT, rows)
+
+
+_OWED_MOMENTS = tuple(f"({column})" for column in EVENT_COLUMNS.values())
 
 
 def _migrate(db: sqlite3.Connection) -> None:

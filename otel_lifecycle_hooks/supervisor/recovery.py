@@ -314,7 +314,7 @@ class OwedEvent(NamedTuple):
 def owed_events(template: Any, row: Any, journaled: Iterable[Any]) -> list[OwedEvent]:
     """What recovery sends for a claimed session: for each owed event whose moment is fixed,
     the template's hooks of that event that the journal shows no execution of."""
-    ran = _delivered(journaled)
+    ran = _delivered(journaled, template)
     moments = {"pre-stop": row.pre_stop_at, "session-end": row.session_end_at}
     owed: list[OwedEvent] = []
     for event in RECOVERED_EVENTS:
@@ -330,7 +330,7 @@ def owed_hooks(template: Any, row: Any, journaled: Iterable[Any]) -> list[Any]:
     """The hooks a claim of `row` may send, whether or not their moment is fixed yet: the
     template's pre-stop hooks (unless the session's session-end had begun without them) and
     session-end hooks that the journal shows no finished execution of."""
-    ran = _delivered(journaled)
+    ran = _delivered(journaled, template)
     pre_stop_owed = row.pre_stop_at is not None or row.session_end_at is None
     return [
         hook
@@ -341,10 +341,17 @@ def owed_hooks(template: Any, row: Any, journaled: Iterable[Any]) -> list[Any]:
     ]
 
 
-def _delivered(journaled: Iterable[Any]) -> set[tuple[str, str]]:
-    """(event, hook) of each execution that delivered: a failed, timed-out, dropped or still
-    running one leaves its hook owed."""
-    return {(e.event, e.hook) for e in journaled if e.outcome not in _UNDELIVERED}
+def _delivered(journaled: Iterable[Any], template: Any) -> set[tuple[str, str]]:
+    """(event, hook) of each execution that settled its hook: one that delivered, or one the
+    session itself ran to failure (kept for `replay`), unless the hook asks for a retry
+    horizon. A row still running, and a failure during recovery, leave the hook owed."""
+    horizon = {hook.name for hook in template.hooks if getattr(hook, "retry_horizon", None)}
+    return {
+        (e.event, e.hook)
+        for e in journaled
+        if e.outcome not in _UNDELIVERED
+        or (e.outcome != RUNNING and not getattr(e, "recovered", False) and e.hook not in horizon)
+    }
 
 
 # -- doing --
