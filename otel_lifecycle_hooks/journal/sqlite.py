@@ -365,9 +365,7 @@ class Journal:
     def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
         """Give back `claimer`'s claim of a session it could not finish recovering: the next
         pass may claim it at once."""
-        self._write(
-            "release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer)
-        )
+        self._write("release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
 
     def session(self, session_id: str) -> SessionRow | None:
         """One session by id."""

@@ -247,9 +247,7 @@ def registration_wait(environ: Mapping[str, str]) -> float:
     try:
         return max(0.0, parse_duration(text))
     except DurationError as exc:
-        log.warning(
-            "%s: %s; using %gs", REGISTRATION_WAIT_ENV, exc, DEFAULT_REGISTRATION_WAIT
-        )
+        log.warning("%s: %s; using %gs", REGISTRATION_WAIT_ENV, exc, DEFAULT_REGISTRATION_WAIT)
         return DEFAULT_REGISTRATION_WAIT
 
 
@@ -362,7 +360,7 @@ class Recovery(NamedTuple):
     agent_id: str
     owed: list[OwedEvent]
     fired: list[str]  # "event/hook" of each hook sent
-    failed: list[str] = []  # "event/hook" of each hook sent that did not deliver
+    failed: tuple[str, ...] = ()  # "event/hook" of each hook sent that did not deliver
     gave_up: bool = False  # failed for RECOVERY_PASSES passes: marked recovered anyway
 
 
@@ -418,7 +416,7 @@ def recover_session(
             _printable(row.session_id), ", ".join(failed), passes, _printable(row.session_id),
         )  # fmt: skip
         journal.mark_recovered(row.session_id)
-        return Recovery(row.session_id, row.agent_id, owed, fired, failed, gave_up=True)
+        return Recovery(row.session_id, row.agent_id, owed, fired, tuple(failed), gave_up=True)
     log.warning(
         "session %s: owed hooks %s failed in recovery (pass %d; given up after %d passes%s);"
         " it stays owed for the next pass",
@@ -428,11 +426,11 @@ def recover_session(
     release = getattr(journal, "release_claim", None)
     if release is not None:
         release(row.session_id, row.claimed_by or claimer_name())
-    return Recovery(row.session_id, row.agent_id, owed, fired, failed)
+    return Recovery(row.session_id, row.agent_id, owed, fired, tuple(failed))
 
 
 def _until(moment: float) -> str:
-    """", and once its retry horizon ends at MOMENT" when that is still to come."""
+    """The clause naming when a retry horizon ends, while it is still to come; else ""."""
     if moment <= time.time():
         return ""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))

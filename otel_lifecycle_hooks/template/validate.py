@@ -643,7 +643,9 @@ def _read_retry(r: _Reporter, located: Located | None, events: tuple[str, ...]) 
     if located is None:
         return None
     if not located.is_mapping:
-        r.report(located, "retry", f"got {describe(located)}; write a mapping such as {{horizon: 1h}}")
+        r.report(
+            located, "retry", f"got {describe(located)}; write a mapping such as {{horizon: 1h}}"
+        )
         return None
     r.duplicates(located, "retry.")
     r.unknown_keys(located, "retry.", RETRY_KEYS)

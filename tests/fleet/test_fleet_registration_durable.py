@@ -166,9 +166,7 @@ def test_a_registration_past_its_wait_is_counted_and_reported(
     url = limited_database(postgres_server, 0)  # refuses every connection of this role
     with TargetServer() as receiver:
         template = fleet_template(workspace, receiver)
-        pods = start_fleet(
-            workspace, template, url, 1, LIFECYCLE_HOOKS_REGISTRATION_WAIT="1s"
-        )
+        pods = start_fleet(workspace, template, url, 1, LIFECYCLE_HOOKS_REGISTRATION_WAIT="1s")
         ((run, _, _),) = pods.values()
         wait_until(lambda: deliveries(receiver, "/register"), timeout=60, what="registration")
         run.signal(signal.SIGTERM)

@@ -23,7 +23,9 @@ def template(events: str, retry: str) -> str:
     )
 
 
-@pytest.mark.parametrize(("events", "seconds"), [("pre-stop", 3600.0), ("pre-stop, session-end", 3600.0)])
+@pytest.mark.parametrize(
+    ("events", "seconds"), [("pre-stop", 3600.0), ("pre-stop, session-end", 3600.0)]
+)
 def test_a_horizon_on_owed_events_is_read(events: str, seconds: float) -> None:
     (hook,) = load_template_text(template(events, "{horizon: 1h}")).hooks
     assert hook.retry_horizon == seconds
