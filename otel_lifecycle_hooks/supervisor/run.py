@@ -156,7 +156,7 @@ class Supervisor:
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
         self._session_journaled = False  # recovery, the session row, heartbeat and retention
         # What the journal could not make durable in time (reported in the run's summary).
-        self.durability_notes: list[str] = []
+        self._durability_notes: list[str] = []
         self._recovery_failed = 0  # owed hooks of earlier runs that failed when recovered
         # pre-stop/session-end hooks with a retry horizon that failed: the session stays owed.
         self._owed_failures = _OwedFailures()
@@ -604,7 +604,7 @@ class Supervisor:
     def _report_journal_losses(self) -> None:
         """One line in the run's summary when the journal lost, spilled or could not confirm
         writes (what the metric counts), and each registration sent before it was durable."""
-        for note in self.durability_notes:
+        for note in self._durability_notes:
             log.warning("journal: %s", note)
         try:
             counts = self._journal_losses()
@@ -921,7 +921,7 @@ class Supervisor:
             "begin_event", session_id, "post-start", moment, sealed, wait=wait
         )
         if committed is False:
-            self.durability_notes.append(
+            self._durability_notes.append(
                 f"session {session_id}'s row was not in the journal when post-start's hooks"
                 f" were sent (waited {wait:g}s); it is kept in the local spill file"
             )
