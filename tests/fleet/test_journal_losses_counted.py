@@ -5,11 +5,14 @@ which session writes it lost, one by one, and counts them in the run's summary."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from tests.fleet.fleet import query
 from tests.supervisor.supervised import Workspace, recorder_hook, wait_until
 from tests.support.postgres import PostgresServer
 from tests.support.target_server import TargetServer
+from tests.ui.processes import start_ui
 
 
 def refusing_url(server: PostgresServer) -> str:
@@ -125,3 +129,28 @@ def test_history_says_when_the_journal_was_unavailable_and_writes_wait(
     assert shown.returncode == 1
     assert "cannot read the journal" in shown.stderr
     assert "unavailable: 1 spill files not written yet on this machine" in shown.stderr
+
+
+def test_the_ui_names_the_writes_waiting_when_the_journal_cannot_be_read(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    url = refusing_url(postgres_server)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    journal = PostgresJournal(url, environ=env)
+    journal.open_session("s1", agent_id="a1", agent_name="alpha", started_at=time.time())
+    journal.close(timeout=0.2)
+    ui = start_ui(env, "--journal", url)
+    try:
+        request = urllib.request.Request(
+            ui.origin() + "/api/sessions", headers={"X-Lifecycle-Hooks-Token": ui.token}
+        )
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(request, timeout=30)
+        assert answered.value.code == 503
+        error = json.load(answered.value)["error"]
+        assert "the journal cannot be read" in error
+        assert "1 spill files not written yet on this machine" in error
+    finally:
+        ui.stop()
