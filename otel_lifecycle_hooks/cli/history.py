@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
             since=args.since,
             event=args.event,
         )
+        _note_backlog(journal)
         if not journal.healthy:
             return _unreadable(journal, path)
         names = agent_names(journal, rows)
@@ -220,6 +221,15 @@ def run(args: argparse.Namespace) -> int:
         width = output_width(sys.stdout)
         print(table(rows, colour=wants_colour(sys.stdout), agent_names=names, width=width))
     return 0
+
+
+def _note_backlog(journal: Any) -> None:
+    """One line on stderr when journal writes wait on this machine (a shared database was
+    unavailable): the table may then lack them."""
+    backlog = getattr(journal, "backlog", None)
+    line = backlog() if backlog is not None else ""
+    if line:
+        print(f"otel-lifecycle-hooks history: note: {line}", file=sys.stderr)
 
 
 def _unreadable(journal: Any, path: Path | str) -> int:

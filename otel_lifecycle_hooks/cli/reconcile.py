@@ -225,12 +225,18 @@ def reconcile_pass(
         if claimed is None:
             continue  # another reconciler (or run) has it
         try:
-            fired = _recover(journal, claimed, template)
+            done = _recover(journal, claimed, template)
         except Exception as exc:  # noqa: BLE001 - one session's failure never stops the pass
             log.error("session %s: recovery failed: %s", row.session_id, exc)
             reports.append({**base, "action": "failed", "reason": str(exc)})
             continue
-        reports.append({**base, "action": "recovered", "hooks": fired})
+        if not done.failed:
+            reports.append({**base, "action": "recovered", "hooks": done.fired})
+            continue
+        # A hook that did not deliver is not done: the session stays owed (the next pass sends
+        # it again, with the same id) until it is given up after RECOVERY_PASSES passes.
+        action = "given up" if done.gave_up else "still owed"
+        reports.append({**base, "action": action, "hooks": done.fired, "failed": done.failed})
     return reports
 
 
@@ -252,16 +258,22 @@ def _unsupplied(journal: Any, row: Any, template: Any) -> str:
     return "; ".join(item.message() for item in missing) + "; nothing was sent, it stays owed"
 
 
-def _recover(journal: Any, row: Any, template: Any) -> list[str]:
+def _recover(journal: Any, row: Any, template: Any) -> Any:
+    """Send `row`'s owed hooks; the recovery.Recovery of it (what was sent, what failed)."""
     from ..engine.destination import journaled_metadata, journaled_variables, operator_metadata
     from ..engine.engine import HookEngine
     from ..supervisor import recovery
+    from ..telemetry.metrics import JournalLosses
 
     # The session's journaled values fill only what this environment does not set, and only
     # as content: the agent may have written them, so none decides where a request goes,
     # what runs, which credential is attached, or this process's own settings.
     environ = {**journaled_variables(row.variables or {}, template), **os.environ}
     telemetry = _telemetry(template, environ, row)
+    failed: dict[str, int] = {"recovery_failed": 0}
+    if telemetry is not None:
+        # Owed hooks failed in this recovery, exported with its spans when it ends.
+        JournalLosses(lambda: dict(failed), telemetry.meter_provider)
     engine = HookEngine(
         template,
         journal=journal,
@@ -280,6 +292,7 @@ def _recover(journal: Any, row: Any, template: Any) -> list[str]:
             template,
             journaled_metadata(row.metadata or operator, operator, template),
         )
+        failed["recovery_failed"] = len(done.failed)
         flush = getattr(journal, "flush", None)
         if flush is not None:
             flush()  # the recovered mark and rows written now, not at exit (PostgreSQL)
@@ -287,7 +300,7 @@ def _recover(journal: Any, row: Any, template: Any) -> list[str]:
         engine.shutdown()
         if telemetry is not None:
             telemetry.shutdown()
-    return done.fired
+    return done
 
 
 def _telemetry(template: Any, environ: dict[str, str], row: Any) -> Any:
@@ -332,4 +345,9 @@ def _line(report: dict[str, Any]) -> str:
     if "reason" in report:
         return f"{head} ({report['reason']})"
     hooks = report.get("hooks") or []
-    return head + ("".join(f"\n  {hook}" for hook in hooks) if hooks else " (nothing owed)")
+    failed = set(report.get("failed") or ())
+    return head + (
+        "".join(f"\n  {hook}" + (" (failed)" if hook in failed else "") for hook in hooks)
+        if hooks
+        else " (nothing owed)"
+    )

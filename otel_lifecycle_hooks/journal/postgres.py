@@ -13,6 +13,13 @@ writes only fill what is empty or move a moment forward.
 One exception bounds, rather than removes, a wait: the moment an owed event begins (its
 X-Scion-Hook-ID) waits up to `BEGIN_EVENT_WAIT` for its commit while the database answers, so
 that a reconciler elsewhere reuses that id; while the database is known down it does not wait.
+A caller may ask for a longer wait that holds while the database is down or refuses (post-start,
+whose registration a reconciler must be able to find): the writer then retries at short
+intervals, and a moment still not committed when the wait ends is synced to the spill file
+and counted (`stats()["unconfirmed"]`), never dropped.
+
+`stats()` counts what did not go as written: write failures, writes refused, writes kept only
+in a spill file, spill files adopted, waits that ended before the commit (telemetry reads it).
 
 Reads (`history`, `reconcile`, recovery at start) and claims use their own connection and are
 made when asked: they are not on a hook's path.
@@ -73,6 +80,9 @@ CONNECT_TIMEOUT = 3  # seconds, for every connection
 # queued heartbeat is in within seconds of the database's return (each delay jittered by up
 # to a quarter, so that a fleet does not reconnect in step).
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0)
+# While a caller waits for its commit (a registration), retries stay this close, jittered so
+# that a fleet refused together ("too many clients") does not come back in one burst.
+URGENT_RETRY_DELAY = 0.5
 # Serialises migrations of one database across every process that opens it.
 _MIGRATION_LOCK = 0x6F746C68
 
@@ -193,6 +203,11 @@ class PostgresJournal:
         self._enqueued = 0
         self._urgent = False  # a caller waits for the queue's commit: no batching window
         self.refused = 0  # writes the database refused (reported one by one)
+        self._failures = 0  # attempts to write that failed (the database down or refusing)
+        self._spilled_total = 0  # writes kept only in a spill file (not also queued)
+        self._adopted = 0  # spill files of earlier processes written to the database
+        self._unconfirmed = 0  # waited-on writes not committed when the wait ended
+        self._waiting = 0  # callers waiting for a commit: retries stay close
         self._healthy = True
         # Set when a read or write found the database unreachable; the next `liveness_clock`
         # then takes the database's now as the moment supervisors could write again.
@@ -205,6 +220,7 @@ class PostgresJournal:
         # Files to write (orphans adopted, our own spill rotated out), each held under flock
         # until written and removed: another journal never takes a file that is held.
         self._held: list[tuple[Path, IO[str]]] = self._adopt_orphans()
+        self._orphans = {path for path, _ in self._held}  # what `adopted` counts
         self._read_lock = threading.Lock()
         self._reader: Any = None
         self._reader_used = 0.0  # monotonic time of its last read
@@ -351,22 +367,82 @@ class PostgresJournal:
         self._enqueue(_sql(_rows.OPEN_SESSION), values)
 
     def begin_event(
-        self, session_id: str, event: str, timestamp: float, seal: str | None = None
+        self,
+        session_id: str,
+        event: str,
+        timestamp: float,
+        seal: str | None = None,
+        *,
+        wait: float | None = None,
     ) -> bool:
-        """As SqliteJournal.begin_event; always True: a write the database cannot take now is
-        kept (spilled) and written when it can, so this moment is the one it will hold."""
+        """Queue the moment an owed event begins and wait for its commit: up to
+        `BEGIN_EVENT_WAIT` while the database answers, or, with `wait`, up to that many seconds
+        whether or not it does (a write still waiting then is synced to the spill file, counted
+        as unconfirmed, and written when the database answers). Always True, as
+        SqliteJournal.begin_event means it: a write the database cannot take now is kept and
+        written when it can, so this moment is the one it will hold."""
         column = EVENT_COLUMNS[event]
         ticket = self._enqueue(_begin_event_sql(column), (timestamp, seal, session_id))
-        deadline = time.monotonic() + BEGIN_EVENT_WAIT
+        committed = self._wait_for(ticket, BEGIN_EVENT_WAIT if wait is None else wait, wait is None)
+        if not committed and wait is not None:
+            self._sync_spill()  # on the disk, not only in the kernel: a node lost keeps it
+            with self._cond:
+                self._unconfirmed += 1
+                down = self._db_down
+            log.warning(
+                "execution journal %s: session %s's %s not in the database after %gs (%s);"
+                " kept in %s and written when it answers; a pod lost with that disk before"
+                " then loses it (counted)",
+                self.path, session_id, event, wait,
+                "unreachable or refusing" if down else "slow", self._spill_path,
+            )  # fmt: skip
+        return True
+
+    def _wait_for(self, ticket: int, timeout: float, give_up_when_down: bool) -> bool:
+        """Whether the write with `ticket` was committed within `timeout`."""
+        deadline = time.monotonic() + timeout
         with self._cond:
             self._urgent = True
+            self._waiting += 1
             self._cond.notify_all()
-            while self._committed < ticket and not self._db_down and not self._closing:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-        return True
+            try:
+                while self._committed < ticket and not self._closing:
+                    if give_up_when_down and self._db_down:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                return self._committed >= ticket
+            finally:
+                self._waiting -= 1
+
+    def stats(self) -> dict[str, int]:
+        """Running counts of what did not go as written, since open: `failures` (attempts
+        to write that failed), `refused` (writes the database refused), `spilled` (writes
+        kept only in a spill file), `adopted` (earlier processes' spill files written),
+        `unconfirmed` (owed moments not committed when their wait ended), `pending`."""
+        with self._cond:
+            counts = {
+                "failures": self._failures,
+                "refused": self.refused,
+                "spilled": self._spilled_total,
+                "adopted": self._adopted,
+                "unconfirmed": self._unconfirmed,
+            }
+        counts["pending"] = self.pending()
+        return counts
+
+    def _sync_spill(self) -> None:
+        with self._spill_lock:
+            if self._spill is None:
+                return
+            try:
+                self._spill.flush()
+                os.fsync(self._spill.fileno())
+            except OSError as exc:
+                log.error("execution journal %s: could not sync %s: %s", self.path,
+                          self._spill_path, exc)  # fmt: skip
 
     def mark_agent(self, session_id: str, pid: int, started_at: float | None) -> None:
         self._update("agent_pid = %s, agent_started_at = %s", (pid, started_at), session_id)
@@ -435,6 +511,14 @@ class PostgresJournal:
         rows = self._select(_rows.CLAIM, params)
         return _rows.session_row(rows[0]) if rows else None
 
+    def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
+        """Give back `claimer`'s claim of a session it could not finish recovering, once the
+        rows of what it sent are committed (the next claimer reads them, and skips what
+        delivered); a database that does not answer leaves the claim to lapse."""
+        if not self.flush():
+            return
+        self._select(_rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
+
     def session(self, session_id: str) -> SessionRow | None:
         rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
         return _rows.session_row(rows[0]) if rows else None
@@ -473,6 +557,24 @@ class PostgresJournal:
                 if left <= 0:
                     return
                 self._cond.wait(left)
+
+    def backlog(self) -> str:
+        """A line saying the database was unavailable and writes wait on this machine (queued,
+        or in spill files not written yet: this process's and earlier ones'); "" when none."""
+        with self._cond:
+            queued = len(self._queue) + self._spilled_unwritten
+            files = len(self._held)
+            down = self._db_down or not self._healthy
+        if not queued and not files:
+            return ""
+        parts = [f"{queued} writes queued"] if queued else []
+        if files:
+            parts.append(f"{files} spill files not written yet")
+        state = "is unavailable" if down else "was unavailable"
+        return (
+            f"the journal {self.path} {state}: {', '.join(parts)} on this machine; what they"
+            " hold is not shown until written"
+        )
 
     def pending(self) -> int:
         """Writes not committed yet (queued, or only in the spill file)."""
@@ -562,6 +664,7 @@ class PostgresJournal:
                 self._spill.flush()  # in the kernel: a SIGKILL does not lose it
                 if not written_later:
                     self._spilled_unwritten += len(writes)
+                    self._spilled_total += len(writes)
         except OSError as exc:
             log.error(
                 "execution journal %s: could not keep %d writes: %s", self.path, len(writes), exc
@@ -633,6 +736,7 @@ class PostgresJournal:
                     adopted[1].close()
                     with self._cond:
                         self._held.pop(0)
+                        self._adopted += adopted[0] in self._orphans
                         self._cond.notify_all()
                 elif replay_own:
                     self._replay_own_spill(db)
@@ -653,6 +757,8 @@ class PostgresJournal:
                 with self._cond:
                     self._db_down = True
                     self._outage_seen = True
+                    self._failures += 1
+                    urgent = self._waiting > 0
                     self._cond.notify_all()
                 if not self._down_reported:
                     self._down_reported = True
@@ -666,8 +772,13 @@ class PostgresJournal:
                     with contextlib.suppress(Exception):
                         db.close()
                     db = None
+                # A database refusing connections ("too many clients") must not be kept from
+                # our writes by our own idle reading connection: a fleet of them deadlocks.
+                self._release_idle_reader(idle_for=0.0)
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
                 delay *= 1.0 - random.random() / 4
+                if urgent:
+                    delay = min(delay, URGENT_RETRY_DELAY) * random.uniform(0.5, 1.5)
                 failures += 1
                 with self._cond:
                     if self._closing:
@@ -771,10 +882,10 @@ class PostgresJournal:
                 self._reader = None
                 return []
 
-    def _release_idle_reader(self) -> None:
+    def _release_idle_reader(self, idle_for: float = READER_IDLE) -> None:
         """A supervisor reads only at start: its reading connection is not held for the whole
         session (a fleet's agents would hold twice the connections they need)."""
-        if self._reader is None or time.monotonic() - self._reader_used < READER_IDLE:
+        if self._reader is None or time.monotonic() - self._reader_used < idle_for:
             return
         if self._read_lock.acquire(blocking=False):
             try:

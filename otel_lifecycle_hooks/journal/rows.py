@@ -356,6 +356,13 @@ CLAIM = (
     " AND (claimed_by IS NULL OR claim_expires_at < ? OR claimed_by = ?) RETURNING *"
 )
 
+# Giving a claim back (its owed hooks failed): the next pass may claim it at once. Only the
+# claimer's own claim; the moments it fixed are kept, so the next pass sends the same ids.
+RELEASE_CLAIM = (
+    "UPDATE sessions SET claim_expires_at = ? WHERE session_id = ? AND claimed_by = ?"
+    " AND recovered_at IS NULL"
+)
+
 
 def open_session_values(
     session_id: str,

@@ -91,6 +91,7 @@ class Journal:
         self._db: sqlite3.Connection | None = None
         self._healthy = True
         self._busy_reported = False
+        self._failures = 0  # writes not made (the journal disabled, busy, or failing)
         # The open batch of execution rows: how many, and when the first was written.
         self._uncommitted = 0
         # Rows of the batch not inserted yet, each with its attempts.
@@ -281,13 +282,20 @@ class Journal:
         self._write("open a session", _rows.OPEN_SESSION, values)
 
     def begin_event(
-        self, session_id: str, event: str, timestamp: float, seal: str | None = None
+        self,
+        session_id: str,
+        event: str,
+        timestamp: float,
+        seal: str | None = None,
+        *,
+        wait: float | None = None,
     ) -> bool:
         """An owed event (post-start, pre-stop, session-end) begins at `timestamp`, its
         `${TIMESTAMP}`: committed before any of its hooks is sent, with the row's new `seal`
         (seal.py) when one is given. A moment already journaled (by a reconciler's claim) is
-        kept. False when it could not be committed (a full disk): the caller then takes the
-        moment a claim would fix (rows.unjournaled_moments)."""
+        kept. `wait` is the PostgreSQL journal's: here the commit is made at once. False when
+        it could not be committed (a full disk): the caller then takes the moment a claim would
+        fix (rows.unjournaled_moments)."""
         column = EVENT_COLUMNS[event]
         sql = (
             f"UPDATE sessions SET {column} = COALESCE({column}, ?), seal = COALESCE(?, seal)"
@@ -367,6 +375,11 @@ class Journal:
         rows: list[Any] = self._run("claim a session", claim, [])
         return _rows.session_row(rows[0]) if rows else None
 
+    def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
+        """Give back `claimer`'s claim of a session it could not finish recovering: the next
+        pass may claim it at once."""
+        self._write("release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
+
     def session(self, session_id: str) -> SessionRow | None:
         """One session by id."""
         rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
@@ -436,12 +449,16 @@ class Journal:
         """`action` under the lock; anything but a batched insert first commits the batch."""
         with self._lock:
             if self._db is None:
+                if what != "read":
+                    self._lost(what)
                 return default
             try:
                 if not batched:
                     self._commit_batch(self._db)
                 return action(self._db)
             except (sqlite3.Error, OSError) as exc:
+                if what != "read":
+                    self._failures += 1
                 if _is_busy(exc):
                     self._report_busy(what, exc)
                     if self._db.in_transaction and not self._uncommitted:
@@ -555,10 +572,28 @@ class Journal:
 
     def _update_session(self, assignments: str, values: tuple[Any, ...], session_id: str) -> None:
         sql = f"UPDATE sessions SET {assignments} WHERE session_id = ?"
-        self._write("update a session", sql, (*values, session_id))
+        column = assignments.split("=", 1)[0].strip()
+        self._write(f"update session {session_id} ({column})", sql, (*values, session_id))
 
     def _write(self, what: str, sql: str, values: Sequence[Any]) -> None:
         self._run(what, lambda db: db.execute(sql, values), None)
+
+    def _lost(self, what: str) -> None:
+        """A write the disabled journal cannot make: counted, and, for the moment an owed event
+        began (what crash recovery relies on: an owed session-end), logged one by one."""
+        self._failures += 1
+        # The moment an owed event began (an owed session-end's): what recovery would need.
+        if what.startswith("update session") and what.endswith(_OWED_MOMENTS):
+            log.warning(
+                "execution journal %s unavailable: could not %s; not recorded, crash recovery"
+                " will not know of it (%d writes lost)",
+                self.path, what, self._failures,
+            )  # fmt: skip
+
+    def stats(self) -> dict[str, int]:
+        """Running counts of what did not go as written, since open: `failures` (writes not
+        made: the journal disabled, busy, or failing)."""
+        return {"failures": self._failures}
 
     def _disable(self, what: str, exc: BaseException) -> None:
         if self._healthy:
@@ -588,6 +623,9 @@ def _insert_attempts(
     rows = [attempt_values(attempt, uid) for uid, attempts in pairs for attempt in attempts]
     if rows:
         db.executemany(INSERT_ATTEMPT, rows)
+
+
+_OWED_MOMENTS = tuple(f"({column})" for column in EVENT_COLUMNS.values())
 
 
 def _migrate(db: sqlite3.Connection) -> None:

@@ -28,6 +28,11 @@ registration is left behind. Recovery fires them, marked as recovered, exactly o
   recovers only sessions of its own agent id. Where a journal key is set
   (`$LIFECYCLE_HOOKS_JOURNAL_KEY`, journal/seal.py), a session is recovered only if its row's
   seal is right; the claim re-seals it with the moments it fixes. `reconcile` requires it.
+- **Owed until delivered.** A hook that fails during recovery is not counted as done: the
+  session is not marked recovered and its claim is released, so the next pass (the next `run`
+  or `reconcile`) sends it again, with the same id. After `RECOVERY_PASSES` failed passes of a
+  hook, and once its `retry: {horizon: ...}` from its event's moment has passed, the session is
+  marked recovered anyway, and that is logged as given up.
 - **Each event its own budget.** Each owed event of a recovered session gets the whole budget
   (the grace period) of its own, so that a slow pre-stop never starves the session-end.
 """
@@ -48,7 +53,7 @@ from typing import Any, NamedTuple
 
 from ..engine.model import LifecycleEvent, SessionInfo
 from ..journal.liveness import LivenessClock
-from ..journal.rows import SessionRow, as_claimed
+from ..journal.rows import FAILED_OUTCOMES, RUNNING, SessionRow, as_claimed
 from ..redact import Redactor, looks_like_secret_name
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -60,8 +65,18 @@ _START_TIME_SLACK = 2.0
 # to have died: the next one recovers it, with the same ids.
 CLAIM_LEASE = 300.0
 HEARTBEAT_ENV = "OTEL_LIFECYCLE_HOOKS_HEARTBEAT"
+# How long post-start's moment (and so the session row before it) waits to be committed to a
+# shared journal before its hooks (the registration) are sent anyway, counted and logged.
+REGISTRATION_WAIT_ENV = "LIFECYCLE_HOOKS_REGISTRATION_WAIT"
+DEFAULT_REGISTRATION_WAIT = 30.0
 DEFAULT_HEARTBEAT = 10.0  # seconds between a supervisor's heartbeats
 DEFAULT_STALE_AFTER = 60.0  # a heartbeat older than this is a dead supervisor's
+# Recovery passes in which an owed hook may fail before its session is given up (marked
+# recovered, logged): each pass leaves a failed execution row, so the count survives exits.
+RECOVERY_PASSES = 3
+# A hook's execution that did not deliver: still owed (a `running` row is one a killed run
+# never finished).
+_UNDELIVERED = frozenset((RUNNING, *FAILED_OUTCOMES))
 
 
 def supervisor_alive(pid: int | None, session_started_at: float) -> bool:
@@ -232,6 +247,21 @@ def heartbeat_interval(environ: Mapping[str, str]) -> float:
         return DEFAULT_HEARTBEAT
 
 
+def registration_wait(environ: Mapping[str, str]) -> float:
+    """`$LIFECYCLE_HOOKS_REGISTRATION_WAIT`, a duration (`0` sends at once), else 30 s: how long
+    post-start waits for the session row to reach a shared journal."""
+    text = environ.get(REGISTRATION_WAIT_ENV)
+    if not text:
+        return DEFAULT_REGISTRATION_WAIT
+    from ..template.durations import DurationError, parse_duration
+
+    try:
+        return max(0.0, parse_duration(text))
+    except DurationError as exc:
+        log.warning("%s: %s; using %gs", REGISTRATION_WAIT_ENV, exc, DEFAULT_REGISTRATION_WAIT)
+        return DEFAULT_REGISTRATION_WAIT
+
+
 def session_lock_dir(environ: Mapping[str, str]) -> Path:
     """Where supervisors of this machine keep the lock files of their live sessions: under
     the supervisor's own home, which its agent (another user) cannot write."""
@@ -387,8 +417,7 @@ class OwedEvent(NamedTuple):
 def owed_events(template: Any, row: Any, journaled: Iterable[Any]) -> list[OwedEvent]:
     """What recovery sends for a claimed session: for each owed event whose moment is fixed,
     the template's hooks of that event that the journal shows no execution of."""
-    # A row still `running` is one a killed run never finished: its hook is owed still.
-    ran = {(e.event, e.hook) for e in journaled if e.outcome != "running"}
+    ran = _delivered(journaled, template)
     moments = {"pre-stop": row.pre_stop_at, "session-end": row.session_end_at}
     owed: list[OwedEvent] = []
     for event in RECOVERED_EVENTS:
@@ -404,7 +433,7 @@ def owed_hooks(template: Any, row: Any, journaled: Iterable[Any]) -> list[Any]:
     """The hooks a claim of `row` may send, whether or not their moment is fixed yet: the
     template's pre-stop hooks (unless the session's session-end had begun without them) and
     session-end hooks that the journal shows no finished execution of."""
-    ran = {(e.event, e.hook) for e in journaled if e.outcome != "running"}
+    ran = _delivered(journaled, template)
     pre_stop_owed = row.pre_stop_at is not None or row.session_end_at is None
     return [
         hook
@@ -415,6 +444,19 @@ def owed_hooks(template: Any, row: Any, journaled: Iterable[Any]) -> list[Any]:
     ]
 
 
+def _delivered(journaled: Iterable[Any], template: Any) -> set[tuple[str, str]]:
+    """(event, hook) of each execution that settled its hook: one that delivered, or one the
+    session itself ran to failure (kept for `replay`), unless the hook asks for a retry
+    horizon. A row still running, and a failure during recovery, leave the hook owed."""
+    horizon = {hook.name for hook in template.hooks if getattr(hook, "retry_horizon", None)}
+    return {
+        (e.event, e.hook)
+        for e in journaled
+        if e.outcome not in _UNDELIVERED
+        or (e.outcome != RUNNING and not getattr(e, "recovered", False) and e.hook not in horizon)
+    }
+
+
 # -- doing --
 
 
@@ -423,6 +465,8 @@ class Recovery(NamedTuple):
     agent_id: str
     owed: list[OwedEvent]
     fired: list[str]  # "event/hook" of each hook sent
+    failed: tuple[str, ...] = ()  # "event/hook" of each hook sent that did not deliver
+    gave_up: bool = False  # failed for RECOVERY_PASSES passes: marked recovered anyway
 
 
 # Runs one hook for an event of a session, before a monotonic deadline (None: its own timeout).
@@ -446,6 +490,9 @@ def recover_session(
     owed = owed_events(template, row, journaled)
     info = SessionInfo(session_id=row.session_id, metadata=metadata)
     fired: list[str] = []
+    failed: list[str] = []
+    # When each failed hook may be given up: its event's moment plus its retry horizon.
+    retried_until: list[float] = []
     for item in owed:
         event = LifecycleEvent(
             name=item.event,
@@ -458,10 +505,51 @@ def recover_session(
         )
         deadline = None if budget is None else time.monotonic() + budget
         for hook in item.hooks:
-            run_hook(hook, event, info, deadline)
+            result = run_hook(hook, event, info, deadline)
             fired.append(f"{item.event}/{hook.name}")
-    journal.mark_recovered(row.session_id)
-    return Recovery(row.session_id, row.agent_id, owed, fired)
+            if getattr(result, "outcome", None) in _UNDELIVERED:
+                failed.append(f"{item.event}/{hook.name}")
+                retried_until.append(item.timestamp + (getattr(hook, "retry_horizon", 0) or 0))
+    if not failed:
+        journal.mark_recovered(row.session_id)
+        return Recovery(row.session_id, row.agent_id, owed, fired)
+    passes = _failed_passes(journaled, failed) + 1  # this pass's rows may not be read back yet
+    if passes >= RECOVERY_PASSES and time.time() >= max(retried_until):
+        log.error(
+            "session %s: owed hooks %s failed in %d recovery passes; given up, marked"
+            " recovered (see `history --session %s`)",
+            _printable(row.session_id), ", ".join(failed), passes, _printable(row.session_id),
+        )  # fmt: skip
+        journal.mark_recovered(row.session_id)
+        return Recovery(row.session_id, row.agent_id, owed, fired, tuple(failed), gave_up=True)
+    log.warning(
+        "session %s: owed hooks %s failed in recovery (pass %d; given up after %d passes%s);"
+        " it stays owed for the next pass",
+        _printable(row.session_id), ", ".join(failed), passes, RECOVERY_PASSES,
+        _until(max(retried_until)),
+    )  # fmt: skip
+    release = getattr(journal, "release_claim", None)
+    if release is not None:
+        release(row.session_id, row.claimed_by or claimer_name())
+    return Recovery(row.session_id, row.agent_id, owed, fired, tuple(failed))
+
+
+def _until(moment: float) -> str:
+    """The clause naming when a retry horizon ends, while it is still to come; else ""."""
+    if moment <= time.time():
+        return ""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+    return f" and once its retry horizon ends at {stamp}"
+
+
+def _failed_passes(journaled: Iterable[Any], failed: Sequence[str]) -> int:
+    """How many earlier recovery passes each of `failed` hooks failed in (the most of them)."""
+    counts: dict[str, int] = {}
+    for e in journaled:
+        label = f"{e.event}/{e.hook}"
+        if getattr(e, "recovered", False) and e.outcome in FAILED_OUTCOMES and label in failed:
+            counts[label] = counts.get(label, 0) + 1
+    return max(counts.values(), default=0)
 
 
 def claimer_name() -> str:
@@ -537,12 +625,14 @@ def recover_orphaned_sessions(
     budget: float | None = None,
     stale_after: float = DEFAULT_STALE_AFTER,
     lock_dir: Path | None = None,
+    failures: list[str] | None = None,
 ) -> list[str]:
     """The next `run`'s recovery of `agent_id`'s orphaned sessions, rendered from this run's
     template and `metadata` (never the rows'); with a journal `key`, only sessions whose
     rows are sealed under it. A session of another pid namespace is recovered at once when
     its supervisor's lock file in `lock_dir` is held by nobody. Each session left for later
-    is logged with why. Returns their session ids."""
+    is logged with why. Returns the ids of the sessions whose owed hooks all delivered (or
+    were given up); each owed hook that failed is appended to `failures`."""
     recovered: list[str] = []
     if journal is None:
         return recovered
@@ -585,8 +675,11 @@ def recover_orphaned_sessions(
         if claimed is None:
             continue  # another run or reconciler has it
         log.warning("recovering session %s of an earlier run that was killed", row.session_id)
-        recover_session(journal, claimed, run_hook, template, metadata, budget)
-        recovered.append(row.session_id)
+        done = recover_session(journal, claimed, run_hook, template, metadata, budget)
+        if failures is not None:
+            failures.extend(f"{row.session_id} {label}" for label in done.failed)
+        if not done.failed or done.gave_up:
+            recovered.append(row.session_id)
     return recovered
 
 

@@ -33,7 +33,7 @@ from ..engine.engine import HookEngine
 from ..engine.model import Execution
 from ..engine.recording import ExecutionWatcher
 from ..engine.session import AgentSession
-from ..template.model import Template
+from ..template.model import RETRIED_EVENTS, Template
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
@@ -158,6 +158,13 @@ class Supervisor:
         self._agent_tag = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._set_subreaper = False  # this run made the process a subreaper: undo at the end
         self._session_journaled = False  # recovery, the session row, heartbeat and retention
+        # What the journal could not make durable in time (reported in the run's summary).
+        self._durability_notes: list[str] = []
+        self._recovery_failed = 0  # owed hooks of earlier runs that failed when recovered
+        # pre-stop/session-end hooks with a retry horizon that failed: the session stays owed.
+        self._owed_failures = _OwedFailures()
+        self._close_session_at_exit = False  # close_session waits for their outcome
+        self._exit_code: int | None = None
         # The key this run seals its session row with (read with the row, after the agent's
         # start), and the row as this run wrote it: the seal is computed from what the run
         # knows, never from what it reads back.
@@ -181,6 +188,7 @@ class Supervisor:
                 signal.signal(signum, handler)
 
     def _run(self) -> int:
+        from ..telemetry.metrics import JournalLosses
         from ..telemetry.setup import configure_telemetry
 
         options = self.options
@@ -209,7 +217,9 @@ class Supervisor:
         self._journal = self.engine.recorders.journal
         for watcher in options.watchers:
             self.engine.recorders.watch(watcher)
+        self.engine.recorders.watch(self._owed_failures)
         self.ingress = IngressCounts(self._telemetry.meter_provider)
+        JournalLosses(self._journal_losses, self._telemetry.meter_provider)
         self._admission = Admission(self.ingress)
         self.session = AgentSession(
             self.engine,
@@ -522,9 +532,16 @@ class Supervisor:
             self.engine.dispatcher.settle(self._exit_deadline or self._grace_deadline())
         self._legacy("session-end")
         self._record_owed("session-end", {"EXIT_CODE": str(exit_code)})
-        self._journal_call(
-            "close_session", self.session.session_id if self.session else "", exit_code
-        )
+        if any(hook.retry_horizon for hook in self.options.template.hooks):
+            # Closed once its owed hooks finished (non-blocking ones drain at exit): one with
+            # a retry horizon that failed leaves the session owed, for the next run or
+            # `reconcile` to send again with the same id.
+            self._close_session_at_exit = True
+            self._exit_code = exit_code
+        else:
+            self._journal_call(
+                "close_session", self.session.session_id if self.session else "", exit_code
+            )
         if self._heartbeat is not None:
             self._heartbeat.stop()
 
@@ -566,6 +583,9 @@ class Supervisor:
             self._retention.stop()
         if self.engine is not None:
             self.engine.shutdown(0.5 if self._interrupted else self._drain_timeout())
+        if self._close_session_at_exit:
+            self._close_or_keep_owed()
+        self._report_journal_losses()
         if isinstance(self._journal, DeferredJournal):
             self._journal.close()  # the engine's recorders close only what they opened
         if self._telemetry is not None:
@@ -573,6 +593,38 @@ class Supervisor:
         # Last, once the agent is gone and its session ended: nothing of it outlives the run.
         if self._cgroups is not None:
             self._cgroups.close()
+
+    def _close_or_keep_owed(self) -> None:
+        """Close the session, unless an owed hook with a retry horizon failed: then it stays
+        unfinished in the journal, and the next run or `reconcile` sends what did not
+        deliver (only that), with the same X-Scion-Hook-IDs, until its horizon."""
+        session_id = self.session.session_id if self.session else ""
+        failed = self._owed_failures.taken()
+        if not failed:
+            self._journal_call("close_session", session_id, self._exit_code)
+            return
+        log.warning(
+            "session %s: %s failed; it stays owed in the journal and is retried by the next run"
+            " or `reconcile` until its retry horizon",
+            session_id, ", ".join(failed),
+        )  # fmt: skip
+
+    def _report_journal_losses(self) -> None:
+        """One line in the run's summary when the journal lost, spilled or could not confirm
+        writes (what the metric counts), and each registration sent before it was durable."""
+        for note in self._durability_notes:
+            log.warning("journal: %s", note)
+        try:
+            counts = self._journal_losses()
+        except Exception:  # the journal reports its own failures
+            log.debug("reading the journal's loss counts failed", exc_info=True)
+            return
+        shown = {k: v for k, v in counts.items() if v and k not in ("adopted", "pending")}
+        if shown:
+            log.warning(
+                "journal losses this run: %s",
+                ", ".join(f"{kind} {count}" for kind, count in sorted(shown.items())),
+            )
 
     def _count_unhandled(self) -> None:
         """Messages admitted but still in the inbox when the session ends are never acted on:
@@ -853,7 +905,12 @@ class Supervisor:
         moment = self._claimed_moment(event, moment)
         sealed_before = self._sealed_row
         sealed = self._seal_moment(event, moment)
-        kept = self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
+        if event == "post-start":
+            kept = self._begin_registration(moment, sealed)
+        else:
+            kept = self._journal_call(
+                "begin_event", self.session.session_id, event, moment, sealed
+            )
         if self._journal is not None and not kept:
             # Not journaled (a full disk): the moment a recoverer's claim will fix instead,
             # so that what it sends later carries the ids sent now.
@@ -922,6 +979,41 @@ class Supervisor:
         )  # fmt: skip
         return self.session.info.keep_moment(claimed)
 
+    def _begin_registration(self, moment: float, sealed: str | None) -> bool | None:
+        """post-start's moment, and the session row before it, reach the journal before its
+        hooks (a registration) are sent, so that a reconciler can find the session: waited
+        for up to $LIFECYCLE_HOOKS_REGISTRATION_WAIT even while a shared database refuses.
+        Past that the hooks go, and the row kept only on this disk is counted and reported.
+        What begin_event returns: whether the moment is the journal's."""
+        from .recovery import registration_wait
+
+        assert self.session is not None
+        session_id = self.session.session_id
+        wait = registration_wait(self.options.environ)
+        unconfirmed = self._journal_losses().get("unconfirmed", 0)
+        kept: bool | None = self._journal_call(
+            "begin_event", session_id, "post-start", moment, sealed, wait=wait
+        )
+        if self._journal_losses().get("unconfirmed", 0) > unconfirmed:
+            self._durability_notes.append(
+                f"session {session_id}'s row was not in the journal when post-start's hooks"
+                f" were sent (waited {wait:g}s); it is kept in the local spill file"
+            )
+        return kept
+
+    def _journal_losses(self) -> dict[str, int]:
+        """The journal's loss counts (none until it is opened) and the owed hooks of earlier
+        runs that failed in recovery: what `agent.lifecycle.journal.losses` reports."""
+        journal = self._journal
+        counts: dict[str, int] = {}
+        opened = not isinstance(journal, DeferredJournal) or journal.is_open
+        if journal is not None and opened:
+            stats = getattr(journal, "stats", None)
+            if stats is not None:
+                counts.update(stats())
+        counts["recovery_failed"] = self._recovery_failed
+        return counts
+
     def _journal_agent(self, pid: int) -> None:
         from .recovery import process_start_time
 
@@ -981,6 +1073,7 @@ class Supervisor:
         executor = self.engine.executor
         # Each owed event of a recovered session gets the grace period of its own, as a live
         # session's would: a slow pre-stop never starves its session-end.
+        failures: list[str] = []
         recover_orphaned_sessions(
             self._journal,
             self.metadata["AGENT_ID"],
@@ -990,7 +1083,37 @@ class Supervisor:
             key=self._journal_key,
             budget=self.options.grace_period,
             lock_dir=session_lock_dir(self.options.environ),
+            failures=failures,
         )
+        self._recovery_failed += len(failures)
+
+
+class _OwedFailures(ExecutionWatcher):
+    """Notes this session's pre-stop and session-end hooks that have a retry horizon and did
+    not deliver ("event/hook"); recovered hooks of earlier sessions are not this session's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: list[str] = []
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None:
+        event = execution.event
+        if not execution.hook.retry_horizon:
+            return
+        # Here, not at the top: the journal's modules come after the agent's start.
+        from ..journal.rows import FAILED_OUTCOMES
+
+        if (
+            event.name in RETRIED_EVENTS
+            and not event.recovered
+            and execution.outcome in FAILED_OUTCOMES
+        ):
+            with self._lock:
+                self._failed.append(f"{event.name}/{execution.hook.name}")
+
+    def taken(self) -> list[str]:
+        with self._lock:
+            return list(self._failed)
 
 
 class _RowsWritten(ExecutionWatcher):

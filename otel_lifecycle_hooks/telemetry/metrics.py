@@ -12,6 +12,7 @@ Prometheus exporter (the SDK's, or the collector's) they appear as
 | `agent.lifecycle_hook.dropped`      | `agent_lifecycle_hook_dropped_total`                |
 | `agent.lifecycle_hook.queue.depth`  | `agent_lifecycle_hook_queue_depth`                  |
 | `agent.lifecycle.events`            | `agent_lifecycle_events_total`                      |
+| `agent.lifecycle.journal.losses`    | `agent_lifecycle_journal_losses_total`              |
 
 with every attribute's dots written as underscores (`agent_lifecycle_hook_name`).
 """
@@ -39,6 +40,16 @@ DEBOUNCED = "agent.lifecycle_hook.debounced"
 DROPPED = "agent.lifecycle_hook.dropped"
 QUEUE_DEPTH = "agent.lifecycle_hook.queue.depth"
 LIFECYCLE_EVENTS = "agent.lifecycle.events"
+JOURNAL_LOSSES = "agent.lifecycle.journal.losses"
+ATTR_JOURNAL_LOSS = "agent.lifecycle.journal.loss"
+# What `agent.lifecycle.journal.losses` counts, one attribute value each: journal writes that
+# failed (the database down, refusing, or the file unwritable), writes the database refused,
+# writes kept only in a local spill file, earlier processes' spill files adopted (written),
+# owed moments (a registration's) not in the shared journal when their hooks were sent, and
+# owed hooks that failed during crash recovery (their session stays owed).
+JOURNAL_LOSS_KINDS: tuple[str, ...] = (
+    "failures", "refused", "spilled", "adopted", "unconfirmed", "recovery_failed",
+)  # fmt: skip
 
 ATTR_DROP_REASON = "agent.lifecycle_hook.drop_reason"
 DROP_REASONS: tuple[str, ...] = ("queue_full", "rate_limited", "shutdown")
@@ -243,3 +254,35 @@ class HookMetrics:
             instrument.add(amount, attributes)
         except Exception:
             logger.debug("recording a hook metric failed", exc_info=True)
+
+
+class JournalLosses:
+    """Observes the journal's running loss counts (`JOURNAL_LOSS_KINDS`) as one observable
+    counter, `agent.lifecycle.journal.losses`, by kind. `source` returns the counts since the
+    journal opened (a kind it does not count is 0); a source that fails is skipped."""
+
+    def __init__(
+        self, source: Callable[[], dict[str, int]], meter_provider: MeterProvider | None = None
+    ) -> None:
+        self._source = source
+        self._attributes = {kind: {ATTR_JOURNAL_LOSS: kind} for kind in JOURNAL_LOSS_KINDS}
+        try:
+            provider = meter_provider or metrics.get_meter_provider()
+            provider.get_meter(METER_NAME).create_observable_counter(
+                JOURNAL_LOSSES,
+                callbacks=[self._observe],
+                unit="{write}",
+                description="Journal writes failed, refused, spilled, adopted or unconfirmed,"
+                " and owed hooks failed in recovery, by kind.",
+            )
+        except Exception:
+            logger.debug("journal loss metric unavailable", exc_info=True)
+
+    def _observe(self, options: CallbackOptions) -> Iterator[Observation]:
+        try:
+            counts = self._source()
+        except Exception:
+            logger.debug("reading the journal's loss counts failed", exc_info=True)
+            return
+        for kind in JOURNAL_LOSS_KINDS:
+            yield Observation(int(counts.get(kind, 0)), self._attributes[kind])

@@ -40,6 +40,11 @@ AUTH_TYPES: tuple[str, ...] = (
 DEFAULT_HTTP_TIMEOUT = 10.0
 DEFAULT_SCRIPT_TIMEOUT = 30.0
 MAX_TIMEOUT = 120.0
+# The longest `retry: {horizon: ...}` an owed hook may ask for: a week.
+MAX_RETRY_HORIZON = 7 * 24 * 3600.0
+# The events whose hooks a killed session still owes (journal/rows.py's OWED_EVENTS): the
+# only ones a retry horizon applies to.
+RETRIED_EVENTS: tuple[str, ...] = ("pre-stop", "session-end")
 DEFAULT_API_KEY_HEADER = "X-API-Key"
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -172,6 +177,10 @@ class HookSpec(NamedTuple):
     refuse_on: frozenset[str] | None = None
     # At most this many executions per window; excess runtime events are coalesced.
     rate_limit: RateLimit | None = None
+    # `retry: {horizon: 1h}` (pre-stop and session-end hooks only): seconds after its event
+    # began during which a failed delivery stays owed, retried by the next run or `reconcile`
+    # through the journal; None: given up after RECOVERY_PASSES failed recovery passes.
+    retry_horizon: float | None = None
     # Where each field of the entry is written ("action.url", "action.command[0]", ...), and
     # the entry's index in its file's `lifecycle_hooks`: checks made after loading (trust
     # rules, warnings) point at the field itself.

@@ -27,7 +27,9 @@ from .model import (
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_SCRIPT_TIMEOUT,
     ERROR_POLICIES,
+    MAX_RETRY_HORIZON,
     MAX_TIMEOUT,
+    RETRIED_EVENTS,
     RUN_AS,
     AuthSpec,
     HookAction,
@@ -51,7 +53,9 @@ HOOK_KEYS: tuple[str, ...] = (
     "condition",
     "enabled",
     "rate_limit",
+    "retry",
 )
+RETRY_KEYS: tuple[str, ...] = ("horizon",)
 ACTION_KEYS: tuple[str, ...] = (
     "type",
     "method",
@@ -365,6 +369,7 @@ def read_hook(
     debounce = _read_debounce(r, fields.get("debounce"), events)
     condition = _read_condition(r, fields.get("condition"))
     rate_limit = _read_rate_limit(r, fields.get("rate_limit"), "rate_limit")
+    retry_horizon = _read_retry(r, fields.get("retry"), events)
     if on_error == "fail" and not blocking:
         r.report(
             fields["on_error"],
@@ -397,6 +402,7 @@ def read_hook(
         enabled=enabled,
         position=entry.position,
         rate_limit=rate_limit,
+        retry_horizon=retry_horizon,
         field_positions=field_positions(entry),
         entry_index=index,
     )
@@ -628,6 +634,45 @@ def _read_debounce(r: _Reporter, located: Located | None, events: tuple[str, ...
             "only activity-change and phase-change hooks can be debounced; "
             f"this hook is also on {', '.join(others)}",
         )
+    return seconds
+
+
+def _read_retry(r: _Reporter, located: Located | None, events: tuple[str, ...]) -> float | None:
+    """`retry: {horizon: DURATION}`: how long after its event began a failed owed hook is
+    still retried, by the next run or `reconcile` (supervisor/recovery.py)."""
+    if located is None:
+        return None
+    if not located.is_mapping:
+        r.report(
+            located, "retry", f"got {describe(located)}; write a mapping such as {{horizon: 1h}}"
+        )
+        return None
+    r.duplicates(located, "retry.")
+    r.unknown_keys(located, "retry.", RETRY_KEYS)
+    horizon = located.value.get("horizon")
+    if horizon is None:
+        r.report(located, "retry.horizon", "missing; write a duration such as 1h")
+        return None
+    seconds = _read_duration(r, horizon, "retry.horizon")
+    if seconds is None:
+        return None
+    if seconds <= 0 or seconds > MAX_RETRY_HORIZON:
+        r.report(
+            horizon,
+            "retry.horizon",
+            f"got {quote(horizon.text())}; a horizon is above zero and at most"
+            f" {MAX_RETRY_HORIZON / 3600:g}h",
+        )
+        return None
+    others = [event for event in events if event not in RETRIED_EVENTS]
+    if others:
+        r.report(
+            located,
+            "retry",
+            "only pre-stop and session-end hooks (what a killed session still owes) are"
+            f" retried past the supervisor's exit; this hook is also on {', '.join(others)}",
+        )
+        return None
     return seconds
 
 

@@ -222,7 +222,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _sessions(self) -> dict[str, Any]:
         sessions = journal_views.list_sessions(self.server.journal, limit=views.SESSIONS_SHOWN)
-        return {"sessions": [views.session_entry(session) for session in sessions]}
+        data: dict[str, Any] = {"sessions": [views.session_entry(s) for s in sessions]}
+        # Said when a shared database was unavailable and writes wait on this machine: the
+        # list may lack them until they are written.
+        backlog = getattr(self.server.journal, "backlog", None)
+        notice = backlog() if backlog is not None else ""
+        if notice:
+            data["journal_notice"] = notice
+        return data
 
     def _deliveries(self, session_id: str) -> dict[str, Any]:
         journal = self.server.journal
@@ -294,7 +301,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_data(self, data: Mapping[str, Any], text_limit: int = views.TEXT_LIMIT) -> None:
         if not self.server.journal.healthy:
-            self._send_json(503, {"error": "the journal cannot be read; see the server's log"})
+            error = "the journal cannot be read; see the server's log"
+            backlog = getattr(self.server.journal, "backlog", None)
+            notice = backlog() if backlog is not None else ""
+            self._send_json(503, {"error": f"{error} ({notice})" if notice else error})
             return
         self._send_json(200, views.bounded(data, text_limit))
 

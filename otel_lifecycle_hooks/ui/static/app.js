@@ -134,8 +134,10 @@
 
   function renderSessions(data) {
     setCrumbs([el("a", { href: "#/" }, "sessions")]);
+    // The journal was unavailable and writes wait on this machine: said above the list.
+    const notice = data.journal_notice ? [el("p", { class: "notice", role: "status" }, data.journal_notice)] : [];
     if (!data.sessions.length) {
-      main.replaceChildren(el("p", { class: "quiet" }, "No sessions in this journal yet. Start one with `otel-lifecycle-hooks run`."));
+      main.replaceChildren(...notice, el("p", { class: "quiet" }, "No sessions in this journal yet. Start one with `otel-lifecycle-hooks run`."));
       return;
     }
     const rows = data.sessions.map((s) => {
@@ -149,7 +151,7 @@
         el("td", { class: "num" }, String(s.deliveries)),
         el("td", { class: "num" }, failed ? el("span", { class: "outcome outcome-failed" }, String(failed)) : "0"));
     });
-    main.replaceChildren(el("h2", {}, "Sessions"),
+    main.replaceChildren(...notice, el("h2", {}, "Sessions"),
       table("sessions", ["agent", "session", "state", "started", "ended", "deliveries", "failed"], rows));
   }
 
