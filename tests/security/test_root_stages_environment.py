@@ -111,3 +111,22 @@ def test_an_agent_hooks_ld_preload_never_reaches_a_root_stage(
     assert "agent" in loaded, (loaded, run.stderr)
     # ...and nothing loaded it as root: not the stage that joins the cgroup, not setpriv.
     assert "root" not in loaded, f"LD_PRELOAD of an agent hook was loaded as root: {loaded}"
+
+
+def test_a_templates_ld_preload_for_the_agent_never_reaches_a_root_stage(
+    workspace: Workspace, agent_dir: Path, markers: Path
+) -> None:
+    """The template's `env:` is the agent's environment too: the launcher that joins the
+    agent's cgroup and drops to its user runs as root and must not load it."""
+    library = str(agent_dir / "libtrace.so")
+    template = workspace.template(
+        "  - name: noop\n    on: [post-start]\n    action:\n      type: script\n"
+        '      command: ["/bin/true"]\n',
+        extra=f"env: {json.dumps({'LD_PRELOAD': library, 'MARKERS': str(markers)})}\n",
+    )
+    run = workspace.start(template, ["/bin/true"], "--user", "nobody")
+    assert run.wait(timeout=60) == 0, run.stderr
+
+    loaded = sorted(path.name.split("-")[0] for path in markers.iterdir())
+    assert "agent" in loaded, (loaded, run.stderr)  # the agent has its library
+    assert "root" not in loaded, f"the template's LD_PRELOAD was loaded as root: {loaded}"
