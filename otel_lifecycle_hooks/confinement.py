@@ -406,6 +406,31 @@ def sweep_orphaned_groups(environ: Mapping[str, str] | None = None) -> list[str]
     return sweep_orphans(parent, hierarchy) if parent is not None else []
 
 
+# The system's env, at its own paths only: what gives a process started by root stages the
+# variables those stages must not see (below).
+ENV_PATHS = ("/usr/bin/env", "/bin/env")
+
+
+def find_env() -> str | None:
+    """The system's `env`; None without one."""
+    return next((p for p in ENV_PATHS if os.access(p, os.X_OK)), None)
+
+
+def after_drop(argv: Sequence[str], assignments: Mapping[str, str], env_program: str) -> list[str]:
+    """`argv` with `assignments` put into its environment once it runs, by `env_program` (the
+    system's env), for the part of an argv that runs after the drop to the agent's user.
+
+    The root stages before it (the cgroup join, setpriv) must never see a variable that makes
+    the loader or a shell load code (LD_PRELOAD naming the agent's library would run it as
+    root), yet an agent's own hook may set one for itself. A program is then started through
+    `/bin/sh -c 'exec "$@"'`, so that a program whose name holds `=` is never read as an
+    assignment."""
+    if not assignments:
+        return list(argv)
+    pairs = [f"{name}={value}" for name, value in assignments.items()]
+    return [env_program, "--", *pairs, SHELL, "-c", 'exec "$@"', "sh", *argv]
+
+
 def find_setpriv() -> str | None:
     """The system's setpriv, to drop to another user after joining a group; None without."""
     return next((p for p in SETPRIV_PATHS if os.access(p, os.X_OK)), None)
