@@ -34,15 +34,14 @@ CANARY = "root's own text\n"
 
 # The agent, as nobody: argv home, victim file, victim directory, done file.
 AGENT = r"""
-import os, sys, time
+import os, sys
 home, victim, victim_dir, done = sys.argv[1:5]
 state = os.path.join(home, ".local", "state", "otel-lifecycle-hooks")
-deadline = time.monotonic() + 30
-while not os.path.isdir(os.path.join(state, "running")) and time.monotonic() < deadline:
-    time.sleep(0.02)
 supervisor = os.getppid()
-# Root made .local in our home; the home is ours, so the name is ours to move.
-os.rename(os.path.join(home, ".local"), os.path.join(home, ".local-root"))
+# What root made in our home before we started (its status file is written from the first
+# phase on): the home is ours, so the name is ours to move.
+if os.path.lexists(os.path.join(home, ".local")):
+    os.rename(os.path.join(home, ".local"), os.path.join(home, ".local-root"))
 os.makedirs(os.path.join(state, "running"))
 os.symlink(victim, os.path.join(state, "running", f"{supervisor}.tmp"))
 os.symlink(victim_dir, os.path.join(state, "traces"))
@@ -116,3 +115,28 @@ def test_links_the_agent_plants_under_its_home_are_never_followed_by_root(
         "the trace directory's link": any(places["victim_dir"].iterdir()),
     }
     assert not any(written.values()), f"root wrote through the agent's links: {written}"
+
+
+def test_a_link_on_the_way_to_the_hook_log_is_never_followed_by_root(
+    workspace: Workspace, places: dict[str, Path]
+) -> None:
+    """The hook log under the agent's home, one folder down: the agent (an earlier session
+    of it) made that folder a link to a root-only directory."""
+    nobody = pwd.getpwnam("nobody")
+    logs = places["home"] / "logs"
+    logs.symlink_to(places["victim_dir"])
+    os.lchown(logs, nobody.pw_uid, nobody.pw_gid)
+    template = workspace.template(
+        "  - name: noop\n    on: [post-start]\n    action:\n      type: script\n"
+        '      command: ["/bin/echo", "a line for the hook log"]\n'
+    )
+    run = workspace.start(
+        template,
+        ["/bin/true"],
+        "--user",
+        "nobody",
+        env={"OTEL_LIFECYCLE_HOOKS_LOG": str(logs / "agent.log")},
+    )
+    assert run.wait(timeout=60) == 0, run.stderr
+
+    assert list(places["victim_dir"].iterdir()) == [], "root wrote the hook log through a link"
