@@ -73,3 +73,5 @@ def test_an_executor_file_the_agent_can_write_is_never_imported_as_root(
 
     imported = sorted(path.name for path in places["markers"].iterdir())
     assert "uid-0" not in imported, f"root imported the agent's executor file: {run.stderr}"
+    # The hook did fire: it was refused, saying why.
+    assert "refusing to load it" in workspace.hook_log.read_text(), run.stderr
