@@ -8,8 +8,8 @@ trusted, not whoever can write their files; a root supervisor must refuse such a
 it refuses such a program (the ownership guard), or at least not run it.
 
 The attack: the operator's template in the agent's workspace (a directory `nobody` owns; the
-file itself root's); the agent, as nobody, renames its own version over it; the next root
-`run --user nobody` must run nothing the agent wrote.
+file itself root's); the agent (an earlier session of it), as nobody, renames its own version
+over it; the next root `run --user nobody` must run nothing the agent wrote.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import os
 import pwd
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,13 +99,13 @@ def test_a_template_the_agent_can_replace_never_runs_its_hooks_as_root(
         str(template),
         AGENTS.format(markers=markers),
     ]
-    first = workspace.start(template, rewrite, "--user", "nobody")
-    first.wait(timeout=60)
+    # The agent, in an earlier session, as nobody.
+    subprocess.run(rewrite, user=65534, group=65534, extra_groups=[], check=True, timeout=30)
     assert "run_as: root" in template.read_text()  # the agent did replace it
     assert template.stat().st_uid == pwd.getpwnam("nobody").pw_uid
 
-    second = workspace.start(template, ["/bin/true"], "--user", "nobody")
-    second.wait(timeout=60)
+    run = workspace.start(template, ["/bin/true"], "--user", "nobody")
+    run.wait(timeout=60)
 
     ran = sorted(path.name for path in markers.iterdir())
-    assert "uid-0" not in ran, f"the agent's template ran as root: {json.dumps(second.stderr)}"
+    assert "uid-0" not in ran, f"the agent's template ran as root: {json.dumps(run.stderr)}"
