@@ -140,3 +140,40 @@ def test_a_link_on_the_way_to_the_hook_log_is_never_followed_by_root(
     assert run.wait(timeout=60) == 0, run.stderr
 
     assert list(places["victim_dir"].iterdir()) == [], "root wrote the hook log through a link"
+
+
+def test_the_journal_under_the_agents_home_never_writes_through_a_planted_link(
+    workspace: Workspace, places: dict[str, Path]
+) -> None:
+    """The journal at its default place in that home: the agent (an earlier session of it)
+    made the journal's folder its own, the journal's name a link to a file root alone could
+    make (in a root-only directory: /etc/ld.so.preload, say, whose whitespace-separated words
+    the loader preloads into every program, root's included, and a SQLite file holds the
+    agent's text verbatim). `run` warns that the agent can replace the journal; root must
+    still make nothing there."""
+    nobody = pwd.getpwnam("nobody")
+    folder = places["home"] / ".local" / "state" / "otel-lifecycle-hooks"
+    folder.mkdir(parents=True)
+    made_by_root = places["victim_dir"] / "ld.so.preload"
+    (folder / "journal.sqlite3").symlink_to(made_by_root)
+    for path in (folder, *folder.parents, *folder.iterdir()):
+        if path == places["home"].parent:
+            break
+        os.lchown(path, nobody.pw_uid, nobody.pw_gid)
+    template = workspace.template(
+        "  - name: noop\n    on: [post-start]\n    action:\n      type: script\n"
+        '      command: ["/bin/true"]\n'
+    )
+    run = workspace.start(
+        template,
+        ["/bin/true"],
+        "--user",
+        "nobody",
+        env={"HOME": str(places["home"]), "OTEL_LIFECYCLE_HOOKS_JOURNAL": ""},
+    )
+    run.wait(timeout=60)
+
+    assert not made_by_root.exists(), (
+        f"root made its journal through the agent's link: {run.stderr}"
+    )
+    assert list(places["victim_dir"].iterdir()) == []
