@@ -139,18 +139,21 @@ _REMEDY = (
 )
 
 
-def unsafe_code_file_as_root(path: str) -> str | None:
-    """Why loading the code in `path` into this process would be unsafe, or None (this
-    process is not root, or the file and every directory above it are root's alone): for
-    in-process executors, which run with the supervisor's rights whatever the agent's user."""
+def unsafe_code_file_as_root(
+    path: str, purpose: str = "refusing to load it into a process running as root"
+) -> str | None:
+    """Why using the file `path` in this process would be unsafe, or None (this process is
+    not root, or the file and every directory above it are root's alone): for what decides
+    what runs with the process's rights whatever the agent's user (an in-process executor, a
+    template). `purpose` says what is refused, in the message."""
     if os.geteuid() != 0:
         return None
     try:
         _check_file(path, set())
     except _Unsafe as refusal:
         return (
-            f"{refusal}: refusing to load it into a process running as root; make it and "
-            "every directory above it root's alone (chown root, chmod go-w)"
+            f"{refusal}: {purpose}; make it and every directory above it root's alone "
+            "(chown root, chmod go-w)"
         )
     return None
 
