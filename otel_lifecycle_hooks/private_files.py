@@ -20,6 +20,9 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 MKDIR_TIMEOUT = 10.0  # seconds for the agent's own `mkdir -p`; it takes milliseconds
 _MAX_LINKS = 40  # as the kernel's own bound on links in one lookup
+# A path's components are opened only to go through them (and to name files relative to the
+# last): O_PATH needs no read permission, as a lookup does not (a 0711 directory).
+_WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_own_directory(path: str) -> int:
@@ -153,16 +156,17 @@ def open_directory_path(path: str | os.PathLike[str], make: bool = False, mode: 
     `O_NOFOLLOW`; a link is followed only where it sits in a directory only root or this user
     can change (or is theirs, in a root-owned sticky directory such as /tmp); with `make`, a
     missing component is made (`mode`) only in such a directory. `PermissionError` names the
-    component refused; `FileNotFoundError` when missing and not `make`."""
+    component refused; `FileNotFoundError` when missing and not `make`. The descriptor is for
+    naming files relative to it and for `fstat` (an `O_PATH` one on Linux: it reads nothing)."""
     text = os.path.abspath(os.fspath(path))
     pending = [part for part in text.split("/") if part and part != "."]
-    descriptor = os.open("/", _DIRECTORY_FLAGS)
+    descriptor = os.open("/", _WALK_FLAGS)
     links = 0
     try:
         while pending:
             name = pending.pop(0)
             try:
-                child = os.open(name, _DIRECTORY_FLAGS, dir_fd=descriptor)
+                child = os.open(name, _WALK_FLAGS, dir_fd=descriptor)
             except FileNotFoundError:
                 if not make:
                     raise
@@ -186,7 +190,7 @@ def open_directory_path(path: str | os.PathLike[str], make: bool = False, mode: 
                 target = os.readlink(name, dir_fd=descriptor)
                 if target.startswith("/"):
                     os.close(descriptor)
-                    descriptor = os.open("/", _DIRECTORY_FLAGS)
+                    descriptor = os.open("/", _WALK_FLAGS)
                 pending[:0] = [part for part in target.split("/") if part and part != "."]
                 continue
             os.close(descriptor)
