@@ -328,8 +328,7 @@ def _execution_group(identity: Mapping[str, Any]) -> confinement.Cgroup | None:
     """A cgroup for one execution, where processes can be confined; None elsewhere, and for a
     script run as another user where no setpriv can drop to that user after it joined."""
     home = confinement.home()
-    droppable = confinement.find_setpriv() is not None and confinement.find_env() is not None
-    if home is None or (identity and not droppable):
+    if home is None or (identity and confinement.find_setpriv() is None):
         return None
     return home.leaf()
 
@@ -345,7 +344,7 @@ def _confined_argv(
     the script's PATH, so that a missing one fails as it would unconfined, before anything
     starts. For `identity`, the root stages get `env` without its loader variables (an agent
     hook's `LD_PRELOAD` would run the agent's library as root); the script gets them back
-    from `env` run after the drop."""
+    after the drop (`confinement.after_drop`)."""
     program = _executable(argv[0], env)
     if not os.path.exists(program):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
@@ -357,11 +356,11 @@ def _confined_argv(
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
     root_env = dict(env)
     if identity:
-        setpriv, env_program = confinement.find_setpriv(), confinement.find_env()
-        assert setpriv is not None and env_program is not None  # else no group was made
+        setpriv = confinement.find_setpriv()
+        assert setpriv is not None  # _execution_group made no group without it
         loaders = {k: v for k, v in env.items() if k != "PATH" and is_loader_variable(k)}
-        root_env = {k: v for k, v in env.items() if k not in loaders}
-        rest = confinement.after_drop(rest, loaders, env_program)
+        rest, carrier = confinement.after_drop(rest, loaders)
+        root_env = {k: v for k, v in env.items() if k not in loaders} | carrier
         user = ["--reuid", str(identity["user"]), "--regid", str(identity["group"])]
         rest = [setpriv, *user, "--clear-groups", "--", *rest]
     return group.join_argv(rest), root_env

@@ -691,20 +691,12 @@ class Supervisor:
         """The environment for the root stages that start an agent of another user (the
         cgroup join, the launcher that drops to its user), and the command: the variables
         that make the loader or a shell load code (`LD_PRELOAD` in the template's `env:`) are
-        given to the agent by the system's `env` after the drop, never seen as root."""
+        given to the agent after the drop (`confinement.after_drop`), never seen as root."""
         loaders = {k: v for k, v in env.items() if k != "PATH" and is_loader_variable(k)}
-        env_program = confinement.find_env()
         if not loaders:
             return env, command
-        if env_program is None:
-            log.warning(
-                "no env program at %s: %s not passed to the agent (root would load it)",
-                " or ".join(confinement.ENV_PATHS),
-                ", ".join(sorted(loaders)),
-            )
-            return {k: v for k, v in env.items() if k not in loaders}, command
-        root_env = {k: v for k, v in env.items() if k not in loaders}
-        return root_env, confinement.after_drop(command, loaders, env_program)
+        command, carrier = confinement.after_drop(command, loaders)
+        return {k: v for k, v in env.items() if k not in loaders} | carrier, command
 
     def _confine_agent(self, identity: Mapping[str, Any]) -> confinement.Cgroup | None:
         """The agent's cgroup (made now, after the groups of dead supervisors are swept); None

@@ -84,6 +84,16 @@ def test_an_agent_hooks_ld_preload_never_reaches_a_root_stage(
     workspace: Workspace, agent_dir: Path, markers: Path
 ) -> None:
     library = str(agent_dir / "libtrace.so")
+    # A loader variable may hold a credential (git's http.extraHeader): it reaches the script
+    # in its environment, never in an argv, which every user may read in /proc.
+    header = "Authorization: Bearer canary-git-9d3e"
+    env = {
+        "LD_PRELOAD": library,
+        "MARKERS": str(markers),
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": header,
+    }
     hook = (
         "  - name: trace-tools\n"
         "    on: [post-start]\n"
@@ -91,8 +101,8 @@ def test_an_agent_hooks_ld_preload_never_reaches_a_root_stage(
         "    timeout: 20s\n"
         "    action:\n"
         "      type: script\n"
-        '      command: ["/bin/true"]\n'
-        f"      env: {json.dumps({'LD_PRELOAD': library, 'MARKERS': str(markers)})}\n"
+        '      command: ["/bin/sh", "-c", "env > \\"$MARKERS/env.txt\\""]\n'
+        f"      env: {json.dumps(env)}\n"
     )
     template = workspace.template(hook)
     validated = subprocess.run(
@@ -106,7 +116,13 @@ def test_an_agent_hooks_ld_preload_never_reaches_a_root_stage(
     run = workspace.start(template, ["/bin/true"], "--user", "nobody")
     assert run.wait(timeout=60) == 0, run.stderr
 
-    loaded = sorted(path.name.split("-")[0] for path in markers.iterdir())
+    script_env = dict(
+        line.split("=", 1) for line in (markers / "env.txt").read_text().splitlines() if "=" in line
+    )
+    assert script_env["GIT_CONFIG_VALUE_0"] == header
+    assert script_env["LD_PRELOAD"] == library
+    assert "LIFECYCLE_HOOKS_AFTER_DROP" not in script_env
+    loaded = sorted(path.name.split("-")[0] for path in markers.iterdir() if path.name != "env.txt")
     # The hook ran as the agent with its library (so the variable did reach it)...
     assert "agent" in loaded, (loaded, run.stderr)
     # ...and nothing loaded it as root: not the stage that joins the cgroup, not setpriv.
