@@ -39,6 +39,7 @@ import itertools
 import logging
 import os
 import re
+import shlex
 import signal
 import threading
 import time
@@ -404,6 +405,36 @@ def sweep_orphaned_groups(environ: Mapping[str, str] | None = None) -> list[str]
     parent_path = _parent_path(hierarchy, os.environ if environ is None else environ)
     parent = hierarchy.directory(parent_path) if parent_path else None
     return sweep_orphans(parent, hierarchy) if parent is not None else []
+
+
+# The variables the root stages must not see travel to the stage after the drop in this one
+# variable (not one the loader or a shell reads), as `export` lines, never in an argv, which
+# every user may read in /proc (GIT_CONFIG_VALUE_0 may hold a credential).
+AFTER_DROP_ENV = "LIFECYCLE_HOOKS_AFTER_DROP"
+_AFTER_DROP = f'eval "${AFTER_DROP_ENV}"; unset {AFTER_DROP_ENV}; exec "$@"'
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def after_drop(
+    argv: Sequence[str], assignments: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """`argv` for the part of a command that runs after the drop to the agent's user, with
+    `assignments` put into its environment there, and the variable that carries them to it.
+
+    The root stages before it (the cgroup join, setpriv) must never see a variable that makes
+    the loader or a shell load code (LD_PRELOAD naming the agent's library would run it as
+    root), yet an agent's own hook may set one for itself: `/bin/sh`, as the agent, exports
+    them and execs `argv`. A name that is not a shell identifier (`BASH_FUNC_x%%`) cannot be
+    exported by it and is left out, with a warning."""
+    if not assignments:
+        return list(argv), {}
+    lines = []
+    for name, value in assignments.items():
+        if _IDENTIFIER.fullmatch(name):
+            lines.append(f"export {name}={shlex.quote(value)}")
+        else:
+            log.warning("%s is not passed to the agent's process (not a shell name)", name)
+    return [SHELL, "-c", _AFTER_DROP, "sh", *argv], {AFTER_DROP_ENV: "\n".join(lines)}
 
 
 def find_setpriv() -> str | None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .controls import escape_controls
+from .private_files import open_directory_path
 
 log = logging.getLogger("otel_lifecycle_hooks.hooklog")
 
@@ -267,8 +268,9 @@ class HookLog:
         this process's user. In a directory only this user or root can write (/dev, /var/log),
         nothing there can have been planted: the name is opened as given (`/dev/stderr`)."""
         if self._dir_fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            # Reached link by link: a link planted on the way (`logs` -> /etc, in a home the
+            # agent can write) is never followed, and root makes no folder in such a home.
+            self._dir_fd = open_directory_path(self.path.parent, make=True, mode=0o755)
             folder = os.fstat(self._dir_fd)
             self._guarded = folder.st_uid not in (os.geteuid(), 0) or bool(folder.st_mode & 0o022)
         # O_APPEND: lines from several processes (supervisor, hook commands) land whole, one

@@ -11,6 +11,7 @@ agent itself could not, and own whatever it made on the way.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -18,6 +19,10 @@ import subprocess
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 MKDIR_TIMEOUT = 10.0  # seconds for the agent's own `mkdir -p`; it takes milliseconds
+_MAX_LINKS = 40  # as the kernel's own bound on links in one lookup
+# A path's components are opened only to go through them (and to name files relative to the
+# last): O_PATH needs no read permission, as a lookup does not (a 0711 directory).
+_WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_own_directory(path: str) -> int:
@@ -72,10 +77,17 @@ def make_directories_as(path: str, uid: int, gid: int) -> None:
     try:
         result = subprocess.run(
             ["mkdir", "-p", "--", path],
-            user=uid, group=gid, extra_groups=[], umask=0o077,
-            env={"PATH": os.defpath}, cwd="/",
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            timeout=MKDIR_TIMEOUT, check=False,
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            umask=0o077,
+            env={"PATH": os.defpath},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=MKDIR_TIMEOUT,
+            check=False,
         )
     except subprocess.SubprocessError as exc:
         raise OSError(f"mkdir -p {path} as uid {uid}: {exc}") from None
@@ -97,7 +109,7 @@ def create_file(
         os.fchmod(descriptor, mode)
         view = memoryview(data)
         while view:
-            view = view[os.write(descriptor, view):]
+            view = view[os.write(descriptor, view) :]
     except BaseException:
         os.close(descriptor)
         _unlink_quietly(directory, name)
@@ -125,3 +137,81 @@ def _unlink_quietly(directory: int, name: str) -> None:
         os.unlink(name, dir_fd=directory)
     except OSError:
         pass
+
+
+def is_trusted_directory(descriptor: int) -> bool:
+    """Whether only root or this process's user can change the directory (by its mode):
+    a link in it, or anything made in it, was put there by one of them."""
+    info = os.fstat(descriptor)
+    return info.st_uid in (0, os.geteuid()) and not info.st_mode & 0o022
+
+
+def _is_root_sticky(info: os.stat_result) -> bool:
+    return info.st_uid == 0 and bool(info.st_mode & stat.S_ISVTX)
+
+
+def open_directory_path(path: str | os.PathLike[str], make: bool = False, mode: int = 0o700) -> int:
+    """A descriptor of the directory at `path`, reached without following a link another
+    user could have planted: each component is opened relative to the one before it with
+    `O_NOFOLLOW`; a link is followed only where it sits in a directory only root or this user
+    can change (or is theirs, in a root-owned sticky directory such as /tmp); with `make`, a
+    missing component is made (`mode`) only in such a directory. `PermissionError` names the
+    component refused; `FileNotFoundError` when missing and not `make`. The descriptor is for
+    naming files relative to it and for `fstat` (an `O_PATH` one on Linux: it reads nothing)."""
+    text = os.path.abspath(os.fspath(path))
+    pending = [part for part in text.split("/") if part and part != "."]
+    descriptor = os.open("/", _WALK_FLAGS)
+    links = 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            try:
+                child = os.open(name, _WALK_FLAGS, dir_fd=descriptor)
+            except FileNotFoundError:
+                if not make:
+                    raise
+                _require_trusted(descriptor, text, name, "made")
+                try:
+                    os.mkdir(name, mode, dir_fd=descriptor)
+                except FileExistsError:
+                    pass
+                pending.insert(0, name)  # opened as any other: what is there now is checked
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                info = os.stat(name, dir_fd=descriptor, follow_symlinks=False)
+                if not stat.S_ISLNK(info.st_mode):
+                    raise
+                _require_trusted(descriptor, text, name, "followed", link=info)
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), text) from None
+                target = os.readlink(name, dir_fd=descriptor)
+                if target.startswith("/"):
+                    os.close(descriptor)
+                    descriptor = os.open("/", _WALK_FLAGS)
+                pending[:0] = [part for part in target.split("/") if part and part != "."]
+                continue
+            os.close(descriptor)
+            descriptor = child
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _require_trusted(
+    descriptor: int, path: str, name: str, what: str, link: os.stat_result | None = None
+) -> None:
+    """PermissionError unless `name` may be `what` ("made", "followed") in `descriptor`."""
+    if is_trusted_directory(descriptor):
+        return
+    info = os.fstat(descriptor)
+    if _is_root_sticky(info) and (link is None or link.st_uid in (0, os.geteuid())):
+        return  # /tmp: others cannot rename or remove what root or we put there
+    raise PermissionError(
+        errno.EACCES,
+        f"{name!r} is not {what} on the way to {path}: it is in a directory uid "
+        f"{info.st_uid} or others can change (mode {stat.S_IMODE(info.st_mode):04o})",
+    )

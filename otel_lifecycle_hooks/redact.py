@@ -58,6 +58,12 @@ _SECRET_VARIABLE_WORDS = (
 )
 
 
+def looks_like_secret_query_key(key: str) -> bool:
+    """True for query parameters whose value redaction takes out (`access_token`, `sig`...)."""
+    lower = key.lower()
+    return any(word in lower for word in _SECRET_QUERY_WORDS)
+
+
 def looks_like_secret_name(name: str) -> bool:
     """True for variable names that hold credentials by convention (`SLACK_WEBHOOK_URL`...)."""
     upper = name.upper()
@@ -162,7 +168,7 @@ class Redactor:
 
 def _redact_query_pair(pair: str) -> str:
     key, separator, _ = pair.partition("=")
-    if separator and any(word in key.lower() for word in _SECRET_QUERY_WORDS):
+    if separator and looks_like_secret_query_key(key):
         return f"{key}={REDACTED}"
     return pair
 

@@ -139,6 +139,25 @@ _REMEDY = (
 )
 
 
+def unsafe_code_file_as_root(
+    path: str, purpose: str = "refusing to load it into a process running as root"
+) -> str | None:
+    """Why using the file `path` in this process would be unsafe, or None (this process is
+    not root, or the file and every directory above it are root's alone): for what decides
+    what runs with the process's rights whatever the agent's user (an in-process executor, a
+    template). `purpose` says what is refused, in the message."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        _check_file(path, set())
+    except _Unsafe as refusal:
+        return (
+            f"{refusal}: {purpose}; make it and every directory above it root's alone "
+            "(chown root, chmod go-w)"
+        )
+    return None
+
+
 def files_run(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> list[str]:
     """The files `argv` makes the system execute or an interpreter read as its program:
     the program, its `#!` interpreter, and the interpreter's script, through wrappers."""

@@ -338,10 +338,13 @@ def _confined_argv(
     env: Mapping[str, str],
     identity: dict[str, Any],
     group: confinement.Cgroup,
-) -> list[str]:
+) -> tuple[list[str], dict[str, str]]:
     """`argv` started through the root stage that joins `group`, then (for `identity`) setpriv
-    to the script's user. The program is found here, on the script's PATH, so that a missing
-    one fails as it would unconfined, before anything starts."""
+    to the script's user, and the environment to start it with. The program is found here, on
+    the script's PATH, so that a missing one fails as it would unconfined, before anything
+    starts. For `identity`, the root stages get `env` without its loader variables (an agent
+    hook's `LD_PRELOAD` would run the agent's library as root); the script gets them back
+    after the drop (`confinement.after_drop`)."""
     program = _executable(argv[0], env)
     if not os.path.exists(program):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
@@ -351,12 +354,16 @@ def _confined_argv(
     if identity and not _user_may_execute(program, identity["user"], identity["group"]):
         # What exec would say as that user; setpriv would only exit with a code of its own.
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    root_env = dict(env)
     if identity:
         setpriv = confinement.find_setpriv()
         assert setpriv is not None  # _execution_group made no group without it
+        loaders = {k: v for k, v in env.items() if k != "PATH" and is_loader_variable(k)}
+        rest, carrier = confinement.after_drop(rest, loaders)
+        root_env = {k: v for k, v in env.items() if k not in loaders} | carrier
         user = ["--reuid", str(identity["user"]), "--regid", str(identity["group"])]
         rest = [setpriv, *user, "--clear-groups", "--", *rest]
-    return group.join_argv(rest)
+    return group.join_argv(rest), root_env
 
 
 def _user_may_execute(path: str, uid: int, gid: int) -> bool:
@@ -392,7 +399,7 @@ def _start(
     Raises OSError when it cannot start, ValueError for a NUL byte in an argument or
     variable."""
     if group is not None:
-        argv, identity = _confined_argv(argv, env, identity, group), {}
+        (argv, env), identity = _confined_argv(argv, env, identity, group), {}
     pipes: list[int] = []
     try:
         for _ in range(3):

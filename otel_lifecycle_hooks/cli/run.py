@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -149,6 +150,27 @@ def template_paths(given: list[str]) -> list[str]:
     return ["scion-agent.yaml"] if os.path.exists("scion-agent.yaml") else []
 
 
+def _unsafe_template_files(files: Sequence[str], user: str | None) -> str | None:
+    """Why a root supervisor serving an agent of another user must not use these template
+    files, or None. A template decides what runs as root (`run_as: root`) and where the
+    operator's credentials go: a file the agent's user could write or replace, itself or
+    through a directory above it, would let the agent decide that at the next `run`. The
+    ownership guard's rule: root's alone, every directory above it too."""
+    if os.geteuid() != 0 or not user:
+        return None
+    from ..actions.root_guard import unsafe_code_file_as_root
+
+    for path in files:
+        refusal = unsafe_code_file_as_root(
+            path,
+            "another user could rewrite what this supervisor runs as root, so the template "
+            f"is not used (the agent runs as {user})",
+        )
+        if refusal is not None:
+            return f"template {refusal}"
+    return None
+
+
 def run(args: argparse.Namespace | SimpleNamespace) -> int:
     # Start-up allocates everything at once (the SDK, the template, the engine), and the cyclic
     # garbage collector would rescan that growing heap many times over: about a tenth of a
@@ -198,6 +220,10 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
         template_user = args.user
     else:
         template_user = template.user
+    refusal = _unsafe_template_files(template.files, template_user)
+    if refusal is not None:
+        print(f"otel-lifecycle-hooks run: {refusal}", file=sys.stderr)
+        return 2
     options = SupervisorOptions(
         command=command,
         template=template,

@@ -22,6 +22,7 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, Status
 
 from .. import events as ev
 from ..actions.base import AttemptResult
+from ..actions.root_guard import unsafe_code_file_as_root
 from ..agent_env import agent_environment
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
@@ -567,6 +568,12 @@ class HookExecutor:
         """the-loop's local executor: its methods for this event's points, in-process."""
         from ..systems.the_loop import call_local
 
+        if hook.action.path:
+            # In-process: the supervisor's rights, root's when it is root. A file the agent's
+            # user could write would be the agent's code run as root.
+            refusal = unsafe_code_file_as_root(hook.action.path)
+            if refusal is not None:
+                return AttemptResult("permanent", 0.0, error_type="UnsafeScript", message=refusal)
         return call_local(
             hook.action, event.name, self._system_context(hook, event, session), timeout
         )

@@ -47,7 +47,7 @@ class JournalKeyError(ValueError):
 def journal_key(environ: Mapping[str, str]) -> bytes | None:
     """The journal key from `$LIFECYCLE_HOOKS_JOURNAL_KEY`, else from the file
     `$LIFECYCLE_HOOKS_JOURNAL_KEY_FILE` names; None when neither is set. A key file must be
-    readable by its owner only (the agent must not read it)."""
+    this process's user's own and readable by its owner only (the agent must not read it)."""
     text = environ.get(KEY_ENV, "")
     if text:
         key = text.strip().encode()
@@ -65,6 +65,13 @@ def journal_key(environ: Mapping[str, str]) -> bytes | None:
                 raise JournalKeyError(
                     f"{where}: a key file must be a regular file readable by its owner only "
                     f"(mode 0600 or 0400), not {stat.filemode(info.st_mode)}"
+                )
+            if info.st_uid != os.geteuid():
+                # Its owner may read the key, or write one of its own: an agent's user would
+                # then seal rows of its choosing.
+                raise JournalKeyError(
+                    f"{where}: a key file must be this process's user's own (uid "
+                    f"{os.geteuid()}), not uid {info.st_uid}'s"
                 )
             key = handle.read().strip()
     else:

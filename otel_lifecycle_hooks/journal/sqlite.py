@@ -33,12 +33,14 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..private_files import open_directory_path
 from . import rows as _rows
 from .liveness import LivenessClock, local_clock
 from .rows import (
@@ -415,7 +417,10 @@ class Journal:
     # -- internals --
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            self._check_root_may_open()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         # Created private before SQLite touches it: rows describe requests and failures.
         os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         db = sqlite3.connect(
@@ -437,6 +442,31 @@ class Journal:
             db.close()
             raise
         return db
+
+    def _check_root_may_open(self) -> None:
+        """As root, the journal's folder is reached without following a link another user
+        planted (and made only where root alone writes), and none of the names SQLite opens
+        (the file, `-wal`, `-shm`, `-journal`) may be anything but a regular file: SQLite
+        opens them by name and follows links, so a link the agent's user left in a folder it
+        can write would make root create or write a database wherever it points
+        (`/etc/ld.so.preload`, holding a path the agent wrote into a row). `PermissionError`
+        otherwise; the journal is then not kept (reported once) and hooks still run. In such a
+        folder a link swapped in while SQLite opens is not excluded: `run` warns about that
+        placement (journal/placement.py)."""
+        directory = open_directory_path(self.path.parent, make=True)
+        try:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    info = os.stat(self.path.name + suffix, dir_fd=directory, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    raise PermissionError(
+                        f"{self.path}{suffix} is not a regular file (a link, or another kind "
+                        "of file): as root, the journal is never opened through it"
+                    )
+        finally:
+            os.close(directory)
 
     def _run(
         self,

@@ -34,6 +34,7 @@ from ..engine.model import Execution
 from ..engine.recording import ExecutionWatcher
 from ..engine.session import AgentSession
 from ..template.model import RETRIED_EVENTS, Template
+from ..template.trust import is_loader_variable
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admission, Admitted, IngressCounts
 from .channel import SessionChannel, wants_http_route
@@ -732,6 +733,8 @@ class Supervisor:
             kwargs.update(user_process_options(self.options.user, env))
         if self._server is not None and self._channel is not None:  # HOME is the agent's now
             env.update(self._channel.open(self._server.path, env))
+        if self.options.user:
+            env, command = self._loaders_after_drop(env, command)
         # The agent dies with a killed supervisor, instead of running on unsupervised.
         argv, identity = die_with_parent(command, env, kwargs)
         group = self._confine_agent(identity)
@@ -740,6 +743,20 @@ class Supervisor:
             # the agent's own code runs: nothing it starts is ever outside the group.
             argv = group.join_argv(argv)
         return subprocess.Popen(argv, env=env, start_new_session=True, **identity)
+
+    @staticmethod
+    def _loaders_after_drop(
+        env: dict[str, str], command: Sequence[str]
+    ) -> tuple[dict[str, str], Sequence[str]]:
+        """The environment for the root stages that start an agent of another user (the
+        cgroup join, the launcher that drops to its user), and the command: the variables
+        that make the loader or a shell load code (`LD_PRELOAD` in the template's `env:`) are
+        given to the agent after the drop (`confinement.after_drop`), never seen as root."""
+        loaders = {k: v for k, v in env.items() if k != "PATH" and is_loader_variable(k)}
+        if not loaders:
+            return env, command
+        command, carrier = confinement.after_drop(command, loaders)
+        return {k: v for k, v in env.items() if k not in loaders} | carrier, command
 
     def _confine_agent(self, identity: Mapping[str, Any]) -> confinement.Cgroup | None:
         """The agent's cgroup (made now, after the groups of dead supervisors are swept); None

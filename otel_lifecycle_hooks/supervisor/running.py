@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine.recording import ExecutionWatcher
+from ..private_files import is_trusted_directory, open_directory_path, replace_file
 
 if TYPE_CHECKING:
     from ..engine.model import LifecycleEvent
@@ -60,18 +61,32 @@ class RunningFile(ExecutionWatcher):
 
     def remove(self) -> None:
         try:
-            self.path.unlink()
+            directory = open_directory_path(self.path.parent)
+        except OSError:
+            return
+        try:
+            os.unlink(self.path.name, dir_fd=directory)
         except OSError:
             pass
+        finally:
+            os.close(directory)
 
     def _write(self) -> None:
+        # The directory may be under a home another user can write (a root supervisor whose
+        # HOME is its agent's): reached link by link, and used only when no one else can
+        # change it; the file is made under a random name, exclusively, never through a link.
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            partial = self.path.with_suffix(".tmp")
-            partial.write_text(json.dumps(self.state), encoding="utf-8")
-            os.replace(partial, self.path)
+            directory = open_directory_path(self.path.parent, make=True)
         except OSError:  # status is a convenience: a read-only home must not stop a run
+            return
+        try:
+            if is_trusted_directory(directory):
+                data = json.dumps(self.state).encode("utf-8")
+                replace_file(directory, self.path.name, data, 0o600)
+        except OSError:
             pass
+        finally:
+            os.close(directory)
 
 
 def running_supervisors(environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:

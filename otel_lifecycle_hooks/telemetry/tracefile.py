@@ -34,6 +34,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ..private_files import is_trusted_directory, open_directory_path
+
 logger = logging.getLogger(__name__)
 
 TRACE_DIR_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_DIR"
@@ -277,8 +279,7 @@ class TraceFileExporter(SpanExporter):
             ]
             with self._lock:
                 if self._size is None:  # the first export
-                    self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    self._size = self.path.stat().st_size if self.path.exists() else 0
+                    self._size = self._current_size()
                 # A batch may hold more than the bound: it is split between files at a line.
                 pending: list[bytes] = []
                 for line in lines:
@@ -296,26 +297,63 @@ class TraceFileExporter(SpanExporter):
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
+    def _directory(self) -> int:
+        """A descriptor of the trace directory, made where missing (0700), reached without
+        following a link another user could have planted (a root supervisor's HOME may be
+        its agent's), and refused unless only this user or root can change it: what is
+        written there is never written through a name someone else put in it."""
+        directory = open_directory_path(self.path.parent, make=True)
+        if not is_trusted_directory(directory):
+            os.close(directory)
+            raise PermissionError(
+                f"{self.path.parent}: another user can change this directory; trace files "
+                "are written only where this user or root alone can"
+            )
+        return directory
+
+    def _current_size(self) -> int:
+        directory = self._directory()
+        try:
+            return os.stat(self.path.name, dir_fd=directory, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return 0
+        finally:
+            os.close(directory)
+
     def _append(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        # Opened again for every batch (the file may be rotated or removed meanwhile), so
+        # the directory is too (it may have been removed since the first export).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        directory = self._directory()
         try:
-            fd = os.open(self.path, flags, 0o600)
-        except FileNotFoundError:  # the directory was removed since the first export
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, flags, 0o600)
+            fd = os.open(self.path.name, flags | os.O_CLOEXEC, 0o600, dir_fd=directory)
+        finally:
+            os.close(directory)
         with os.fdopen(fd, "ab") as handle:
             handle.write(b"".join(lines))
 
     def _rotate(self) -> None:
         """`<name>.jsonl` becomes `.1`, `.1` becomes `.2`, ...; beyond `keep`, removed."""
-        rotated_path(self.path, self.keep + 1).unlink(missing_ok=True)
-        for number in range(self.keep, 0, -1):
-            older = self.path if number == 1 else rotated_path(self.path, number - 1)
-            if older.exists():
-                os.replace(older, rotated_path(self.path, number))
-        self.path.unlink(missing_ok=True)  # keep == 0: nothing is kept
+        directory = self._directory()
+        try:
+            name = self.path.name
+            _unlink_at(rotated_path(self.path, self.keep + 1).name, directory)
+            for number in range(self.keep, 0, -1):
+                older = name if number == 1 else rotated_path(self.path, number - 1).name
+                try:
+                    os.replace(
+                        older,
+                        rotated_path(self.path, number).name,
+                        src_dir_fd=directory,
+                        dst_dir_fd=directory,
+                    )
+                except FileNotFoundError:
+                    pass
+            _unlink_at(name, directory)  # keep == 0: nothing is kept
+        finally:
+            os.close(directory)
         self._size = 0
 
     def shutdown(self) -> None:
@@ -323,3 +361,10 @@ class TraceFileExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True  # every export is written through before it returns
+
+
+def _unlink_at(name: str, directory: int) -> None:
+    try:
+        os.unlink(name, dir_fd=directory)
+    except FileNotFoundError:
+        pass

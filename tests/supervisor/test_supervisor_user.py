@@ -70,8 +70,13 @@ def shared_dir() -> Iterator[Path]:
 
 @pytest.mark.parametrize("how", ["flag", "template"])
 def test_the_agent_and_its_hooks_run_as_the_named_user(
-    unprivileged_user: pwd.struct_passwd, shared_dir: Path, target_server: TargetServer, how: str
+    unprivileged_user: pwd.struct_passwd,
+    shared_dir: Path,
+    target_server: TargetServer,
+    how: str,
+    tmp_path: Path,
 ) -> None:
+    template_dir = tmp_path
     python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if python is None:
         pytest.skip("no system python3 for the unprivileged agent")
@@ -92,6 +97,9 @@ def test_the_agent_and_its_hooks_run_as_the_named_user(
             + script_hook("whoami", ["post-start"], record_identity, blocking="true"),
             extra=f"user: {user}\n" if how == "template" else "",
         )
+        # The template stays root's alone: in the shared 0777 folder any user could replace
+        # it, and a root run for another user's agent refuses such a template.
+        template = Path(shutil.move(template, template_dir / template.name))
         options = ["--user", user] if how == "flag" else []
         run = space.start(
             template,
