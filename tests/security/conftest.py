@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import pwd
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +85,18 @@ def workspace(tmp_path: Path) -> Iterator[HostileWorkspace]:
     space = HostileWorkspace(tmp_path)
     yield space
     space.cleanup()
+
+
+@pytest.fixture
+def agent_dir() -> Iterator[Path]:
+    """A directory the agent (nobody) owns, on a path it can reach (pytest's own temporary
+    directories are root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="olh-agent-"))
+    nobody = pwd.getpwnam("nobody")
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,29 +59,6 @@ HOOKS = """\
       type: http
       url: "{base}/query?access_token=${{GH_PAT}}"
 """
-
-
-@pytest.fixture
-def agent_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="olh-agent-env-"))
-    nobody = pwd.getpwnam("nobody")
-    os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
-@pytest.fixture
-def target() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
 
 
 def test_credentials_in_headers_userinfo_and_query_never_reach_the_agent(

@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,23 +54,6 @@ HOOKS = """\
       url: "{base}/comment"
       auth: {{type: bearer-token, token_env: GITHUB_TOKEN}}
 """
-
-
-@pytest.fixture
-def agent_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="olh-agent-env-"))
-    nobody = pwd.getpwnam("nobody")
-    os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
 
 
 def dumped_environment(

@@ -82,13 +82,6 @@ def places() -> Iterator[dict[str, Path]]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
 def test_a_template_the_agent_can_replace_never_runs_its_hooks_as_root(
     workspace: Workspace, places: dict[str, Path]
 ) -> None:

@@ -20,12 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pwd
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -107,24 +104,6 @@ elif journal:
     db.commit()
     db.close()
 """
-
-
-@pytest.fixture
-def agent_dir() -> Iterator[Path]:
-    """A directory the agent (nobody) owns, on a path it can reach."""
-    path = Path(tempfile.mkdtemp(prefix="olh-agent-"))
-    nobody = pwd.getpwnam("nobody")
-    os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
 
 
 @pytest.fixture

@@ -54,13 +54,6 @@ def places() -> Iterator[dict[str, Path]]:
     shutil.rmtree(markers, ignore_errors=True)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
 def test_an_executor_file_the_agent_can_write_is_never_imported_as_root(
     workspace: Workspace, places: dict[str, Path]
 ) -> None:

@@ -39,13 +39,6 @@ def agents_key() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
 def test_a_key_file_the_agent_owns_seals_nothing(workspace: Workspace, agents_key: Path) -> None:
     template = workspace.template(
         "  - name: noop\n    on: [post-start]\n    action:\n      type: script\n"

@@ -8,10 +8,6 @@ gets a budget of its own, so the farewell is delivered, with the lost session's 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from tests.security.test_recovery_exactly_once import agent, sigkill
 from tests.supervisor.supervised import Workspace, wait_until
@@ -40,13 +36,6 @@ HOOKS = """\
       url: "{base}/register"
       body: '{{"session": "${{SESSION_ID}}"}}'
 """
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
 
 
 def sessions(receiver: TargetServer, path: str) -> list[str]:

@@ -30,13 +30,6 @@ HOOKS = (("register", "post-start"), ("deregister", "pre-stop"), ("farewell", "s
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
-@pytest.fixture
 def receiver() -> Iterator[TargetServer]:
     with TargetServer() as server:
         yield server

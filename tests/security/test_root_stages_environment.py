@@ -73,13 +73,6 @@ def markers() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
 def test_an_agent_hooks_ld_preload_never_reaches_a_root_stage(
     workspace: Workspace, agent_dir: Path, markers: Path
 ) -> None:

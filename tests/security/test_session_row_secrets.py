@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from contextlib import closing
-from pathlib import Path
-
-import pytest
 
 from otel_lifecycle_hooks.journal import Journal
 from tests.supervisor.supervised import Workspace
@@ -31,13 +27,6 @@ HOOK = """\
       url: "{url}"
       body: '{{"callback": "${{CALLBACK_URL}}", "mirror": "${{MIRROR_PASSWORD}}", "region": "${{REGION}}"}}'
 """
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
 
 
 def test_url_userinfo_secret_query_values_and_secret_names_are_not_journaled(

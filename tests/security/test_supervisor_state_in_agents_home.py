@@ -78,13 +78,6 @@ def places() -> Iterator[dict[str, Path]]:
     shutil.rmtree(root_only, ignore_errors=True)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
 def test_links_the_agent_plants_under_its_home_are_never_followed_by_root(
     workspace: Workspace, places: dict[str, Path]
 ) -> None:

@@ -51,13 +51,6 @@ def places() -> Iterator[dict[str, Path]]:
     shutil.rmtree(markers, ignore_errors=True)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    yield space
-    space.cleanup()
-
-
 def test_a_module_the_agent_left_in_the_working_directory_is_never_imported_as_root(
     workspace: Workspace, places: dict[str, Path]
 ) -> None:
