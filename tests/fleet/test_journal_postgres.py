@@ -172,12 +172,12 @@ def test_a_database_password_is_never_in_a_message(
     assert "s1" in spilled and "pw-canary" not in spilled
 
 
-def test_a_supervisors_reading_connection_is_closed_once_idle(
+def test_a_journal_holds_one_connection_at_most_and_none_once_idle(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from otel_lifecycle_hooks.journal import postgres
 
-    monkeypatch.setattr(postgres, "READER_IDLE", 0.2)
+    monkeypatch.setattr(postgres, "CONNECTION_IDLE", 0.2)
     database = postgres_url.rsplit("/", 1)[1]
 
     def connections() -> int:
@@ -192,12 +192,15 @@ def test_a_supervisors_reading_connection_is_closed_once_idle(
     journal.open_session("s1", agent_id="a1")
     assert journal.flush(10)
     assert journal.unfinished_sessions() == []  # the start-up read
-    assert connections() == 2  # the writer's and the reader's
+    assert connections() == 1  # the writer's and the reader's, shared
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and connections() > 1:
+    while time.monotonic() < deadline and connections() > 0:
         time.sleep(0.1)
-    assert connections() == 1  # the writer's only
+    assert connections() == 0  # idle: none held
     assert journal.session("s1") is not None  # a later read reconnects
+    journal.heartbeat("s1")
+    assert journal.flush(10)  # and so does a later write
+    assert connections() <= 1
     journal.close()
 
 
