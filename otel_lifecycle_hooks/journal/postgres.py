@@ -255,7 +255,7 @@ class PostgresJournal:
         """Delete what `retention` no longer keeps, a chunk per transaction, on the reading
         connection (not through the write queue; never on a hook's path); how many
         executions went."""
-        from .retention import CHUNK_ROWS, never_stopped, apply
+        from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             *before, (last_sql, last_params) = batch

@@ -182,7 +182,7 @@ class Journal:
     ) -> int:
         """Delete what `retention` (a `retention.Retention`) no longer keeps, a chunk per
         transaction (hooks' writes take the lock between chunks); how many executions went."""
-        from .retention import CHUNK_ROWS, never_stopped, apply
+        from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             def run(db: sqlite3.Connection) -> int:
