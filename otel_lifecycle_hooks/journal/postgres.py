@@ -66,7 +66,10 @@ BATCH_WINDOW = 0.1
 CLOSE_TIMEOUT = 5.0  # seconds `close` waits for the queue to be written
 BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (database up)
 ADOPTED_WAIT = 3.0  # seconds recovery waits for adopted spill files to be written
-CONNECTION_IDLE = 10.0  # seconds after which the unused connection is closed
+# Seconds after which the unused connection is closed: longer than the default heartbeat
+# (10 s), so that a running supervisor keeps its one connection rather than reopening it at
+# every beat; one with nothing to write (or a command that read once) lets it go.
+CONNECTION_IDLE = 30.0
 CONNECT_TIMEOUT = 3  # seconds, for every connection
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts to reach a database that is down
 # Serialises migrations of one database across every process that opens it.
@@ -562,8 +565,8 @@ class PostgresJournal:
         while True:
             with self._cond:
                 while not (self._queue or self._held or self._closing or self._spilled_unwritten):
-                    self._cond.wait(CONNECTION_IDLE)
-                    self._release_idle_connection()
+                    if not self._cond.wait(CONNECTION_IDLE):  # nothing came meanwhile
+                        self._release_idle_connection()
                 window_ends = time.monotonic() + BATCH_WINDOW
                 while (
                     self._queue
