@@ -225,3 +225,27 @@ def test_a_row_the_database_refuses_is_reported_and_holds_up_no_other(
     assert written[0].message == "an agent's text with a NUL \ufffd in it"
     assert journal.refused == 1 and any("refused a write" in m for m in caplog.messages)
     journal.close()
+
+
+def test_a_heartbeating_journal_keeps_its_one_connection(postgres_url: str, tmp_path: Path) -> None:
+    database = postgres_url.rsplit("/", 1)[1]
+
+    def backends() -> set[int]:
+        with psycopg.connect(postgres_url) as db:
+            rows = db.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                " AND application_name = 'otel-lifecycle-hooks'",
+                (database,),
+            ).fetchall()
+        return {int(row[0]) for row in rows}
+
+    journal = PostgresJournal(postgres_url, spill_dir=tmp_path / "spill")
+    journal.open_session("s1", agent_id="a1")
+    seen: set[int] = set()
+    for beat in range(15):  # as a supervisor's heartbeat, faster
+        journal.heartbeat("s1", at=1000.0 + beat)
+        assert journal.flush(10)
+        seen |= backends()
+        time.sleep(0.1)
+    journal.close()
+    assert len(seen) == 1  # one connection throughout: not reopened at each beat
