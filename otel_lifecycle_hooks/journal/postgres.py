@@ -65,6 +65,7 @@ BATCH_ROWS = 500  # writes committed in one transaction
 BATCH_WINDOW = 0.1
 CLOSE_TIMEOUT = 5.0  # seconds `close` waits for the queue to be written
 BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (database up)
+RETENTION_YIELD = 1.0  # seconds a retention chunk waits for queued writes to go first
 ADOPTED_WAIT = 3.0  # seconds recovery waits for adopted spill files to be written
 # Seconds after which the unused connection is closed: longer than the default heartbeat
 # (10 s), so that a running supervisor keeps its one connection rather than reopening it at
@@ -261,6 +262,7 @@ class PostgresJournal:
         from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
+            self._wait_for_queue(RETENTION_YIELD)
             *before, (last_sql, last_params) = batch
             # One statement, so one transaction on the autocommit connection.
             steps = [f"step{n} AS ({sql} RETURNING 1)" for n, (sql, _) in enumerate(before)]
@@ -426,6 +428,18 @@ class PostgresJournal:
                     return False
                 self._cond.wait(left)
         return True
+
+    def _wait_for_queue(self, timeout: float) -> None:
+        """Wait up to `timeout` for the queued writes to be committed: a retention chunk on
+        the shared connection lets a hook's writes go first (an owed event's start waits for
+        its commit)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue and not self._db_down and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def _wait_for_adopted(self, timeout: float = ADOPTED_WAIT) -> None:
         """Recovery reads after the writes a killed supervisor left on this machine (the
