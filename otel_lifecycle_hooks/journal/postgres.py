@@ -256,9 +256,9 @@ class PostgresJournal:
         chunk: int | None = None,
         stopped: Callable[[], bool] | None = None,
     ) -> int:
-        """Delete what `retention` no longer keeps, a chunk per transaction, on the reading
-        connection (not through the write queue; never on a hook's path); how many
-        executions went."""
+        """Delete what `retention` no longer keeps, a chunk per transaction, on the journal's
+        connection between the writer's batches (not through the write queue; never on a
+        hook's path), until done or `stopped()`; how many executions went."""
         from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
@@ -494,8 +494,13 @@ class PostgresJournal:
             )
         for _, handle in self._held:  # not written: left, unlocked, for the next journal
             handle.close()
-        with self._db_lock:
-            self._drop_connection()
+        # A writer stuck in a statement (a database that stopped answering) keeps the lock:
+        # its connection is then left to the process's exit, never waited on here.
+        if self._db_lock.acquire(timeout=1.0):
+            try:
+                self._drop_connection()
+            finally:
+                self._db_lock.release()
 
     # -- writing --
 
