@@ -1,5 +1,5 @@
 """`reconcile --template T... [--journal URL] [--stale-after 60s] [--watch [--interval 10s]]
-[--dry-run] [--json]`
+[--concurrency N] [--dry-run] [--json]`
 
 Runs, from here, the owed pre-stop and session-end hooks of every session in the journal whose
 supervisor died: sessions that began post-start, never ended, were never recovered, and whose
@@ -21,7 +21,8 @@ environment (and SCION_* for agent metadata) or the template, never the journal;
 needing one this environment does not set is left alone, naming it. Secrets come from this
 process's environment, as they did from the agent's. Exactly once across any number of
 reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
-sent, and sends nothing. As root on a machine with cgroup v2, each pass also kills what the
+sent, and sends nothing. Up to --concurrency sessions (default 8) are recovered at once, each by
+one thread: a fleet's lost pods are not recovered one after another. As root on a machine with cgroup v2, each pass also kills what the
 agents of supervisors that died on this machine left running (their cgroups). Exit 0; 1 when
 the journal or template cannot be read; 2 on a bad option or no template named.
 """
@@ -35,6 +36,7 @@ import os
 import signal
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,8 @@ from ..variables import format_unix_timestamp
 log = logging.getLogger("otel_lifecycle_hooks.reconcile")
 
 DEFAULT_INTERVAL = "10s"
+DEFAULT_CONCURRENCY = 8  # sessions recovered at once: each waits mostly on its hooks' endpoints
+MAX_CONCURRENCY = 64
 
 
 def add_parser(subparsers: Any) -> None:
@@ -74,6 +78,13 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--agent", metavar="ID", help="only sessions of this agent id")
     parser.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help=f"sessions recovered at once (1 to {MAX_CONCURRENCY}; default {DEFAULT_CONCURRENCY})",
+    )
+    parser.add_argument(
         "--template", "-t", action="append", default=[], metavar="FILE",
         help="the agents' template files (parent first; default $LIFECYCLE_HOOKS_TEMPLATE): "
         "the only ones owed hooks are rendered from",
@@ -84,6 +95,14 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per session")
     add_journal_option(parser)
     parser.set_defaults(func=run)
+
+
+def _concurrency(text: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write a whole number of sessions from 1 to {MAX_CONCURRENCY}"
+        )
+    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
             if args.watch and not args.dry_run:
                 confinement.sweep_orphaned_groups(os.environ)
             for report in reconcile_pass(
-                journal, stale_after, args.agent, args.dry_run, template, key
-            ):
+                journal, stale_after, args.agent, args.dry_run, template, key,
+                concurrency=args.concurrency,
+            ):  # fmt: skip
                 print(json.dumps(report) if args.json else _line(report), flush=True)
             if not journal.healthy:
                 print(
@@ -172,72 +192,94 @@ def reconcile_pass(
     dry_run: bool,
     template: Any,
     key: bytes | None = None,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> list[dict[str, Any]]:
     """One pass over the journal's unfinished sessions, recovering with `template` those that
-    ran it and whose rows are sealed under `key`; a report per session acted on, refused or
-    left for another template (and, in a dry run, per session that would be, or is left
-    alone)."""
-    from ..journal.seal import unvouched
+    ran it and whose rows are sealed under `key`, up to `concurrency` at once; a report per
+    session acted on, refused or left for another template (and, in a dry run, per session
+    that would be, or is left alone), in the order the sessions started."""
     from ..supervisor import recovery
 
-    reports: list[dict[str, Any]] = []
     here = recovery.process_namespace()
     digests = recovery.template_digests(template)
     # The journal's clock, read before its rows: a heartbeat written meanwhile is only newer.
     # None: it cannot be read (the caller reports it), and nothing is judged.
     clock = journal.liveness_clock()
     if clock is None:
-        return reports
-    for row in journal.unfinished_sessions(agent_id):
-        gone, why = recovery.earlier_run_gone(
-            row, here=here, now=clock.now, stale_after=stale_after,
-            require_stale_heartbeat=True, alive_since=clock.alive_since,
-        )  # fmt: skip
-        base = {"session": row.session_id, "agent_id": row.agent_id, "agent": row.agent_name}
-        if not gone:
-            if dry_run:
-                reports.append({**base, "action": "left alone", "reason": why})
-            continue
-        refused = unvouched(key, row)
-        if refused:
-            # Nothing is sent and nothing claimed: a supervisor's own rows are sealed.
-            reports.append({**base, "action": "left alone", "reason": refused})
-            continue
-        other = recovery.other_template(row, digests)
-        if other:
-            # Not lost: it stays unfinished for a reconcile with its own template.
-            reports.append({**base, "action": "left alone", "reason": other})
-            continue
-        steered = _unsupplied(journal, row, template)
-        if steered:
-            # Nothing is sent and nothing claimed: it stays owed for a reconcile that sets them.
-            reports.append({**base, "action": "left alone", "reason": steered})
-            continue
-        if dry_run:
-            reports.append({**base, "action": "would recover", "hooks": _planned(row, template)})
-            continue
-        claimed, refused = recovery.claim_vouched(
-            journal, row, key, here, require_seal=True, now=clock.now
+        return []
+    rows = journal.unfinished_sessions(agent_id)
+
+    def one(row: Any) -> dict[str, Any] | None:
+        return _reconcile_session(
+            journal, row, stale_after, dry_run, template, key, here, digests, clock
         )
-        if refused:
-            reports.append({**base, "action": "left alone", "reason": refused})
-            continue
-        if claimed is None:
-            continue  # another reconciler (or run) has it
-        try:
-            done = _recover(journal, claimed, template)
-        except Exception as exc:  # noqa: BLE001 - one session's failure never stops the pass
-            log.error("session %s: recovery failed: %s", row.session_id, exc)
-            reports.append({**base, "action": "failed", "reason": str(exc)})
-            continue
-        if not done.failed:
-            reports.append({**base, "action": "recovered", "hooks": done.fired})
-            continue
-        # A hook that did not deliver is not done: the session stays owed (the next pass sends
-        # it again, with the same id) until it is given up after RECOVERY_PASSES passes.
-        action = "given up" if done.gave_up else "still owed"
-        reports.append({**base, "action": action, "hooks": done.fired, "failed": done.failed})
-    return reports
+
+    if concurrency <= 1 or len(rows) <= 1:
+        found = [one(row) for row in rows]
+    else:
+        # Claims are atomic (one UPDATE each), so sessions recovered side by side are each
+        # recovered once, as they are across reconcilers.
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="reconcile") as pool:
+            found = list(pool.map(one, rows))
+    return [report for report in found if report is not None]
+
+
+def _reconcile_session(
+    journal: Any,
+    row: Any,
+    stale_after: float,
+    dry_run: bool,
+    template: Any,
+    key: bytes | None,
+    here: Any,
+    digests: Any,
+    clock: Any,
+) -> dict[str, Any] | None:
+    """What a pass does with one unfinished session; its report, or None when there is
+    nothing to say (alive outside a dry run, or taken by another reconciler)."""
+    from ..journal.seal import unvouched
+    from ..supervisor import recovery
+
+    gone, why = recovery.earlier_run_gone(
+        row, here=here, now=clock.now, stale_after=stale_after,
+        require_stale_heartbeat=True, alive_since=clock.alive_since,
+    )  # fmt: skip
+    base = {"session": row.session_id, "agent_id": row.agent_id, "agent": row.agent_name}
+    if not gone:
+        return {**base, "action": "left alone", "reason": why} if dry_run else None
+    refused = unvouched(key, row)
+    if refused:
+        # Nothing is sent and nothing claimed: a supervisor's own rows are sealed.
+        return {**base, "action": "left alone", "reason": refused}
+    other = recovery.other_template(row, digests)
+    if other:
+        # Not lost: it stays unfinished for a reconcile with its own template.
+        return {**base, "action": "left alone", "reason": other}
+    steered = _unsupplied(journal, row, template)
+    if steered:
+        # Nothing is sent and nothing claimed: it stays owed for a reconcile that sets them.
+        return {**base, "action": "left alone", "reason": steered}
+    if dry_run:
+        return {**base, "action": "would recover", "hooks": _planned(row, template)}
+    claimed, refused = recovery.claim_vouched(
+        journal, row, key, here, require_seal=True, now=clock.now
+    )
+    if refused:
+        return {**base, "action": "left alone", "reason": refused}
+    if claimed is None:
+        return None  # another reconciler (or run) has it
+    try:
+        done = _recover(journal, claimed, template)
+    except Exception as exc:  # noqa: BLE001 - one session's failure never stops the pass
+        log.error("session %s: recovery failed: %s", row.session_id, exc)
+        return {**base, "action": "failed", "reason": str(exc)}
+    if not done.failed:
+        return {**base, "action": "recovered", "hooks": done.fired}
+    # A hook that did not deliver is not done: the session stays owed (the next pass sends it
+    # again, with the same id) until it is given up after RECOVERY_PASSES passes.
+    action = "given up" if done.gave_up else "still owed"
+    return {**base, "action": action, "hooks": done.fired, "failed": done.failed}
 
 
 def _unsupplied(journal: Any, row: Any, template: Any) -> str:

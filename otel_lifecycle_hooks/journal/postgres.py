@@ -21,8 +21,12 @@ and counted (`stats()["unconfirmed"]`), never dropped.
 `stats()` counts what did not go as written: write failures, writes refused, writes kept only
 in a spill file, spill files adopted, waits that ended before the commit (telemetry reads it).
 
-Reads (`history`, `reconcile`, recovery at start) and claims use their own connection and are
-made when asked: they are not on a hook's path.
+Reads (`history`, `reconcile`, recovery at start) and claims are made when asked: they are not
+on a hook's path. They and the writer share one connection, opened when first needed and
+closed once unused for `CONNECTION_IDLE`: a fleet of N supervisors holds at most N connections
+(none for a supervisor with nothing to write), and no session-level state is ever relied on
+(no server-side prepared statements, advisory locks only within a transaction, no LISTEN or
+SET), so a pooler in transaction mode (PgBouncer) can stand between them and the database.
 
 Heartbeats are stamped with the database's clock when they are committed, and queued (never
 spilled) while it is down; `liveness_clock` gives recoverers the database's now and the moment
@@ -41,7 +45,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -73,8 +77,12 @@ BATCH_ROWS = 500  # writes committed in one transaction
 BATCH_WINDOW = 0.1
 CLOSE_TIMEOUT = 5.0  # seconds `close` waits for the queue to be written
 BEGIN_EVENT_WAIT = 0.25  # seconds an owed event's start waits for its commit (database up)
+RETENTION_YIELD = 1.0  # seconds a retention chunk waits for queued writes to go first
 ADOPTED_WAIT = 3.0  # seconds recovery waits for adopted spill files to be written
-READER_IDLE = 10.0  # seconds after which an unused reading connection is closed
+# Seconds after which the unused connection is closed: longer than the default heartbeat
+# (10 s), so that a running supervisor keeps its one connection rather than reopening it at
+# every beat; one with nothing to write (or a command that read once) lets it go.
+CONNECTION_IDLE = 30.0
 CONNECT_TIMEOUT = 3  # seconds, for every connection
 # Between attempts to reach a database that is down: capped low, so that a supervisor's
 # queued heartbeat is in within seconds of the database's return (each delay jittered by up
@@ -221,9 +229,12 @@ class PostgresJournal:
         # until written and removed: another journal never takes a file that is held.
         self._held: list[tuple[Path, IO[str]]] = self._adopt_orphans()
         self._orphans = {path for path, _ in self._held}  # what `adopted` counts
-        self._read_lock = threading.Lock()
-        self._reader: Any = None
-        self._reader_used = 0.0  # monotonic time of its last read
+        # The one connection, shared by the writer and the readers: held under this lock for
+        # one transaction or one read at a time.
+        self._db_lock = threading.Lock()
+        self._db: Any = None
+        self._db_used = 0.0  # monotonic time of its last use
+        self._migrated = False  # the schema was checked once: later connections skip it
         self._writer = threading.Thread(target=self._write_loop, name="journal-pg", daemon=True)
         self._writer.start()
 
@@ -281,14 +292,19 @@ class PostgresJournal:
         return found[0]["id"] if found else None
 
     def apply_retention(
-        self, retention: Any, now: float | None = None, chunk: int | None = None
+        self,
+        retention: Any,
+        now: float | None = None,
+        chunk: int | None = None,
+        stopped: Callable[[], bool] | None = None,
     ) -> int:
-        """Delete what `retention` no longer keeps, a chunk per transaction, on the reading
-        connection (not through the write queue; never on a hook's path); how many
-        executions went."""
-        from .retention import CHUNK_ROWS, apply
+        """Delete what `retention` no longer keeps, a chunk per transaction, on the journal's
+        connection between the writer's batches (not through the write queue; never on a
+        hook's path), until done or `stopped()`; how many executions went."""
+        from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
+            self._wait_for_queue(RETENTION_YIELD)
             *before, (last_sql, last_params) = batch
             # One statement, so one transaction on the autocommit connection.
             steps = [f"step{n} AS ({sql} RETURNING 1)" for n, (sql, _) in enumerate(before)]
@@ -299,7 +315,7 @@ class PostgresJournal:
             )
             return int(found[0]["n"]) if found else 0
 
-        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS)
+        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS, stopped or never_stopped)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
@@ -547,6 +563,18 @@ class PostgresJournal:
                 self._cond.wait(left)
         return True
 
+    def _wait_for_queue(self, timeout: float) -> None:
+        """Wait up to `timeout` for the queued writes to be committed: a retention chunk on
+        the shared connection lets a hook's writes go first (an owed event's start waits for
+        its commit)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue and not self._db_down and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
     def _wait_for_adopted(self, timeout: float = ADOPTED_WAIT) -> None:
         """Recovery reads after the writes a killed supervisor left on this machine (the
         moments of its owed events) are in: otherwise it would claim new ones."""
@@ -618,11 +646,13 @@ class PostgresJournal:
             )
         for _, handle in self._held:  # not written: left, unlocked, for the next journal
             handle.close()
-        with self._read_lock:
-            if self._reader is not None:
-                with contextlib.suppress(Exception):
-                    self._reader.close()
-                self._reader = None
+        # A writer stuck in a statement (a database that stopped answering) keeps the lock:
+        # its connection is then left to the process's exit, never waited on here.
+        if self._db_lock.acquire(timeout=1.0):
+            try:
+                self._drop_connection()
+            finally:
+                self._db_lock.release()
 
     # -- writing --
 
@@ -704,13 +734,12 @@ class PostgresJournal:
         return adopted
 
     def _write_loop(self) -> None:
-        db: Any = None
         failures = 0
         while True:
             with self._cond:
                 while not (self._queue or self._held or self._closing or self._spilled_unwritten):
-                    self._cond.wait(READER_IDLE)
-                    self._release_idle_reader()
+                    if not self._cond.wait(CONNECTION_IDLE):  # nothing came meanwhile
+                        self._release_idle_connection()
                 window_ends = time.monotonic() + BATCH_WINDOW
                 while (
                     self._queue
@@ -728,25 +757,12 @@ class PostgresJournal:
                 replay_own = bool(not self._queue and adopted is None and self._spilled_unwritten)
                 batch = [self._queue[i] for i in range(min(BATCH_ROWS, len(self._queue)))]
             try:
-                if db is None:
-                    db = self._connect(autocommit=False)
-                if adopted is not None:
-                    self._write_file(db, adopted[0])
-                    adopted[0].unlink()
-                    adopted[1].close()
-                    with self._cond:
-                        self._held.pop(0)
-                        self._adopted += adopted[0] in self._orphans
-                        self._cond.notify_all()
-                elif replay_own:
-                    self._replay_own_spill(db)
-                else:
-                    self._write_batch(db, batch)
-                    with self._cond:
-                        for _ in batch:
-                            self._queue.popleft()
-                        self._committed += len(batch)
-                        self._cond.notify_all()
+                with self._db_lock:
+                    try:
+                        self._write_step(self._connection(), adopted, replay_own, batch)
+                    except BaseException:
+                        self._drop_connection()  # reopened at the next attempt
+                        raise
                 failures = 0
                 if self._db_down:
                     log.warning("execution journal %s reachable again", self.path)
@@ -768,13 +784,6 @@ class PostgresJournal:
                         self.path,
                         _first_line(exc),
                     )
-                if db is not None:
-                    with contextlib.suppress(Exception):
-                        db.close()
-                    db = None
-                # A database refusing connections ("too many clients") must not be kept from
-                # our writes by our own idle reading connection: a fleet of them deadlocks.
-                self._release_idle_reader(idle_for=0.0)
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
                 delay *= 1.0 - random.random() / 4
                 if urgent:
@@ -784,9 +793,28 @@ class PostgresJournal:
                     if self._closing:
                         break
                     self._cond.wait(delay)
-        if db is not None:
-            with contextlib.suppress(Exception):
-                db.close()
+
+    def _write_step(
+        self, db: Any, adopted: tuple[Path, IO[str]] | None, replay_own: bool, batch: list[_Write]
+    ) -> None:
+        """One step of the writer: an adopted file, our own spill file, or a queued batch."""
+        if adopted is not None:
+            self._write_file(db, adopted[0])
+            adopted[0].unlink()
+            adopted[1].close()
+            with self._cond:
+                self._held.pop(0)
+                self._adopted += adopted[0] in self._orphans
+                self._cond.notify_all()
+        elif replay_own:
+            self._replay_own_spill(db)
+        else:
+            self._write_batch(db, batch)
+            with self._cond:
+                for _ in batch:
+                    self._queue.popleft()
+                self._committed += len(batch)
+                self._cond.notify_all()
 
     def _write_batch(self, db: Any, batch: Sequence[_Write]) -> None:
         """One transaction for the batch. A write the database refuses (not a connection
@@ -862,12 +890,10 @@ class PostgresJournal:
     # -- reading --
 
     def _select(self, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
-        with self._read_lock:
+        with self._db_lock:
             try:
-                self._reader_used = time.monotonic()
-                if self._reader is None:
-                    self._reader = self._connect(autocommit=True)
-                with self._reader.cursor() as cursor:
+                db = self._connection()
+                with db.cursor() as cursor:
                     cursor.execute(_sql(sql), list(params))
                     rows = list(cursor.fetchall()) if cursor.description else []
                 self._healthy = True  # a database that was down answers again
@@ -876,27 +902,37 @@ class PostgresJournal:
                 log.error("execution journal %s: could not read: %s", self.path, _first_line(exc))
                 self._healthy = False
                 self._outage_seen = True
-                if self._reader is not None:
-                    with contextlib.suppress(Exception):
-                        self._reader.close()
-                self._reader = None
+                self._drop_connection()
                 return []
 
-    def _release_idle_reader(self, idle_for: float = READER_IDLE) -> None:
-        """A supervisor reads only at start: its reading connection is not held for the whole
-        session (a fleet's agents would hold twice the connections they need)."""
-        if self._reader is None or time.monotonic() - self._reader_used < idle_for:
-            return
-        if self._read_lock.acquire(blocking=False):
-            try:
-                if self._reader is not None:
-                    with contextlib.suppress(Exception):
-                        self._reader.close()
-                    self._reader = None
-            finally:
-                self._read_lock.release()
+    def _connection(self) -> Any:
+        """The shared connection, opened if need be; the caller holds `_db_lock`."""
+        self._db_used = time.monotonic()
+        if self._db is None:
+            self._db = self._connect()
+        return self._db
 
-    def _connect(self, *, autocommit: bool) -> Any:
+    def _drop_connection(self) -> None:
+        """Close the shared connection (failed, idle, or the journal closing); the caller
+        holds `_db_lock`."""
+        if self._db is not None:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            self._db = None
+
+    def _release_idle_connection(self) -> None:
+        """A supervisor writes a heartbeat now and then and reads only at start: a connection
+        unused for `CONNECTION_IDLE` is closed, and opened again when next needed."""
+        if self._db is None or time.monotonic() - self._db_used < CONNECTION_IDLE:
+            return
+        if self._db_lock.acquire(blocking=False):
+            try:
+                if time.monotonic() - self._db_used >= CONNECTION_IDLE:
+                    self._drop_connection()
+            finally:
+                self._db_lock.release()
+
+    def _connect(self) -> Any:
         import psycopg
         from psycopg.rows import dict_row
 
@@ -910,12 +946,15 @@ class PostgresJournal:
             # front of the database then works as it is.
             prepare_threshold=None,
         )
-        try:
-            _migrate(db)
-        except Exception:
-            db.close()
-            raise
-        db.autocommit = autocommit
+        if not self._migrated:
+            try:
+                _migrate(db)
+            except Exception:
+                db.close()
+                raise
+            self._migrated = True
+        # Autocommit: a read is its own transaction, a write batch opens one (`transaction()`);
+        # none is left open between uses, as a pooler in transaction mode requires.
         return db
 
 

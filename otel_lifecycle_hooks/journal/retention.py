@@ -16,7 +16,14 @@ written during one pass. Passes run on a thread of their own (indexed DELETEs of
 behind a large first pass), on SQLite and PostgreSQL alike; `history` honours it as it
 reads, so rows past the limits are never shown even before a supervisor deletes them. An
 execution goes with its attempts; a session row goes once it ended (or was recovered) and is
-older than the age limit, never while its hooks may still be owed.
+older than the age limit or beyond the newest that many sessions (the row bound applies to
+sessions too, so that the default keeps a fleet's sessions table bounded), never while its
+hooks may still be owed.
+
+A pass that is cut short (a short `run` exits, the database goes away) loses nothing: every
+chunk is its own transaction and each pass deletes what is past the limits then, so the next
+pass, in this process or the next one, carries on where it stopped. `RetentionKeeper.stop`
+lets the chunk under way finish and starts no other.
 """
 
 from __future__ import annotations
@@ -127,11 +134,26 @@ CHUNK_ROWS = 2000  # executions deleted per transaction: a writer never waits lo
 
 # Runs statements in one transaction; the row count of the last.
 Execute = Callable[[list[tuple[str, tuple[Any, ...]]]], int]
+# Sessions retention may delete: their supervisor ended them, or a recovery finished them.
+_FINISHED = "(ended_at IS NOT NULL OR recovered_at IS NOT NULL)"
+_NTH_NEWEST_SESSION = "SELECT started_at FROM sessions ORDER BY started_at DESC LIMIT 1 OFFSET ?"
 
 
-def apply(retention: Retention, now: float, execute: Execute, chunk: int = CHUNK_ROWS) -> int:
+def never_stopped() -> bool:
+    """A pass nobody stops: it runs until nothing is past the limits."""
+    return False
+
+
+def apply(
+    retention: Retention,
+    now: float,
+    execute: Execute,
+    chunk: int = CHUNK_ROWS,
+    stopped: Callable[[], bool] = never_stopped,
+) -> int:
     """Delete what `retention` no longer keeps at `now`, `chunk` executions (with their
-    attempts) per call of `execute`, each its own transaction; how many executions went."""
+    attempts), then `chunk` finished sessions, per call of `execute`, each its own
+    transaction, until nothing is left or `stopped()`; how many executions went."""
     removed = 0
     for condition, params in _conditions(retention, now):
         oldest = f"SELECT id FROM executions WHERE {condition} ORDER BY id LIMIT ?"
@@ -149,22 +171,33 @@ def apply(retention: Retention, now: float, execute: Execute, chunk: int = CHUNK
                 ]
             )
             removed += gone
+            if gone < chunk or stopped():
+                break
+        if stopped():
+            return removed
+    for condition, params in _session_conditions(retention, now):
+        oldest = (
+            f"SELECT session_id FROM sessions WHERE {condition} AND {_FINISHED}"
+            " ORDER BY started_at LIMIT ?"
+        )
+        while not stopped():
+            gone = execute(
+                [(f"DELETE FROM sessions WHERE session_id IN ({oldest})", (*params, chunk))]
+            )
             if gone < chunk:
                 break
+    return removed
+
+
+def _session_conditions(retention: Retention, now: float) -> list[tuple[str, tuple[Any, ...]]]:
+    conditions: list[tuple[str, tuple[Any, ...]]] = []
     cutoff = retention.cutoff(now)
     if cutoff is not None:
-        execute(
-            [
-                (
-                    (
-                        "DELETE FROM sessions WHERE started_at < ?"
-                        " AND (ended_at IS NOT NULL OR recovered_at IS NOT NULL)"
-                    ),
-                    (cutoff,),
-                )
-            ]
-        )
-    return removed
+        conditions.append(("started_at < ?", (cutoff,)))
+    if retention.max_rows is not None:
+        # Older than the newest `max_rows` sessions (none when there are fewer: NULL).
+        conditions.append((f"started_at < ({_NTH_NEWEST_SESSION})", (retention.max_rows - 1,)))
+    return conditions
 
 
 def _conditions(retention: Retention, now: float) -> list[tuple[str, tuple[Any, ...]]]:
@@ -230,7 +263,9 @@ class RetentionKeeper:
             with self._count_lock:
                 self._written = 0
             try:
-                removed = self._journal.apply_retention(self._retention)
+                removed = self._journal.apply_retention(
+                    self._retention, stopped=self._stopped.is_set
+                )
                 if removed:
                     log.info(
                         "journal retention %s: %d executions removed",

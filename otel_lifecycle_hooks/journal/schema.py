@@ -119,6 +119,19 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         4,
         ("ALTER TABLE sessions ADD COLUMN seal TEXT",),
     ),
+    (
+        # A fleet's journal: the sessions still owed (what `reconcile` and every start-up read
+        # look for) found through a partial index of them alone, not a scan of every session
+        # a fleet ever ran; and sessions by age, which retention deletes oldest first.
+        5,
+        (
+            (
+                "CREATE INDEX IF NOT EXISTS sessions_unfinished ON sessions (started_at)"
+                " WHERE ended_at IS NULL AND recovered_at IS NULL"
+            ),
+            "CREATE INDEX IF NOT EXISTS sessions_by_start ON sessions (started_at)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

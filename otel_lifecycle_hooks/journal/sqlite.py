@@ -178,11 +178,15 @@ class Journal:
         return _rows.read_session_counts(self._select, session_ids)
 
     def apply_retention(
-        self, retention: Any, now: float | None = None, chunk: int | None = None
+        self,
+        retention: Any,
+        now: float | None = None,
+        chunk: int | None = None,
+        stopped: Callable[[], bool] | None = None,
     ) -> int:
         """Delete what `retention` (a `retention.Retention`) no longer keeps, a chunk per
         transaction (hooks' writes take the lock between chunks); how many executions went."""
-        from .retention import CHUNK_ROWS, apply
+        from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             def run(db: sqlite3.Connection) -> int:
@@ -199,7 +203,7 @@ class Journal:
 
             return self._run("apply retention", run, 0)
 
-        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS)
+        return apply(retention, _now(now), execute, chunk or CHUNK_ROWS, stopped or never_stopped)
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         """The execution with this id, if any."""

@@ -172,12 +172,12 @@ def test_a_database_password_is_never_in_a_message(
     assert "s1" in spilled and "pw-canary" not in spilled
 
 
-def test_a_supervisors_reading_connection_is_closed_once_idle(
+def test_a_journal_holds_one_connection_at_most_and_none_once_idle(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from otel_lifecycle_hooks.journal import postgres
 
-    monkeypatch.setattr(postgres, "READER_IDLE", 0.2)
+    monkeypatch.setattr(postgres, "CONNECTION_IDLE", 0.2)
     database = postgres_url.rsplit("/", 1)[1]
 
     def connections() -> int:
@@ -192,12 +192,15 @@ def test_a_supervisors_reading_connection_is_closed_once_idle(
     journal.open_session("s1", agent_id="a1")
     assert journal.flush(10)
     assert journal.unfinished_sessions() == []  # the start-up read
-    assert connections() == 2  # the writer's and the reader's
+    assert connections() == 1  # the writer's and the reader's, shared
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and connections() > 1:
+    while time.monotonic() < deadline and connections() > 0:
         time.sleep(0.1)
-    assert connections() == 1  # the writer's only
+    assert connections() == 0  # idle: none held
     assert journal.session("s1") is not None  # a later read reconnects
+    journal.heartbeat("s1")
+    assert journal.flush(10)  # and so does a later write
+    assert connections() <= 1
     journal.close()
 
 
@@ -222,3 +225,27 @@ def test_a_row_the_database_refuses_is_reported_and_holds_up_no_other(
     assert written[0].message == "an agent's text with a NUL \ufffd in it"
     assert journal.refused == 1 and any("refused a write" in m for m in caplog.messages)
     journal.close()
+
+
+def test_a_heartbeating_journal_keeps_its_one_connection(postgres_url: str, tmp_path: Path) -> None:
+    database = postgres_url.rsplit("/", 1)[1]
+
+    def backends() -> set[int]:
+        with psycopg.connect(postgres_url) as db:
+            rows = db.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                " AND application_name = 'otel-lifecycle-hooks'",
+                (database,),
+            ).fetchall()
+        return {int(row[0]) for row in rows}
+
+    journal = PostgresJournal(postgres_url, spill_dir=tmp_path / "spill")
+    journal.open_session("s1", agent_id="a1")
+    seen: set[int] = set()
+    for beat in range(15):  # as a supervisor's heartbeat, faster
+        journal.heartbeat("s1", at=1000.0 + beat)
+        assert journal.flush(10)
+        seen |= backends()
+        time.sleep(0.1)
+    journal.close()
+    assert len(seen) == 1  # one connection throughout: not reopened at each beat
