@@ -109,8 +109,10 @@ def start_fleet(
         )
         for index in range(count)
     ]
+    # Sessions, not requests: on a busy machine a registration may be retried after a slow
+    # answer, and a second request of one session must not hide the last session's first.
     wait_until(
-        lambda: len(deliveries(receiver, "/register")) == count,
+        lambda: len({body(r)["session"] for r in deliveries(receiver, "/register")}) == count,
         timeout=240,
         what="every supervisor's registration",
     )
