@@ -235,31 +235,32 @@ def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
 def heartbeat_interval(environ: Mapping[str, str]) -> float:
     """`$LIFECYCLE_HOOKS_HEARTBEAT` (or the older `$OTEL_LIFECYCLE_HOOKS_HEARTBEAT`), a
     duration, else 10 s."""
-    text = environ.get(HEARTBEAT_ENV.removeprefix("OTEL_")) or environ.get(HEARTBEAT_ENV)
-    if not text:
-        return DEFAULT_HEARTBEAT
-    from ..template.durations import DurationError, parse_duration
-
-    try:
-        return max(0.05, parse_duration(text))
-    except DurationError as exc:
-        log.warning("%s: %s; using %gs", HEARTBEAT_ENV, exc, DEFAULT_HEARTBEAT)
-        return DEFAULT_HEARTBEAT
+    name = HEARTBEAT_ENV.removeprefix("OTEL_")
+    text = environ.get(name) or environ.get(HEARTBEAT_ENV)
+    return _duration_setting(HEARTBEAT_ENV, text, DEFAULT_HEARTBEAT, floor=0.05)
 
 
 def registration_wait(environ: Mapping[str, str]) -> float:
     """`$LIFECYCLE_HOOKS_REGISTRATION_WAIT`, a duration (`0` sends at once), else 30 s: how long
     post-start waits for the session row to reach a shared journal."""
     text = environ.get(REGISTRATION_WAIT_ENV)
+    if text is not None and text.strip() == "0":
+        return 0.0  # the documented "do not wait", which a duration would want as `0s`
+    return _duration_setting(REGISTRATION_WAIT_ENV, text, DEFAULT_REGISTRATION_WAIT, floor=0.0)
+
+
+def _duration_setting(name: str, text: str | None, default: float, floor: float) -> float:
+    """A duration setting's seconds (at least `floor`); `default` when unset, or unreadable
+    (then said once in the log)."""
     if not text:
-        return DEFAULT_REGISTRATION_WAIT
+        return default
     from ..template.durations import DurationError, parse_duration
 
     try:
-        return max(0.0, parse_duration(text))
+        return max(floor, parse_duration(text))
     except DurationError as exc:
-        log.warning("%s: %s; using %gs", REGISTRATION_WAIT_ENV, exc, DEFAULT_REGISTRATION_WAIT)
-        return DEFAULT_REGISTRATION_WAIT
+        log.warning("%s: %s; using %gs", name, exc, default)
+        return default
 
 
 def session_lock_dir(environ: Mapping[str, str]) -> Path:

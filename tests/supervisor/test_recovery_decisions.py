@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from otel_lifecycle_hooks.journal import ExecutionRow, SessionRow, journal_location
+from otel_lifecycle_hooks.supervisor import recovery
 from otel_lifecycle_hooks.supervisor.recovery import (
     earlier_run_gone,
     owed_events,
@@ -203,3 +204,14 @@ def test_a_template_that_writes_a_secret_literally_is_journaled_by_path_and_hash
     assert other_template(row, template_digests(loaded)) == ""
     path.write_text(path.read_text() + "\n# changed since\n")
     assert "it ran another template" in other_template(row, template_digests(loaded))
+
+
+def test_the_heartbeat_and_registration_wait_settings_are_durations_with_their_defaults() -> None:
+    assert recovery.heartbeat_interval({}) == recovery.DEFAULT_HEARTBEAT
+    assert recovery.heartbeat_interval({"LIFECYCLE_HOOKS_HEARTBEAT": "2s"}) == 2.0
+    assert recovery.heartbeat_interval({"OTEL_LIFECYCLE_HOOKS_HEARTBEAT": "500ms"}) == 0.5
+    assert recovery.heartbeat_interval({"LIFECYCLE_HOOKS_HEARTBEAT": "1ms"}) == 0.05  # floor
+    assert recovery.heartbeat_interval({"LIFECYCLE_HOOKS_HEARTBEAT": "soon"}) == 10.0
+    assert recovery.registration_wait({}) == recovery.DEFAULT_REGISTRATION_WAIT
+    assert recovery.registration_wait({"LIFECYCLE_HOOKS_REGISTRATION_WAIT": "0"}) == 0.0
+    assert recovery.registration_wait({"LIFECYCLE_HOOKS_REGISTRATION_WAIT": "-"}) == 30.0
