@@ -45,18 +45,9 @@ DEFAULT_ROWS = parse_retention(DEFAULT_RETENTION).max_rows or 0
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    space.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
-    space.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "1s"
-    yield space
-    space.cleanup()
-
-
-@pytest.fixture
-def receiver() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
+def heartbeat() -> str:
+    """These supervisors beat once a second (the fleet conftest's default is 200 ms)."""
+    return "1s"
 
 
 class ConnectionCounter:

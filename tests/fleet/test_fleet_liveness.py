@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,18 +35,9 @@ CLI = [sys.executable, "-m", "otel_lifecycle_hooks"]
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    space.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
-    space.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "1s"
-    yield space
-    space.cleanup()
-
-
-@pytest.fixture
-def receiver() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
+def heartbeat() -> str:
+    """These supervisors beat once a second (the fleet conftest's default is 200 ms)."""
+    return "1s"
 
 
 def start_in_namespace(workspace: Workspace, template: Path, command: list[str], name: str) -> Run:

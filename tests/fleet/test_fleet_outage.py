@@ -8,10 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from otel_lifecycle_hooks.journal.postgres import PostgresJournal
 from tests.fleet.fleet import (
@@ -30,15 +26,6 @@ from tests.support.postgres import PostgresServer
 from tests.support.target_server import Reply, TargetServer
 
 PER_PHASE = 20
-
-
-@pytest.fixture
-def workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    space.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
-    space.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "200ms"
-    yield space
-    space.cleanup()
 
 
 def test_postgres_down_mid_session_delays_no_hook_and_loses_no_row(

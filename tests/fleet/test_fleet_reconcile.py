@@ -12,31 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from otel_lifecycle_hooks.variables import format_unix_timestamp
 from tests.fleet.fleet import deliveries, fleet_template, hook_ids, kill_with_agent, query
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
-
-
-@pytest.fixture
-def workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    space.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
-    space.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "200ms"
-    yield space
-    space.cleanup()
-
-
-@pytest.fixture
-def receiver() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
-
 
 RECONCILE = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile"]
 

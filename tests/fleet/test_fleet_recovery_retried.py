@@ -8,10 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from otel_lifecycle_hooks.supervisor.recovery import RECOVERY_PASSES
 from tests.fleet.fleet import (
@@ -28,15 +25,6 @@ from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 
 RECONCILE = [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile"]
-
-
-@pytest.fixture
-def workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    space = Workspace(tmp_path)
-    space.env["OTEL_LIFECYCLE_HOOKS_JOURNAL"] = postgres_url
-    space.env["OTEL_LIFECYCLE_HOOKS_HEARTBEAT"] = "200ms"
-    yield space
-    space.cleanup()
 
 
 def reconcile_pass(workspace: Workspace, template: Path) -> str:

@@ -54,6 +54,16 @@ def wire_line(obj: Any) -> bytes:
     return json.dumps(obj).encode() + b"\n"
 
 
+def tool_start_flood(count: int) -> bytes:
+    """`count` tool-start lines, each naming its own tool (t0, t1, ...)."""
+    return b"".join(
+        wire_line(
+            {"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": f"t{n}"}}
+        )
+        for n in range(count)
+    )
+
+
 class HostileWorkspace(Workspace):
     """A supervisor workspace whose agent writes what the test tells it to."""
 
@@ -95,6 +105,15 @@ def agent_dir() -> Iterator[Path]:
     nobody = pwd.getpwnam("nobody")
     os.chown(path, nobody.pw_uid, nobody.pw_gid)
     path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def markers() -> Iterator[Path]:
+    """Where an attack's code leaves its marker if it ran, whoever it ran as (sticky, 1777)."""
+    path = Path(tempfile.mkdtemp(prefix="olh-markers-"))
+    path.chmod(0o1777)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -20,7 +20,7 @@ import pytest
 from otel_lifecycle_hooks.hooklog import HookLog, rotated_log_path
 from otel_lifecycle_hooks.journal import ExecutionRow, Journal, open_journal
 from otel_lifecycle_hooks.journal.retention import RetentionKeeper, parse_retention
-from tests.security.conftest import HostileWorkspace, wire_line
+from tests.security.conftest import HostileWorkspace, tool_start_flood, wire_line
 from tests.supervisor.supervised import wait_until
 from tests.support.postgres import PostgresServer, ensure_installed
 from tests.support.target_server import TargetServer
@@ -72,12 +72,7 @@ def test_a_flood_keeps_the_hook_log_and_the_journal_under_their_bounds(
         "      type: http\n"
         f'      url: "{target.url("/done")}"\n'
     )
-    flood = b"".join(
-        wire_line(
-            {"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": f"t{n}"}}
-        )
-        for n in range(FLOOD)
-    )
+    flood = tool_start_flood(FLOOD)
     done = wire_line({"v": 1, "kind": "status", "status": "task_completed", "message": "end"})
     run = workspace.start(
         template,

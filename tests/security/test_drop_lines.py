@@ -10,7 +10,7 @@ import signal
 import threading
 
 from otel_lifecycle_hooks.supervisor.report import DROP_LINE_EVERY
-from tests.security.conftest import HostileWorkspace, wire_line
+from tests.security.conftest import HostileWorkspace, tool_start_flood, wire_line
 from tests.supervisor.supervised import wait_until
 from tests.support.target_server import Reply, TargetServer
 
@@ -43,12 +43,7 @@ def test_a_flood_of_drops_writes_one_line_per_thousand(
         "      type: http\n"
         f'      url: "{target.url("/done")}"\n'
     )
-    flood = b"".join(
-        wire_line(
-            {"v": 1, "kind": "event", "event": "tool-start", "fields": {"TOOL_NAME": f"t{n}"}}
-        )
-        for n in range(FLOOD)
-    )
+    flood = tool_start_flood(FLOOD)
     done = wire_line({"v": 1, "kind": "status", "status": "task_completed", "message": "end"})
     run = workspace.start(template, workspace.hostile_command(sends=[flood, done]))
     try:

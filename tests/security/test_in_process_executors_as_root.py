@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,19 +36,12 @@ class HousePolicy:
 
 
 @pytest.fixture
-def places() -> Iterator[dict[str, Path]]:
+def places(agent_dir: Path, markers: Path) -> dict[str, Path]:
     nobody = pwd.getpwnam("nobody")
-    agent = Path(tempfile.mkdtemp(prefix="olh-agent-policy-"))
-    markers = Path(tempfile.mkdtemp(prefix="olh-markers-"))
-    markers.chmod(0o1777)
-    policy = agent / "policy.py"
+    policy = agent_dir / "policy.py"
     policy.write_text(POLICY.format(markers=str(markers)))
-    for path in (agent, policy):
-        os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    agent.chmod(0o755)
-    yield {"policy": policy, "markers": markers}
-    shutil.rmtree(agent, ignore_errors=True)
-    shutil.rmtree(markers, ignore_errors=True)
+    os.chown(policy, nobody.pw_uid, nobody.pw_gid)
+    return {"policy": policy, "markers": markers}
 
 
 def test_an_executor_file_the_agent_can_write_is_never_imported_as_root(

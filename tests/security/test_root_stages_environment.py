@@ -65,14 +65,6 @@ def agent_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def markers() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="olh-markers-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def test_an_agent_hooks_ld_preload_never_reaches_a_root_stage(
     workspace: Workspace, agent_dir: Path, markers: Path
 ) -> None:

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,19 +33,12 @@ with open(os.path.join({markers!r}, "uid-%d" % os.geteuid()), "w"):
 
 
 @pytest.fixture
-def places() -> Iterator[dict[str, Path]]:
+def places(agent_dir: Path, markers: Path) -> dict[str, Path]:
     nobody = pwd.getpwnam("nobody")
-    agent = Path(tempfile.mkdtemp(prefix="olh-agent-workspace-"))
-    markers = Path(tempfile.mkdtemp(prefix="olh-markers-"))
-    markers.chmod(0o1777)
-    shadow = agent / "sqlite3.py"
+    shadow = agent_dir / "sqlite3.py"
     shadow.write_text(SHADOW.format(markers=str(markers)))
-    for path in (agent, shadow):
-        os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    agent.chmod(0o755)
-    yield {"agent": agent, "markers": markers}
-    shutil.rmtree(agent, ignore_errors=True)
-    shutil.rmtree(markers, ignore_errors=True)
+    os.chown(shadow, nobody.pw_uid, nobody.pw_gid)
+    return {"agent": agent_dir, "markers": markers}
 
 
 def test_a_module_the_agent_left_in_the_working_directory_is_never_imported_as_root(

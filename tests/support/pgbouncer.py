@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.postgres import INSTALLER, SYSTEM_USER, PostgresServer, _free_port
+from tests.support.postgres import (
+    INSTALLER,
+    SYSTEM_USER,
+    PostgresServer,
+    _free_port,
+    interrupt_and_reap,
+)
 
 BINARY = Path("/usr/sbin/pgbouncer")
 
@@ -85,13 +90,7 @@ class PgBouncer:
     def stop(self) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        interrupt_and_reap(self.process)
         self.process = None
 
     def remove(self) -> None:

@@ -89,13 +89,7 @@ class PostgresServer:
         """Fast shutdown (SIGINT) of the server by its pid; SIGKILL if it lingers."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        interrupt_and_reap(self.process)
         self.process = None
 
     def new_database(self) -> str:
@@ -110,3 +104,15 @@ class PostgresServer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def interrupt_and_reap(process: subprocess.Popen[bytes]) -> None:
+    """Stop a server by its pid: SIGINT (a fast shutdown for PostgreSQL and PgBouncer alike),
+    SIGKILL if it lingers, and reap it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
