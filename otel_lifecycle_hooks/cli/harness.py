@@ -87,8 +87,7 @@ def _install(args: Any) -> int:
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         print(
-            f"otel-lifecycle-hooks harness {args.harness_action}:{where}: "
-            f"{exc.strerror or exc}",
+            f"otel-lifecycle-hooks harness {args.harness_action}:{where}: {exc.strerror or exc}",
             file=sys.stderr,
         )
         return EXIT_CONFIG
@@ -139,27 +138,46 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
         checks.append({"name": name, "ok": ok, "detail": detail, "optional": optional})
 
     variable = socket_client.package_env(environ, "SOCKET")
-    add("variable", bool(variable),
-        f"${socket_client.SOCKET_ENV} = {variable}" if variable
-        else f"${socket_client.SOCKET_ENV} is not set (this harness may strip it)", optional=True)
+    add(
+        "variable",
+        bool(variable),
+        f"${socket_client.SOCKET_ENV} = {variable}"
+        if variable
+        else f"${socket_client.SOCKET_ENV} is not set (this harness may strip it)",
+        optional=True,
+    )
     pointer = socket_client.find_pointer(environ)
-    add("pointer file", pointer is not None,
-        f"supervisor pid {pointer['pid']}" if pointer else "no supervisor among this process's "
-        "ancestors left one", optional=bool(variable))
+    add(
+        "pointer file",
+        pointer is not None,
+        f"supervisor pid {pointer['pid']}"
+        if pointer
+        else "no supervisor among this process's ancestors left one",
+        optional=bool(variable),
+    )
     socket_path = variable or (pointer or {}).get("socket") or ""
     http_url = environ.get("LIFECYCLE_HOOKS_HTTP_URL") or (pointer or {}).get("http_url") or ""
     token = environ.get("LIFECYCLE_HOOKS_HTTP_TOKEN") or (pointer or {}).get("http_token") or ""
     if http_url and not _is_loopback_url(http_url):
         # The pointer file and the variables are the agent's to write: never send the token
         # anywhere but to this machine.
-        add("http route", False, f"{http_url!r} is not a loopback http:// URL: not contacted",
-            optional=True)
+        add(
+            "http route",
+            False,
+            f"{http_url!r} is not a loopback http:// URL: not contacted",
+            optional=True,
+        )
         http_url = ""
     before = _received(http_url, token) if http_url and token else None
     if http_url:
-        add("http route", before is not None,
-            f"{http_url} answers ({before} messages so far)" if before is not None
-            else f"{http_url} does not answer", optional=True)
+        add(
+            "http route",
+            before is not None,
+            f"{http_url} answers ({before} messages so far)"
+            if before is not None
+            else f"{http_url} does not answer",
+            optional=True,
+        )
     socket_ok = False
     if socket_path:
         try:
@@ -181,13 +199,21 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
             time.sleep(0.05)
             after = _received(http_url, token)
         arrived = after is not None and after > before
-        add("events arrive", arrived,
-            f"the supervisor counted the ping ({before} -> {after})" if arrived
-            else "the ping was sent but the supervisor did not count it")
+        add(
+            "events arrive",
+            arrived,
+            f"the supervisor counted the ping ({before} -> {after})"
+            if arrived
+            else "the ping was sent but the supervisor did not count it",
+        )
     elif socket_ok:
-        add("events arrive", True, "the socket took the ping; its count can be read back only "
+        add(
+            "events arrive",
+            True,
+            "the socket took the ping; its count can be read back only "
             "where the session has its HTTP route (Claude Code, or LIFECYCLE_HOOKS_HTTP=1)",
-            optional=True)
+            optional=True,
+        )
     if harness:
         _check_installed(harness, environ, add, result)
     result["ok"] = all(c["ok"] or c["optional"] for c in checks)
@@ -214,8 +240,9 @@ def _received(url: str, token: str) -> int | None:
     try:
         # trust_env=False: a proxy from the environment must never see the session token.
         with httpx.Client(trust_env=False, timeout=1.0) as client:
-            response = client.get(url.rstrip("/") + "/v1/status",
-                                  headers={"Authorization": f"Bearer {token}"})
+            response = client.get(
+                url.rstrip("/") + "/v1/status", headers={"Authorization": f"Bearer {token}"}
+            )
         if response.status_code != 200:
             return None
         count = response.json().get("received")
@@ -224,7 +251,9 @@ def _received(url: str, token: str) -> int | None:
         return None
 
 
-def _check_installed(harness: str, environ: dict[str, str], add: Any, result: dict[str, Any]) -> None:
+def _check_installed(
+    harness: str, environ: dict[str, str], add: Any, result: dict[str, Any]
+) -> None:
     from ..harness.install import InstallError, Scope, plan
 
     home = Path(environ.get("HOME") or Path.home())
@@ -236,8 +265,11 @@ def _check_installed(harness: str, environ: dict[str, str], add: Any, result: di
         return
     if pending.changed:
         paths = ", ".join(str(c.path) for c in pending.changed)
-        add(f"{harness} config", False,
+        add(
+            f"{harness} config",
+            False,
             f"hooks not (fully) installed in {paths}: run `otel-lifecycle-hooks harness install "
-            f"{harness}`")
+            f"{harness}`",
+        )
     else:
         add(f"{harness} config", True, "hooks installed (user level)")

@@ -136,8 +136,7 @@ def read_json_object(path: Path) -> tuple[str | None, dict[str, Any]]:
         if isinstance(exc, json.JSONDecodeError):
             position = f" at line {exc.lineno}, column {exc.colno}"
         raise InstallError(
-            f"{path}: not valid JSON{position}; fix or move it and run again "
-            "(nothing was changed)"
+            f"{path}: not valid JSON{position}; fix or move it and run again (nothing was changed)"
         ) from None
     if not isinstance(value, dict):
         raise InstallError(
@@ -238,7 +237,10 @@ class HookEvent:
 
 
 def add_command_hooks(
-    settings: dict[str, Any], path: Path, events: Iterable[HookEvent], handler: dict[str, Any],
+    settings: dict[str, Any],
+    path: Path,
+    events: Iterable[HookEvent],
+    handler: dict[str, Any],
     is_ours: Callable[[Mapping[str, Any]], bool],
 ) -> dict[str, Any]:
     """`settings` with `handler` in its own group on every event that does not have one of
@@ -246,12 +248,12 @@ def add_command_hooks(
     result = json.loads(json.dumps(settings))  # a deep copy; the input stays as read
     hooks = result.setdefault("hooks", {})
     if not isinstance(hooks, dict):
-        raise InstallError(f"{path}: \"hooks\" is not an object; nothing was changed")
+        raise InstallError(f'{path}: "hooks" is not an object; nothing was changed')
     for event in events:
         groups = hooks.setdefault(event.name, [])
         if not isinstance(groups, list):
             raise InstallError(
-                f"{path}: \"hooks.{event.name}\" is not a list of groups; nothing was changed"
+                f'{path}: "hooks.{event.name}" is not a list of groups; nothing was changed'
             )
         if any(_group_has(group, is_ours) for group in groups):
             continue
@@ -351,9 +353,7 @@ HARNESSES = ("claude", "gemini", "codex", "opencode")
 def harness_module(name: str) -> Any:
     """The install module of harness `name`; `InstallError` naming the known ones."""
     if name not in HARNESSES:
-        raise InstallError(
-            f"unknown harness {name!r}: expected one of {', '.join(HARNESSES)}"
-        )
+        raise InstallError(f"unknown harness {name!r}: expected one of {', '.join(HARNESSES)}")
     import importlib
 
     return importlib.import_module(f"{__package__}.install_{name}")

@@ -925,9 +925,7 @@ class Supervisor:
         if event == "post-start":
             kept = self._begin_registration(moment, sealed)
         else:
-            kept = self._journal_call(
-                "begin_event", self.session.session_id, event, moment, sealed
-            )
+            kept = self._journal_call("begin_event", self.session.session_id, event, moment, sealed)
         if self._journal is not None and not kept:
             # Not journaled (a full disk): the moment a recoverer's claim will fix instead,
             # so that what it sends later carries the ids sent now.
