@@ -172,7 +172,9 @@ def package_location(python: str | None = None) -> str:
     (this environment, this working directory), imports the package from."""
     completed = subprocess.run(
         [python or sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if completed.returncode != 0:
         return f"(not importable: {completed.stderr.strip().splitlines()[-1:]})"
@@ -284,7 +286,9 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     }
     # Both names: the package reads LIFECYCLE_HOOKS_JOURNAL first, the older one after it.
     journal = str(home / "journal.db")
-    env.update(HOME=str(home), LIFECYCLE_HOOKS_JOURNAL=journal, OTEL_LIFECYCLE_HOOKS_JOURNAL=journal)
+    env.update(
+        HOME=str(home), LIFECYCLE_HOOKS_JOURNAL=journal, OTEL_LIFECYCLE_HOOKS_JOURNAL=journal
+    )
     env.update(extra)
     return env
 
@@ -667,13 +671,15 @@ def run_process(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[flo
     exit 0."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    completed = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=env, check=False)
+    completed = subprocess.run(
+        argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False
+    )
     wall = (time.perf_counter() - started) * 1000.0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if completed.returncode != 0:
-        raise RuntimeError(f"{shlex.join(argv)} exited {completed.returncode}: "
-                           f"{completed.stderr[-500:]!r}")
+        raise RuntimeError(
+            f"{shlex.join(argv)} exited {completed.returncode}: {completed.stderr[-500:]!r}"
+        )
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, used * 1000.0
 
@@ -689,9 +695,7 @@ def claude_command_hook(settings: dict[str, Any]) -> list[str]:
     return argv
 
 
-def claude_http_hook(
-    settings: dict[str, Any], env: Mapping[str, str]
-) -> Callable[[bytes], float]:
+def claude_http_hook(settings: dict[str, Any], env: Mapping[str, str]) -> Callable[[bytes], float]:
     """A sender of PreToolUse's http hook as Claude Code sends it: its URL, its headers with
     the variables it allows interpolated from the environment; the POST's wall time, ms."""
     [group] = settings["hooks"]["PreToolUse"]
@@ -701,8 +705,11 @@ def claude_http_hook(
     allowed = set(handler.get("allowedEnvVars", []))
 
     def interpolate(text: str) -> str:
-        return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?",
-                      lambda m: env.get(m[1], "") if m[1] in allowed else "", text)
+        return re.sub(
+            r"\$\{?([A-Z_][A-Z0-9_]*)\}?",
+            lambda m: env.get(m[1], "") if m[1] in allowed else "",
+            text,
+        )
 
     headers = {k: interpolate(v) for k, v in handler.get("headers", {}).items()}
     headers["Content-Type"] = "application/json"

@@ -136,20 +136,30 @@ def sender(agent: Agent, env: dict[str, str]) -> Callable[[bytes], None]:
     """How this agent's harness delivers one payload."""
     if agent.harness == "claude":
         settings = json.loads(Path(agent.channel["settings"]).read_text())
-        post = claude_http_hook(settings, {**env, "LIFECYCLE_HOOKS_HTTP_TOKEN":
-                                           agent.channel["token"]})
+        post = claude_http_hook(
+            settings, {**env, "LIFECYCLE_HOOKS_HTTP_TOKEN": agent.channel["token"]}
+        )
 
         def send(body: bytes) -> None:
             post(body)  # it checks the answer; its wall time is not kept
 
         return send
     argv = [console_script(), "hook", "--dialect", agent.harness]
-    hook_env = {**env, "LIFECYCLE_HOOKS_SOCKET": agent.channel["socket"],
-                "LIFECYCLE_HOOKS_LOG": str(agent.home / "hook-command.log")}
+    hook_env = {
+        **env,
+        "LIFECYCLE_HOOKS_SOCKET": agent.channel["socket"],
+        "LIFECYCLE_HOOKS_LOG": str(agent.home / "hook-command.log"),
+    }
 
     def run_hook(body: bytes) -> None:
-        done = subprocess.run(argv, input=body, env=hook_env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, check=False)
+        done = subprocess.run(
+            argv,
+            input=body,
+            env=hook_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"hook --dialect {agent.harness} exited {done.returncode}")
 
@@ -226,8 +236,9 @@ def main() -> int:
             busy_cpu = sum(cpu_ns(p) for p in pids)
             start = time.perf_counter() + 0.2
             threads = [
-                threading.Thread(target=feed, args=(agent, send, per_agent,
-                                                    start + index / (RATE * len(agents))))
+                threading.Thread(
+                    target=feed, args=(agent, send, per_agent, start + index / (RATE * len(agents)))
+                )
                 for index, (agent, send) in enumerate(zip(agents, senders, strict=True))
             ]
             for thread in threads:
@@ -263,13 +274,14 @@ def main() -> int:
             for agent in agents:
                 stop_process(agent.process)
     if errors or logged:
-        print("an agent could not send its events:\n" + "\n".join(errors + logged),
-              file=sys.stderr)
+        print("an agent could not send its events:\n" + "\n".join(errors + logged), file=sys.stderr)
         return 2
     processed = (arrivals.count if arrivals else 0) - (planned - offered)
     if processed != offered:
-        print(f"{offered} events offered, {processed} reached the webhook: events were lost",
-              file=sys.stderr)
+        print(
+            f"{offered} events offered, {processed} reached the webhook: events were lost",
+            file=sys.stderr,
+        )
         return 2
 
     cores = os.cpu_count() or 1
@@ -296,7 +308,8 @@ def main() -> int:
                 f"{offered} events in {fed_window:.1f} s; each agent waits for its send; "
                 f"the harnesses' side (this process: posts, spawns) used "
                 f"{share(feeder_cpu * 1e9, fed_window):.0f}% of the machine; "
-                "per agent, slowest: " + ", ".join(
+                "per agent, slowest: "
+                + ", ".join(
                     f"{h} {min(a.rate for a in agents if a.harness == h):.1f}/s"
                     for h in ("claude", "gemini", "codex")
                 )

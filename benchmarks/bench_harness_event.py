@@ -113,9 +113,12 @@ def main() -> int:
         status = Status(channel["http_url"], channel["token"])
         try:
             hook_log = home / "hook-command.log"
-            env = clean_env(home, LIFECYCLE_HOOKS_SOCKET=channel["socket"],
-                            LIFECYCLE_HOOKS_LOG=str(hook_log),
-                            LIFECYCLE_HOOKS_HTTP_TOKEN=channel["token"])
+            env = clean_env(
+                home,
+                LIFECYCLE_HOOKS_SOCKET=channel["socket"],
+                LIFECYCLE_HOOKS_LOG=str(hook_log),
+                LIFECYCLE_HOOKS_HTTP_TOKEN=channel["token"],
+            )
             settings = json.loads(Path(channel["settings"]).read_text())
             command = claude_command_hook(settings)
             post = claude_http_hook(settings, env)
@@ -181,8 +184,10 @@ def main() -> int:
         print(f"{sent} messages sent, {arrived} reached the supervisor", file=sys.stderr)
         return 2
     if curl and len(webhook.requests) != runs + 1:
-        print(f"{runs + 1} curl requests, {len(webhook.requests)} reached the webhook",
-              file=sys.stderr)
+        print(
+            f"{runs + 1} curl requests, {len(webhook.requests)} reached the webhook",
+            file=sys.stderr,
+        )
         return 2
 
     pass_ = samples["venv python -c pass"]
@@ -240,8 +245,7 @@ def main() -> int:
             baseline=command_counted.median,
             baseline_name="command path, until counted, median",
             paired_ratio=paired_ratio(http_counted, command_counted),
-            detail=f"its status polled after each send (adds one poll); "
-            f"{http_counted.summary()}",
+            detail=f"its status polled after each send (adds one poll); {http_counted.summary()}",
         ),
         Figure(
             benchmark="harness event",

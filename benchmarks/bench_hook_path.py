@@ -83,8 +83,7 @@ def main() -> int:
                     [sys.executable, "-c", "pass"], env=env
                 ),
                 "python3 -c pass": lambda: time_process([base_python(), "-c", "pass"], env=env),
-                "import json": lambda: time_process([sys.executable, "-c", "import json"],
-                                                    env=env),
+                "import json": lambda: time_process([sys.executable, "-c", "import json"], env=env),
                 "console script": lambda: hook([console_script(), "hook", "--dialect", "claude"]),
                 "python -m": lambda: hook(
                     [sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", "claude"]

@@ -81,8 +81,7 @@ def until_agent_started(argv: list[str], env: dict[str, str], fifo: Path) -> flo
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
         started = time.perf_counter()
-        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         readable, _, _ = select.select([reader], [], [], 60)
         elapsed = (time.perf_counter() - started) * 1000.0
         _, err = process.communicate(timeout=60)
@@ -98,9 +97,16 @@ def until_agent_started(argv: list[str], env: dict[str, str], fifo: Path) -> flo
 def modules_before_agent(template: Path, env: dict[str, str]) -> list[str]:
     """The modules, not the package's own nor an empty interpreter's, that `run` imported
     before its agent started (`-X importtime` lines before the agent's mark on stderr)."""
+
     def imported(argv: list[str]) -> list[str]:
-        done = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env,
-                              capture_output=True, text=True, check=False, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         names = []
         for line in done.stderr.splitlines():
             if line.strip() == AGENT_MARK:
@@ -121,8 +127,14 @@ def modules_before_agent(template: Path, env: dict[str, str]) -> list[str]:
         "import sys\nfor name in sys.argv[1:]:\n    try:\n        __import__(name)\n"
         "    except ImportError:\n        continue\n    print(name)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe, *wanted], env=env, capture_output=True,
-                          text=True, check=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *wanted],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return done.stdout.split()
 
 

@@ -58,9 +58,13 @@ def main() -> int:
             for call in calls:
                 call.communicate(payload.encode(), timeout=60)
             flood.join()
-            metrics = urllib.request.urlopen(
-                f"http://127.0.0.1:{supervisor.metrics_port}/metrics", timeout=5
-            ).read().decode()
+            metrics = (
+                urllib.request.urlopen(
+                    f"http://127.0.0.1:{supervisor.metrics_port}/metrics", timeout=5
+                )
+                .read()
+                .decode()
+            )
         finally:
             supervisor.stop()
         log = root / "hook-calls.log"

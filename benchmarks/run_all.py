@@ -100,14 +100,26 @@ class Aggregate:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny counts; leave the doc alone")
-    parser.add_argument("--runs", type=int, default=None, metavar="N",
-                        help=f"rounds over the scripts (default {DEFAULT_RUNS}, 1 with --quick)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"rounds over the scripts (default {DEFAULT_RUNS}, 1 with --quick)",
+    )
     parser.add_argument("--only", action="append", default=[], metavar="SCRIPT")
-    parser.add_argument("--python", metavar="PATH",
-                        help="run the scripts with this interpreter instead of building the "
-                        "wheel venv (figures are then not of an install: quick runs only)")
-    parser.add_argument("--build-dir", type=Path, default=BUILD_DIR,
-                        help="where the wheel and the clean venv are made (default build/bench)")
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help="run the scripts with this interpreter instead of building the "
+        "wheel venv (figures are then not of an install: quick runs only)",
+    )
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=BUILD_DIR,
+        help="where the wheel and the clean venv are made (default build/bench)",
+    )
     args = parser.parse_args()
     runs = args.runs if args.runs is not None else (1 if args.quick else DEFAULT_RUNS)
     if runs < 1:
@@ -131,8 +143,11 @@ def main() -> int:
                 script_started = time.monotonic()
                 # A neutral working directory: `python -c` and `-m` put it on sys.path.
                 completed = subprocess.run(argv, cwd=tmp, env=script_env(), check=False)
-                print(f"[round {round_number}/{runs}: {script} exit {completed.returncode}, "
-                      f"{time.monotonic() - script_started:.0f} s]", flush=True)
+                print(
+                    f"[round {round_number}/{runs}: {script} exit {completed.returncode}, "
+                    f"{time.monotonic() - script_started:.0f} s]",
+                    flush=True,
+                )
                 if completed.returncode not in (0, 1) or not results.exists():
                     failed.append(f"{script} round {round_number} (exit {completed.returncode})")
                     continue

@@ -36,8 +36,19 @@ def build_wheel(out_dir: Path, python: str = sys.executable) -> Path:
     """`pip wheel --no-deps` of this checkout into `out_dir`; the wheel's path."""
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    _run([python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out_dir),
-          str(REPO_DIR)])
+    _run(
+        [
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(out_dir),
+            str(REPO_DIR),
+        ]
+    )
     wheels = sorted(out_dir.glob(f"{PACKAGE}-*.whl"))
     if len(wheels) != 1:
         raise RuntimeError(f"expected one wheel in {out_dir}, found {[w.name for w in wheels]}")
@@ -61,7 +72,11 @@ def check_installed(venv_python: Path) -> str:
     unless it is the venv's own site-packages copy."""
     completed = subprocess.run(
         [str(venv_python), "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
-        capture_output=True, text=True, cwd=venv_python.parent, env=pip_env(), check=False,
+        capture_output=True,
+        text=True,
+        cwd=venv_python.parent,
+        env=pip_env(),
+        check=False,
     )
     location = completed.stdout.strip()
     prefix = str(venv_python.parent.parent.resolve())
@@ -88,11 +103,14 @@ def prepare(build_dir: Path) -> Path:
 
 
 def _run(argv: list[str]) -> None:
-    completed = subprocess.run(argv, capture_output=True, text=True, env=pip_env(),
-                               cwd=REPO_DIR, check=False)
+    completed = subprocess.run(
+        argv, capture_output=True, text=True, env=pip_env(), cwd=REPO_DIR, check=False
+    )
     if completed.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {completed.returncode}:\n"
-                           f"{(completed.stdout + completed.stderr)[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {completed.returncode}:\n"
+            f"{(completed.stdout + completed.stderr)[-3000:]}"
+        )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ above it, which are root's.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import itertools
@@ -216,10 +217,8 @@ def _kill_each(path: Path) -> None:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             time.sleep(0.01)
     finally:
         if frozen:
@@ -257,10 +256,8 @@ def _remove(path: Path, wait: float, kill: bool = True) -> bool:
 
 
 def _rmdir(path: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         path.rmdir()
-    except FileNotFoundError:
-        pass
 
 
 class CgroupHome:
@@ -387,10 +384,8 @@ def sweep_orphans(parent: Path, hierarchy: Hierarchy) -> list[str]:
 
 def _subtree_pids(path: Path) -> list[int]:
     groups = [path]
-    try:
+    with contextlib.suppress(OSError):
         groups += [p for p in path.iterdir() if p.is_dir()]
-    except OSError:
-        pass
     return [pid for group in groups for pid in _pids(group)]
 
 

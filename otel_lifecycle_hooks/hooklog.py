@@ -300,12 +300,10 @@ class HookLog:
                 _unlink_at(f"{name}.{self.keep + 1}", directory)
                 for number in range(self.keep, 0, -1):
                     older = name if number == 1 else f"{name}.{number - 1}"
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         os.rename(
                             older, f"{name}.{number}", src_dir_fd=directory, dst_dir_fd=directory
                         )
-                    except FileNotFoundError:
-                        pass
                 _unlink_at(name, directory)  # keep == 0: nothing is kept
         except FileNotFoundError:
             pass  # gone already: a new file is opened
@@ -314,16 +312,12 @@ class HookLog:
 
     def _close_fd(self, keep_directory: bool = False) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._fd)
-            except OSError:
-                pass
             self._fd = None
         if self._dir_fd is not None and not keep_directory:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._dir_fd)
-            except OSError:
-                pass
             self._dir_fd = None
 
     def _report(self, what: str, detail: str) -> None:
@@ -333,10 +327,8 @@ class HookLog:
 
 
 def _unlink_at(name: str, directory: int) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=directory)
-    except FileNotFoundError:
-        pass
 
 
 class DiagnosticsHandler(logging.Handler):

@@ -11,6 +11,7 @@ agent itself could not, and own whatever it made on the way.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -133,10 +134,8 @@ def replace_file(
 
 
 def _unlink_quietly(directory: int, name: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(name, dir_fd=directory)
-    except OSError:
-        pass
 
 
 def is_trusted_directory(descriptor: int) -> bool:
@@ -171,10 +170,8 @@ def open_directory_path(path: str | os.PathLike[str], make: bool = False, mode: 
                 if not make:
                     raise
                 _require_trusted(descriptor, text, name, "made")
-                try:
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(name, mode, dir_fd=descriptor)
-                except FileExistsError:
-                    pass
                 pending.insert(0, name)  # opened as any other: what is there now is checked
                 continue
             except OSError as exc:

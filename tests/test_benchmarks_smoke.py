@@ -55,7 +55,11 @@ def test_a_full_run_from_the_source_tree_is_refused_before_it_measures(tmp_path:
     # The development venv imports the package from the checkout (an editable install).
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / "bench_hook_path.py"), "--json", "figures.json"],
-        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
     )
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert "NOT MEASURED: otel_lifecycle_hooks is imported from" in completed.stderr
@@ -65,9 +69,22 @@ def test_a_full_run_from_the_source_tree_is_refused_before_it_measures(tmp_path:
 def test_run_all_measures_the_wheel_installed_in_a_clean_venv(tmp_path: Path) -> None:
     build = tmp_path / "build"
     completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "run_all.py"), "--quick", "--runs", "2",
-         "--only", "bench_harness_event.py", "--build-dir", str(build)],
-        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+        [
+            sys.executable,
+            str(BENCHMARKS / "run_all.py"),
+            "--quick",
+            "--runs",
+            "2",
+            "--only",
+            "bench_harness_event.py",
+            "--build-dir",
+            str(build),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
     )
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output[-3000:]
@@ -76,8 +93,15 @@ def test_run_all_measures_the_wheel_installed_in_a_clean_venv(tmp_path: Path) ->
     assert f"reproduce: {venv_python} benchmarks/bench_harness_event.py" in output
     assert "is imported from" not in output
     installed = subprocess.run(
-        [str(venv_python), "-c", "import otel_lifecycle_hooks; print(otel_lifecycle_hooks.__file__)"],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
+        [
+            str(venv_python),
+            "-c",
+            "import otel_lifecycle_hooks; print(otel_lifecycle_hooks.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     ).stdout.strip()
     assert installed.startswith(str(build / "venv" / "lib"))
     assert list((Path(installed).parent / "__pycache__").glob("*.pyc")), "pip compiled nothing"

@@ -270,12 +270,15 @@ def test_no_secret_leaves_through_spans_metrics_logs_journal_or_cli(
         "webhook-url",
         "script",
     ]
-    assert outcomes == (
-        [(name, "success", 1) for name in hooks]
-        + [(name, "failed", 1) for name in hooks[:-1]]
-        + [("script", "failed", 4)]  # a failing script is retried under on_error: retry
-        + [(name, "success", 2) for name in hooks[:-1]]
-        + [("script", "success", 1)]
+    assert (
+        outcomes
+        == (
+            [(name, "success", 1) for name in hooks]
+            + [(name, "failed", 1) for name in hooks[:-1]]
+            + [("script", "failed", 4)]  # a failing script is retried under on_error: retry
+            + [(name, "success", 2) for name in hooks[:-1]]
+            + [("script", "success", 1)]
+        )
     )
     by_path: dict[str, list] = {}
     for request in server.requests:

@@ -396,7 +396,9 @@ def test_the_console_command_runs_end_to_end(tmp_path: Path) -> None:
     )
 
 
-def test_execute_sends_for_real_and_reports_each_outcome(tmp_path: Path, target_server: Any) -> None:
+def test_execute_sends_for_real_and_reports_each_outcome(
+    tmp_path: Path, target_server: Any
+) -> None:
     from tests.support.target_server import Reply
 
     target_server.on("/ok/example-agent", Reply(201))
@@ -405,13 +407,15 @@ def test_execute_sends_for_real_and_reports_each_outcome(tmp_path: Path, target_
     template.write_text(
         "lifecycle_hooks:\n"
         "  - name: register\n    on: [post-start]\n"
-        f"    action: {{type: http, method: POST, url: \"{target_server.url('/ok')}/${{AGENT_SLUG}}\"}}\n"
+        f'    action: {{type: http, method: POST, url: "{target_server.url("/ok")}/${{AGENT_SLUG}}"}}\n'
         "  - name: notify\n    on: [post-start]\n"
-        f"    action: {{type: webhook, url: \"{target_server.url('/broken')}\"}}\n"
+        f'    action: {{type: webhook, url: "{target_server.url("/broken")}"}}\n'
     )
     environ = {"HOME": str(tmp_path), "OTEL_LIFECYCLE_HOOKS_JOURNAL": str(tmp_path / "j.sqlite3")}
     out, err = io.StringIO(), io.StringIO()
-    code = dry_run([str(template)], "post-start", [], execute=True, environ=environ, out=out, err=err)
+    code = dry_run(
+        [str(template)], "post-start", [], execute=True, environ=environ, out=out, err=err
+    )
     # Both are non-blocking: they run side by side, in no fixed order.
     assert sorted((r.method, r.path) for r in target_server.requests) == [
         ("POST", "/broken"),

@@ -80,7 +80,7 @@ def check_the_three_attempts(shown: dict[str, Any], server: TargetServer) -> Non
     ]  # fmt: skip
     assert ["retry-after", "1"] in [[n.lower(), v] for n, v in attempts[0]["response_headers"]]
     assert [a["error_type"] for a in attempts] == ["http.503", "http.503", None]
-    for attempt, received in zip(attempts, server.requests):
+    for attempt, received in zip(attempts, server.requests, strict=False):
         request = attempt["request"]
         assert (request["method"], request["url"]) == ("POST", server.url("/notify"))
         assert json.loads(request["body"]) == {"agent": "test-agent", "event": "post-start"}

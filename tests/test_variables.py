@@ -290,7 +290,9 @@ def test_a_unix_moment_is_shown_to_its_exact_microsecond() -> None:
     base = 1_796_000_000_000_000  # microseconds, in 2026
     texts = {format_unix_timestamp((base + step) / 1_000_000) for step in range(5000)}
     assert len(texts) == 5000
-    assert format_unix_timestamp(1_796_000_000.9999996) == "2026-11-30T00:53:21.000000Z"  # rounds, carries
+    assert (
+        format_unix_timestamp(1_796_000_000.9999996) == "2026-11-30T00:53:21.000000Z"
+    )  # rounds, carries
 
 
 def test_a_default_renders_in_a_json_body_like_any_value() -> None:

@@ -119,20 +119,44 @@ def demo(state: Path, journal: Path, server: ThreadingHTTPServer, receiver: str)
         LIFECYCLE_HOOKS_TRACE_DIR=str(state / "traces"),
         OTEL_SERVICE_NAME="demo-agent",
     )
-    for key in [k for k in env if k.startswith("OTEL_EXPORTER_") or k in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")]:
+    for key in [
+        k
+        for k in env
+        if k.startswith("OTEL_EXPORTER_") or k in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER")
+    ]:
         del env[key]  # the demo shows the embedded default: a local trace file
     template = str(HERE / "scion-agent.yaml")
     print(f"== demo state in {state} (removed when the demo ends); its journal: {journal}")
-    print("== otel-lifecycle-hooks run --template examples/demo/scion-agent.yaml -- python agent.py")
+    print(
+        "== otel-lifecycle-hooks run --template examples/demo/scion-agent.yaml -- python agent.py"
+    )
     print("   (its report of failing hooks, and the summary at the end, go to stderr)")
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", template,
-         "--agent-name", "demo-agent", "--grace-period", "5s", "--", sys.executable, str(HERE / "agent.py")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "otel_lifecycle_hooks",
+            "run",
+            "--template",
+            template,
+            "--agent-name",
+            "demo-agent",
+            "--grace-period",
+            "5s",
+            "--",
+            sys.executable,
+            str(HERE / "agent.py"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert supervisor.stderr is not None
     report: list[str] = []
-    reader = threading.Thread(target=lambda: report.extend(_echo(supervisor.stderr, "   ")), daemon=True)
+    reader = threading.Thread(
+        target=lambda: report.extend(_echo(supervisor.stderr, "   ")), daemon=True
+    )
     reader.start()
     assert supervisor.stdout is not None
     for line in supervisor.stdout:
@@ -151,7 +175,9 @@ def demo(state: Path, journal: Path, server: ThreadingHTTPServer, receiver: str)
     reader.join(timeout=10)
     server.shutdown()
     server.server_close()  # a Redeliver from the page finds nothing listening: refused
-    print(f"== supervisor exited with {code} (the agent's own exit code: it was stopped by SIGTERM)")
+    print(
+        f"== supervisor exited with {code} (the agent's own exit code: it was stopped by SIGTERM)"
+    )
     print(f"== the receiver got {len(received)} requests:")
     for method, path, body in received:
         print(f"   {method:6} {path}  {body.strip()[:100]}")

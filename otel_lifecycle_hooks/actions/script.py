@@ -30,6 +30,7 @@ by us), `timeout`, `FileNotFoundError` / `PermissionError` / `OSError` (could no
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -664,10 +665,8 @@ class _PipePump:
             if remaining <= 0:
                 return exited
             if not self._watched:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self._process.wait(remaining)
-                except subprocess.TimeoutExpired:
-                    pass
                 continue
             wait_ms = math.ceil(min(remaining, _POLL_INTERVAL) * 1000)
             for fd, _ in self._poller.poll(wait_ms):

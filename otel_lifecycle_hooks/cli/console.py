@@ -154,7 +154,7 @@ class TableLayout:
         paint_cell: Callable[[int, str, str], str] | None,
     ) -> str:
         cells = []
-        for index, width in zip(self.shown, self.widths):
+        for index, width in zip(self.shown, self.widths, strict=False):
             cell = row[index]
             if number is not None and index in self.compacted:
                 cell = self.compacted[index](cell)

@@ -16,6 +16,7 @@ on the way to the socket: a harness pays for this command on every event.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -295,10 +296,8 @@ def log(message: str, environ: Mapping[str, str] | None = None) -> None:
     supervisor's lines are: hooklog.py); never raises."""
     env = os.environ if environ is None else environ
     line = message.replace("\n", " ")
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         sys.stderr.write(f"otel-lifecycle-hooks: {line}\n")
-    except (OSError, ValueError, AttributeError):
-        pass
     home = env.get("HOME") or os.path.expanduser("~")
     path = env.get(LOG_ENV) or env.get(LEGACY_LOG_ENV) or os.path.join(home, "agent.log")
     from ..hooklog import HookLog  # only when there is something to say

@@ -216,10 +216,7 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     except TemplateError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    if args.user:
-        template_user = args.user
-    else:
-        template_user = template.user
+    template_user = args.user or template.user
     refusal = _unsafe_template_files(template.files, template_user)
     if refusal is not None:
         print(f"otel-lifecycle-hooks run: {refusal}", file=sys.stderr)

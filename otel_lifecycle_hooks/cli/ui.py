@@ -15,6 +15,7 @@ Exit 0 when stopped, 1 when there is no journal or the port cannot be bound, 2 o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -103,10 +104,8 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
         signal.signal(signal.SIGTERM, _stop)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             serve(server)
-        except KeyboardInterrupt:
-            pass
     finally:
         journal.close()
     return 0

@@ -638,7 +638,7 @@ def _could_render(
     if kind == "text":
         return _glob_matches(literals, journaled)
     holes = _json_holes(literals) if kind == "json" else [_HOLE_PATTERNS[kind]] * len(literals)
-    pattern = "".join(hole + re.escape(literal) for hole, literal in zip(["", *holes], literals))
+    pattern = "".join(hole + re.escape(literal) for hole, literal in zip(["", *holes], literals, strict=False))
     return re.fullmatch(pattern, journaled) is not None
 
 

@@ -39,8 +39,9 @@ COMMAND_ONLY_EVENTS = ("SessionStart", "Setup")
 def hook_command() -> str:
     """`<this install's console script> hook --dialect claude`, as one shell command."""
     script = os.path.join(os.path.dirname(sys.executable), "otel-lifecycle-hooks")
-    program = [script] if os.access(script, os.X_OK) else [sys.executable, "-m",
-                                                            "otel_lifecycle_hooks"]
+    program = (
+        [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "otel_lifecycle_hooks"]
+    )
     return " ".join(shlex.quote(word) for word in [*program, "hook", "--dialect", "claude"])
 
 

@@ -15,6 +15,7 @@ only install and uninstall use (difflib, shlex, shutil) is imported where it is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -92,10 +93,8 @@ class InstallPlan:
     def apply(self) -> None:
         for change in self.changed:
             if change.after is None:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     change.path.unlink()
-                except FileNotFoundError:
-                    pass
             else:
                 write_text_atomically(change.path, change.after)
 

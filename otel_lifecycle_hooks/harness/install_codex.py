@@ -140,7 +140,7 @@ def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
     plan = InstallPlan(DIALECT, "install", scope, [hooks_change, config_change], notes)
     if scope.project is not None:
         plan.notes.append(
-            f"Codex loads {path} only for a trusted project: [projects.\"{scope.project}\"] "
+            f'Codex loads {path} only for a trusted project: [projects."{scope.project}"] '
             'trust_level = "trusted" in your config.toml'
         )
     return plan
@@ -194,8 +194,11 @@ def _config_change(
     parts.append(users.rstrip("\n") + "\n" if users.strip() else "")
     trust_lines = [TRUST_BEGIN]
     for key, digest in sorted(trust.items()):
-        trust_lines += [f"[hooks.state.{json.dumps(key)}]", "enabled = true",
-                        f"trusted_hash = {json.dumps(digest)}"]
+        trust_lines += [
+            f"[hooks.state.{json.dumps(key)}]",
+            "enabled = true",
+            f"trusted_hash = {json.dumps(digest)}",
+        ]
     trust_lines.append(TRUST_END)
     after = "\n".join(parts).lstrip("\n")
     if after and not after.endswith("\n\n"):
@@ -228,5 +231,3 @@ def _without_our_blocks(text: str) -> str:
             kept.append(line)
     result = "".join(kept)
     return result.strip("\n") + "\n" if result.strip() else ""
-
-

@@ -61,7 +61,9 @@ def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
     before = read_text(path)
     if before is not None and MARKER not in before:
         raise InstallError(f"{path}: exists and was not written by this package; not replaced")
-    return InstallPlan(DIALECT, "install", scope, [FileChange(path, before, plugin_source(program))])
+    return InstallPlan(
+        DIALECT, "install", scope, [FileChange(path, before, plugin_source(program))]
+    )
 
 
 def plan_uninstall(scope: Scope) -> InstallPlan:

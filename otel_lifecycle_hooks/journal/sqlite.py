@@ -30,6 +30,7 @@ Rows hold what callers pass, already redacted: the journal does not redact.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -413,10 +414,8 @@ class Journal:
                     self._disable("commit on close", exc)
             self._batch_open.notify_all()  # the committer thread ends
             if self._db is not None:
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     self._db.close()
-                except sqlite3.Error:
-                    pass
                 self._db = None
 
     # -- internals --
@@ -562,7 +561,7 @@ class Journal:
             db.execute("BEGIN")
         values = [execution_values(row) for row, _ in queued]
         db.executemany(INSERT_EXECUTION, values)
-        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued)))
+        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False)))
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:
@@ -640,10 +639,8 @@ class Journal:
             )
         self._healthy = False
         if self._db is not None:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 self._db.close()
-            except sqlite3.Error:
-                pass
             self._db = None
 
     def _report_busy(self, what: str, exc: BaseException) -> None:

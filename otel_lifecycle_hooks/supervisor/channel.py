@@ -18,6 +18,7 @@ socket's directory, which the agent cannot write.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -136,10 +137,8 @@ class SessionChannel:
         and stop the HTTP route."""
         if self._pointer is not None:
             folder, name = self._pointer
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=folder)
-            except OSError:
-                pass
             os.close(folder)
             self._pointer = None
         if self._http is not None:

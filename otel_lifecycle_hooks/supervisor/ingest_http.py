@@ -25,6 +25,7 @@ event socket uses. Nothing a client sends raises out of here or prints a traceba
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import itertools
 import json
@@ -314,18 +315,14 @@ class HttpIngest:
         self._stopped.set()
         self._wake()
         self._to_parse.put(None)
-        try:
+        with contextlib.suppress(queue.Full):
             self._payloads.put_nowait(None)
-        except queue.Full:
-            pass
         serving = self._threads[0]
         if serving.is_alive() and threading.current_thread() is not serving:
             serving.join(timeout=2.0)
         for closing in (self._selector, self._sock, self._wake_r, self._wake_w):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 closing.close()
-            except (OSError, ValueError):
-                pass
 
     def token_matches(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
@@ -724,10 +721,8 @@ class HttpIngest:
             connection.taken = 0
         connection.body = None
         if connection.events:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(connection.sock)
-            except (KeyError, ValueError):
-                pass
             connection.events = 0
         connection.sock.close()
 

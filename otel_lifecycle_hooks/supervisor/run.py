@@ -12,6 +12,7 @@ pre-stop hooks spend from it, and the child gets what is left before KILL.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -447,10 +448,8 @@ class Supervisor:
         try:
             os.killpg(self._child.pid, signum)
         except (ProcessLookupError, PermissionError):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self._child.send_signal(signum)
-            except ProcessLookupError:
-                pass
 
     # -- the end --
 

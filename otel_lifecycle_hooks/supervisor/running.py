@@ -9,6 +9,7 @@ ignored and removed by the next reader.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -104,10 +105,8 @@ def running_supervisors(environ: Mapping[str, str] | None = None) -> list[dict[s
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if not _alive(pid):
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink()
-            except OSError:
-                pass
             continue
         entries.append(entry)
     return sorted(entries, key=lambda entry: float(entry.get("started_at") or 0))

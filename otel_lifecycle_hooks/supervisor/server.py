@@ -13,6 +13,7 @@ raise out of the server (docs/security.md).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -262,10 +263,8 @@ class EventServer:
     def _drop(self, connection: _Connection) -> None:
         self._connections.pop(connection.sock.fileno(), None)
         if connection.registered:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(connection.sock)
-            except (KeyError, ValueError):
-                pass
         connection.sock.close()
         if self._paused and len(self._connections) < MAX_CONNECTIONS:
             self._selector.register(self._sock, selectors.EVENT_READ, None)
@@ -358,17 +357,13 @@ class EventServer:
 
     def close(self) -> None:
         self._stopped.set()
-        try:
+        with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        except OSError:
-            pass
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             # Not long: the loop may be waiting for room in a supervisor that stopped reading.
             self._thread.join(timeout=1.0)
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self._selector.close()
-        except (OSError, ValueError):
-            pass
         if not self._thread.is_alive():  # else the loop may still accept: not ours to take
             self._count_backlog()
         self._sock.close()
@@ -446,10 +441,8 @@ def _remove_private_directory(path: Path, directory: int) -> None:
     descriptor."""
     try:
         for name in os.listdir(directory):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=directory)
-            except OSError:
-                pass
         os.rmdir(path)
     except OSError:
         pass

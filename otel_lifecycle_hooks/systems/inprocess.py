@@ -32,7 +32,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -48,7 +48,7 @@ QUEUE_LIMIT = 1024  # events waiting per hook; past it the oldest is dropped and
 CLOSE_TIMEOUT = 5.0  # seconds a session's end waits for its hooks to catch up
 
 
-class LifecycleEventType(str, Enum):
+class LifecycleEventType(StrEnum):
     """The ten points of one agent execution."""
 
     SESSION_START = "SESSION_START"

@@ -21,6 +21,7 @@ is kept. The older names of these variables, with an `OTEL_` prefix, are still r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -342,15 +343,13 @@ class TraceFileExporter(SpanExporter):
             _unlink_at(rotated_path(self.path, self.keep + 1).name, directory)
             for number in range(self.keep, 0, -1):
                 older = name if number == 1 else rotated_path(self.path, number - 1).name
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.replace(
                         older,
                         rotated_path(self.path, number).name,
                         src_dir_fd=directory,
                         dst_dir_fd=directory,
                     )
-                except FileNotFoundError:
-                    pass
             _unlink_at(name, directory)  # keep == 0: nothing is kept
         finally:
             os.close(directory)
@@ -364,7 +363,5 @@ class TraceFileExporter(SpanExporter):
 
 
 def _unlink_at(name: str, directory: int) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=directory)
-    except FileNotFoundError:
-        pass

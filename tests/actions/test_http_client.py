@@ -4,6 +4,7 @@ exact shape."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -61,11 +62,8 @@ class RawServer:
             self._threads.append(thread)
 
     def _serve_one(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                self.serve(self, conn)
-            except OSError:
-                pass
+        with conn, contextlib.suppress(OSError):
+            self.serve(self, conn)
 
     def read_request(self, conn: socket.socket) -> bytes:
         data = b""
@@ -88,10 +86,8 @@ class RawServer:
     def close(self) -> None:
         self.listener.close()
         for conn in self._connections:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         for thread in self._threads:
             thread.join(timeout=5)
 

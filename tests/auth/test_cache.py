@@ -51,7 +51,7 @@ def make_cache(credentials: FakeGoogleCredentials, clock: FakeClock) -> TokenCac
 
 
 def test_the_margin_is_five_minutes() -> None:
-    assert REFRESH_MARGIN == dt.timedelta(minutes=5)
+    assert dt.timedelta(minutes=5) == REFRESH_MARGIN
 
 
 @pytest.mark.parametrize(

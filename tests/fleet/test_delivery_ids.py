@@ -82,12 +82,12 @@ def test_events_sent_through_hook_processes_at_ten_a_second_carry_distinct_ids(
     count = 40
     hook = (
         "  - name: watch\n    on: [tool-start, tool-end, activity-change]\n"
-        "    blocking: false\n    action:\n      type: http\n      url: \"{url}\"\n"
-        "      body: '{{\"event\": \"${{EVENT}}\"}}'\n"
+        '    blocking: false\n    action:\n      type: http\n      url: "{url}"\n'
+        '      body: \'{{"event": "${{EVENT}}"}}\'\n'
         # A gate that answers slowly: the events sent meanwhile wait in the socket, and are
         # taken one right after the other when it answers.
         "  - name: gate\n    on: [tool-start]\n    blocking: true\n    timeout: 30s\n"
-        "    action:\n      type: http\n      url: \"{gate}\"\n"
+        '    action:\n      type: http\n      url: "{gate}"\n'
     )
     with TargetServer() as receiver:
         receiver.on("/gate", *[Reply(delay=0.5)] * count)

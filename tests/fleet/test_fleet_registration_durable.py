@@ -10,6 +10,7 @@ supervisor must have counted and reported the one it could not make durable in t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -91,10 +92,8 @@ def lose_each_once_registered(
             run.signal(signal.SIGKILL)
             run.wait(timeout=30)
             if pid_file.exists():
-                try:
+                with contextlib.suppress(ValueError, ProcessLookupError):
                     os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-                except (ValueError, ProcessLookupError):
-                    pass
             shutil.rmtree(home, ignore_errors=True)  # the pod's disk goes with it
         for name, (run, _, _) in pods.items():
             assert name in registered or run.process.poll() is None, (

@@ -179,20 +179,29 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             else:
                 start = {"type": "text", "text": ""}
                 delta = {"type": "text_delta", "text": step.text}
-            self._sse([
-                ("message_start", {"type": "message_start", "message": message}),
-                ("content_block_start",
-                 {"type": "content_block_start", "index": 0, "content_block": start}),
-                ("content_block_delta",
-                 {"type": "content_block_delta", "index": 0, "delta": delta}),
-                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                ("message_delta", {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop, "stop_sequence": None},
-                    "usage": {"output_tokens": 5},
-                }),
-                ("message_stop", {"type": "message_stop"}),
-            ])
+            self._sse(
+                [
+                    ("message_start", {"type": "message_start", "message": message}),
+                    (
+                        "content_block_start",
+                        {"type": "content_block_start", "index": 0, "content_block": start},
+                    ),
+                    (
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": 0, "delta": delta},
+                    ),
+                    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    (
+                        "message_delta",
+                        {
+                            "type": "message_delta",
+                            "delta": {"stop_reason": stop, "stop_sequence": None},
+                            "usage": {"output_tokens": 5},
+                        },
+                    ),
+                    ("message_stop", {"type": "message_stop"}),
+                ]
+            )
 
         # -- Gemini --
 
@@ -211,11 +220,16 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 part = {"text": step.text}
             return {
                 "candidates": [
-                    {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP",
-                     "index": 0}
+                    {
+                        "content": {"role": "model", "parts": [part]},
+                        "finishReason": "STOP",
+                        "index": 0,
+                    }
                 ],
                 "usageMetadata": {
-                    "promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15,
+                    "promptTokenCount": 10,
+                    "candidatesTokenCount": 5,
+                    "totalTokenCount": 15,
                 },
                 "modelVersion": "gemini-2.5-flash",
             }
@@ -229,22 +243,36 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 return
             # The model router's classifier (and other side calls) expect a small JSON verdict.
             verdict = json.dumps({"reasoning": "simple task", "model_choice": "flash"})
-            self._json(200, {
-                "candidates": [{"content": {"role": "model", "parts": [{"text": verdict}]},
-                                "finishReason": "STOP", "index": 0}],
-                "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1,
-                                  "totalTokenCount": 2},
-            })
+            self._json(
+                200,
+                {
+                    "candidates": [
+                        {
+                            "content": {"role": "model", "parts": [{"text": verdict}]},
+                            "finishReason": "STOP",
+                            "index": 0,
+                        }
+                    ],
+                    "usageMetadata": {
+                        "promptTokenCount": 1,
+                        "candidatesTokenCount": 1,
+                        "totalTokenCount": 2,
+                    },
+                },
+            )
 
         # -- OpenAI Responses --
 
         def _openai(self, body: dict[str, Any]) -> None:
             items = body.get("input") or []
             turns = sum(
-                1 for item in items
+                1
+                for item in items
                 if isinstance(item, dict)
-                and (item.get("type") == "function_call"
-                     or (item.get("type") == "message" and item.get("role") == "assistant"))
+                and (
+                    item.get("type") == "function_call"
+                    or (item.get("type") == "message" and item.get("role") == "assistant")
+                )
             )
             step = server.step(turns) if body.get("tools") else Step.reply("ok")
             response_id = f"resp_{len(server.requests):04d}"
@@ -255,9 +283,13 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                     "call_id": f"call_{len(server.requests):04d}",
                     "name": "exec_command",
                     "arguments": json.dumps(
-                        {"cmd": step.command, "sandbox_permissions": "require_escalated",
-                         "justification": "the test asks for it"}
-                        if step.escalated else {"cmd": step.command}
+                        {
+                            "cmd": step.command,
+                            "sandbox_permissions": "require_escalated",
+                            "justification": "the test asks for it",
+                        }
+                        if step.escalated
+                        else {"cmd": step.command}
                     ),
                     "status": "completed",
                 }
@@ -270,21 +302,38 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                     "content": [{"type": "output_text", "text": step.text, "annotations": []}],
                 }
             usage = {
-                "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                "input_tokens": 10,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": 15,
             }
-            created = {"id": response_id, "object": "response", "status": "in_progress",
-                       "output": []}
-            completed = {"id": response_id, "object": "response", "status": "completed",
-                         "output": [item], "usage": usage}
-            self._sse([
-                ("response.created", {"type": "response.created", "response": created}),
-                ("response.output_item.added",
-                 {"type": "response.output_item.added", "output_index": 0, "item": item}),
-                ("response.output_item.done",
-                 {"type": "response.output_item.done", "output_index": 0, "item": item}),
-                ("response.completed", {"type": "response.completed", "response": completed}),
-            ])
+            created = {
+                "id": response_id,
+                "object": "response",
+                "status": "in_progress",
+                "output": [],
+            }
+            completed = {
+                "id": response_id,
+                "object": "response",
+                "status": "completed",
+                "output": [item],
+                "usage": usage,
+            }
+            self._sse(
+                [
+                    ("response.created", {"type": "response.created", "response": created}),
+                    (
+                        "response.output_item.added",
+                        {"type": "response.output_item.added", "output_index": 0, "item": item},
+                    ),
+                    (
+                        "response.output_item.done",
+                        {"type": "response.output_item.done", "output_index": 0, "item": item},
+                    ),
+                    ("response.completed", {"type": "response.completed", "response": completed}),
+                ]
+            )
 
     return Handler

@@ -7,6 +7,7 @@ returns a `SessionResult` (tests/harnesses/session.py) with what every hook rece
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -61,8 +62,12 @@ class Session:
 
 def install_with_cli(harness: str, env: dict[str, str]) -> None:
     result = subprocess.run(
-        [str(PACKAGE_CLI), "harness", "install", harness], env=env, capture_output=True,
-        text=True, timeout=60, check=False,
+        [str(PACKAGE_CLI), "harness", "install", harness],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
 
@@ -108,8 +113,9 @@ class RealHarness:
                 plan("install", self.name, Scope(home, environ=env), program).apply()
             if after_install is not None:
                 after_install(session)
-            template = write_template(root / "scion-agent.yaml", receiver,
-                                      root / "runtime.jsonl", self.name)
+            template = write_template(
+                root / "scion-agent.yaml", receiver, root / "runtime.jsonl", self.name
+            )
             process = start_run(self.command(prompt, extra), env, template, work)
             try:
                 if during is not None:
@@ -120,9 +126,16 @@ class RealHarness:
                     process.kill()
                     process.wait()
             # Non-blocking hooks are all delivered before `run` exits; the receiver has them.
-            return SessionResult(code, out, err, receiver, root / "runtime.jsonl", home,
-                                 supervisor_pid=process.pid,
-                                 extra={"model_requests": list(fake.requests)})
+            return SessionResult(
+                code,
+                out,
+                err,
+                receiver,
+                root / "runtime.jsonl",
+                home,
+                supervisor_pid=process.pid,
+                extra={"model_requests": list(fake.requests)},
+            )
 
 
 class Claude(RealHarness):
@@ -152,12 +165,16 @@ class Gemini(RealHarness):
         settings = session.home / ".gemini" / "settings.json"
         settings.parent.mkdir(parents=True)
         # Offline: no update check, usage statistics or telemetry to try to send.
-        settings.write_text(json.dumps({
-            "security": {"auth": {"selectedType": "gemini-api-key"}},
-            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-        }))
+        settings.write_text(
+            json.dumps(
+                {
+                    "security": {"auth": {"selectedType": "gemini-api-key"}},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "privacy": {"usageStatisticsEnabled": False},
+                    "telemetry": {"enabled": False},
+                }
+            )
+        )
 
     def command(self, prompt: str, extra: Sequence[str]) -> list[str]:
         return [str(self.binary), "-p", prompt, *(extra or ["--approval-mode", "yolo"])]
@@ -189,8 +206,8 @@ class Codex(RealHarness):
 # the same answer on stdout).
 ALLOW_PERMISSION = {
     "type": "command",
-    "command": "echo '{\"hookSpecificOutput\": {\"hookEventName\": \"PermissionRequest\", "
-    "\"decision\": {\"behavior\": \"allow\"}}}'",
+    "command": 'echo \'{"hookSpecificOutput": {"hookEventName": "PermissionRequest", '
+    '"decision": {"behavior": "allow"}}}\'',
 }
 
 
@@ -232,7 +249,5 @@ def kill_if_alive(pid: int) -> None:
     import signal
 
     if alive(pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

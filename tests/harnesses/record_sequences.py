@@ -50,9 +50,13 @@ def record(output: Path) -> list[Path]:
                 wrapper = Path(scratch) / "record_hook.py"
                 wrapper.write_text(WRAPPER)
                 program = [sys.executable, str(wrapper), str(target), str(PACKAGE_CLI)]
-                result = harness.run(Path(scratch) / "session", scenario.script,
-                                     extra=scenario.extra, program=program,
-                                     after_install=scenario.after_install)
+                result = harness.run(
+                    Path(scratch) / "session",
+                    scenario.script,
+                    extra=scenario.extra,
+                    program=program,
+                    after_install=scenario.after_install,
+                )
                 if result.returncode != 0:
                     print(f"{name} {scenario_name}: exit {result.returncode}", file=sys.stderr)
                 # The session's scratch folder is this run's alone: a stable name instead.

@@ -14,7 +14,12 @@ from tests.harnesses.fake_models import Step
 from tests.harnesses.real import Session, add_users_permission_hook
 from tests.harnesses.session import PACKAGE_CLI
 
-CODEX_SANDBOX = ["--sandbox", "workspace-write", "-c", "sandbox_workspace_write.network_access=true"]
+CODEX_SANDBOX = [
+    "--sandbox",
+    "workspace-write",
+    "-c",
+    "sandbox_workspace_write.network_access=true",
+]
 RUN_TOOLS = {"claude": ["--allowedTools", "Bash"], "gemini": [], "codex": CODEX_SANDBOX}
 
 
@@ -27,16 +32,18 @@ class Scenario:
 
 def tool_turn(harness: str) -> Scenario:
     """One prompt: the model runs a shell command, then answers in text."""
-    return Scenario([Step.shell("echo tool-ran"), Step.reply("It printed tool-ran.")],
-                    RUN_TOOLS[harness])
+    return Scenario(
+        [Step.shell("echo tool-ran"), Step.reply("It printed tool-ran.")], RUN_TOOLS[harness]
+    )
 
 
 def status_in_tool(harness: str) -> Scenario:
     """The model runs `otel-lifecycle-hooks status task_completed ...` in its shell tool (by
     absolute path: Codex runs tools in a login shell, which resets PATH)."""
     command = f"{PACKAGE_CLI} status task_completed 'summary from the tool' && echo tool-ran"
-    return Scenario([Step.shell(command), Step.reply("The command printed tool-ran.")],
-                    RUN_TOOLS[harness])
+    return Scenario(
+        [Step.shell(command), Step.reply("The command printed tool-ran.")], RUN_TOOLS[harness]
+    )
 
 
 SCENARIOS: dict[str, Callable[[str], Scenario | None]] = {}
@@ -64,8 +71,9 @@ def permission(harness: str) -> Scenario | None:
     return None
 
 
-SCENARIOS.update({"tool-turn": tool_turn, "status-in-tool": status_in_tool,
-                  "permission": permission})
+SCENARIOS.update(
+    {"tool-turn": tool_turn, "status-in-tool": status_in_tool, "permission": permission}
+)
 
 
 def answered(session_root: Path) -> bool:

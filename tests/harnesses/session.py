@@ -26,8 +26,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_CLI = Path(sys.executable).with_name("otel-lifecycle-hooks")
 
 VARIABLES = (
-    "EVENT", "PHASE", "PREVIOUS_PHASE", "ACTIVITY", "PREVIOUS_ACTIVITY", "TOOL_NAME",
-    "EXIT_CODE", "ERROR_MESSAGE", "TASK_SUMMARY", "ASSISTANT_TEXT", "AGENT_NAME", "SESSION_ID",
+    "EVENT",
+    "PHASE",
+    "PREVIOUS_PHASE",
+    "ACTIVITY",
+    "PREVIOUS_ACTIVITY",
+    "TOOL_NAME",
+    "EXIT_CODE",
+    "ERROR_MESSAGE",
+    "TASK_SUMMARY",
+    "ASSISTANT_TEXT",
+    "AGENT_NAME",
+    "SESSION_ID",
     "HARNESS_NAME",
 )
 RECORDER = (
@@ -55,8 +65,7 @@ def write_template(path: Path, receiver: TargetServer, runtime_log: Path, harnes
         f"    on: [{', '.join(RUNTIME_EVENTS)}]",
         "    action:",
         "      type: script",
-        "      command: "
-        + json.dumps([sys.executable, "-c", RECORDER, str(runtime_log)]),
+        "      command: " + json.dumps([sys.executable, "-c", RECORDER, str(runtime_log)]),
         "    timeout: 10s",
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -93,8 +102,11 @@ class SessionResult:
         return [json.loads(line) for line in self.runtime_log.read_text().splitlines() if line]
 
     def trace_ids(self) -> set[str]:
-        return {r.headers["traceparent"].split("-")[1] for r in self.requests()
-                if "traceparent" in r.headers}
+        return {
+            r.headers["traceparent"].split("-")[1]
+            for r in self.requests()
+            if "traceparent" in r.headers
+        }
 
     def hook_log(self) -> str:
         path = self.home / "agent.log"
@@ -125,11 +137,24 @@ def start_run(
     grace_period: str = "5s",
 ) -> subprocess.Popen[str]:
     """`otel-lifecycle-hooks run --template T -- command`, in its own session."""
-    argv = [str(PACKAGE_CLI), "run", "--template", str(template),
-            "--grace-period", grace_period, "--", *command]
+    argv = [
+        str(PACKAGE_CLI),
+        "run",
+        "--template",
+        str(template),
+        "--grace-period",
+        grace_period,
+        "--",
+        *command,
+    ]
     return subprocess.Popen(
-        argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
+        argv,
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 

@@ -47,8 +47,12 @@ def events_server(tmp_path: Path):
 
 def _status(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(PACKAGE_CLI), "status", *args], env=env, capture_output=True, text=True,
-        timeout=TIMEOUT, check=False,
+        [str(PACKAGE_CLI), "status", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
     )
 
 
@@ -131,8 +135,10 @@ def test_the_runtime_directory_is_preferred_when_there_is_one(tmp_path: Path) ->
     runtime = tmp_path / "run-user"
     runtime.mkdir(mode=0o700)
     channel = SessionChannel(Received())
-    channel.open(str(tmp_path / "events.sock"), {"HOME": str(tmp_path / "home"),
-                                                 "XDG_RUNTIME_DIR": str(runtime)})
+    channel.open(
+        str(tmp_path / "events.sock"),
+        {"HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(runtime)},
+    )
     try:
         assert (runtime / "otel-lifecycle-hooks" / f"supervisor-{os.getpid()}.json").exists()
         assert stat.S_IMODE((runtime / "otel-lifecycle-hooks").stat().st_mode) == 0o700
@@ -198,8 +204,12 @@ def test_doctor_inside_a_session_sees_the_supervisor_and_its_ping_arrive(tmp_pat
 
 def test_doctor_outside_any_session_says_so_and_exits_1(tmp_path: Path) -> None:
     result = subprocess.run(
-        [str(PACKAGE_CLI), "harness", "doctor"], env=base_env(tmp_path), capture_output=True,
-        text=True, timeout=TIMEOUT, check=False,
+        [str(PACKAGE_CLI), "harness", "doctor"],
+        env=base_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
     )
     assert result.returncode == 1
     assert "FAIL socket: no supervisor socket found" in result.stdout
@@ -262,8 +272,12 @@ def test_doctor_never_sends_the_token_to_an_address_that_is_not_loopback(tmp_pat
         "LIFECYCLE_HOOKS_HTTP_TOKEN": "planted",
     }
     result = subprocess.run(
-        [str(PACKAGE_CLI), "harness", "doctor", "--json"], env=env, capture_output=True,
-        text=True, timeout=TIMEOUT, check=False,
+        [str(PACKAGE_CLI), "harness", "doctor", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
     )
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert "is not a loopback http:// URL: not contacted" in checks["http route"]["detail"]

@@ -93,8 +93,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(route: Any) -> None:
     with socket.create_connection((host, int(port)), timeout=10) as connection:
         connection.sendall(
             f"POST /claude HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ingest.token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n"
-            .encode()
+            f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode()
         )
         status_line = connection.makefile("rb").readline()
     assert status_line.split()[1] == b"413"
@@ -135,8 +134,9 @@ def test_a_slow_delivery_never_holds_up_the_answer(tmp_path: Path) -> None:
     try:
         with httpx.Client(base_url=ingest.url, trust_env=False, timeout=10) as client:
             for _ in range(3):
-                response = client.post("/claude", json={"hook_event_name": "Stop"},
-                                       headers=auth(ingest))
+                response = client.post(
+                    "/claude", json={"hook_event_name": "Stop"}, headers=auth(ingest)
+                )
                 assert response.status_code == 200
         assert delivered == []  # all three answered while the first delivery still waits
     finally:
@@ -153,8 +153,16 @@ def test_status_tells_how_many_messages_the_session_received(route: Any) -> None
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.9.9.9", True), ("::1", True), ("::ffff:127.0.0.1", True),
-     ("10.0.0.1", False), ("::ffff:10.0.0.1", False), ("192.168.1.2", False), ("name", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("10.0.0.1", False),
+        ("::ffff:10.0.0.1", False),
+        ("192.168.1.2", False),
+        ("name", False),
+    ],
 )
 def test_only_loopback_peers_are_served(host: str, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback
@@ -178,8 +186,13 @@ def test_real_claude_code_posts_its_events_to_the_supervisor_with_no_hook_proces
         Step.reply("Done."),
     ]
     # A project with no hooks of ours: nothing is installed, only the session's settings act.
-    result = harness.run(tmp_path, script, extra=["--allowedTools", "Bash"],
-                         program=["/bin/false"], after_install=_uninstall_command_hooks)
+    result = harness.run(
+        tmp_path,
+        script,
+        extra=["--allowedTools", "Bash"],
+        program=["/bin/false"],
+        after_install=_uninstall_command_hooks,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runtime = [e["hook_event_name"] for e in result.runtime_events()]
     assert runtime[:2] == ["session-start", "prompt-submit"], runtime
@@ -205,8 +218,10 @@ def test_a_flood_of_large_bodies_is_refused_while_delivery_waits_not_buffered() 
         with httpx.Client(base_url=ingest.url, trust_env=False, timeout=10) as client:
             first = client.post("/claude", content=body, headers=auth(ingest)).status_code
             assert delivering.wait(10)  # the first one is out of the queue, being delivered
-            queued = [client.post("/claude", content=body, headers=auth(ingest)).status_code
-                      for _ in range(5)]
+            queued = [
+                client.post("/claude", content=body, headers=auth(ingest)).status_code
+                for _ in range(5)
+            ]
     finally:
         release.set()
         ingest.close()
@@ -333,8 +348,11 @@ def test_when_every_open_connection_showed_the_token_a_new_one_is_refused(counte
     ("body", "status", "reason"),
     [
         (b'{"a": [' + b"{}," * (MAX_JSON_TOKENS // 2) + b"{}]}", 413, "http_json_too_large"),
-        (b'{"a": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}", 413,
-         "http_json_too_large"),
+        (
+            b'{"a": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}",
+            413,
+            "http_json_too_large",
+        ),
         (b"[1, 2]", 400, "http_not_an_object"),
         (b"{nope", 400, "http_not_json"),
     ],
@@ -353,8 +371,11 @@ def test_a_body_over_the_json_bounds_or_not_an_object_is_refused_and_counted(
 @pytest.mark.parametrize(
     ("request_bytes", "status", "reason"),
     [
-        (b"POST /claude HTTP/1.1\r\nX: " + b"y" * MAX_HEADER_BYTES + b"\r\n\r\n", 431,
-         "http_header_too_large"),
+        (
+            b"POST /claude HTTP/1.1\r\nX: " + b"y" * MAX_HEADER_BYTES + b"\r\n\r\n",
+            431,
+            "http_header_too_large",
+        ),
         (b"POST /claude HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 401, "http_unauthorized"),
         (b"POST /claude HTTP/2.0\r\n\r\n", 505, "http_bad_request"),
         (b"POST /claude HTTP/1.1\r\n folded\r\n\r\n", 400, "http_bad_request"),

@@ -23,8 +23,14 @@ USER_HOOK = {"type": "command", "command": "my-own-linter --check"}
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(home)}
     env.pop("CODEX_HOME", None)
-    return subprocess.run([str(PACKAGE_CLI), "harness", *args], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [str(PACKAGE_CLI), "harness", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def install(harness: str, home: Path, **scope: object) -> None:
@@ -41,7 +47,9 @@ def test_claude_install_adds_one_hook_per_event_and_keeps_the_users_own(tmp_path
     assert settings["model"] == "opus"
     pre_tool = settings["hooks"]["PreToolUse"]
     assert pre_tool[0] == {"matcher": "Bash", "hooks": [USER_HOOK]}
-    assert pre_tool[1]["hooks"][0]["command"] == "/opt/bin/otel-lifecycle-hooks hook --dialect claude"
+    assert (
+        pre_tool[1]["hooks"][0]["command"] == "/opt/bin/otel-lifecycle-hooks hook --dialect claude"
+    )
     for event in ("SessionStart", "UserPromptSubmit", "PostToolUse", "PermissionRequest", "Stop"):
         [group] = settings["hooks"][event]
         assert group["hooks"][0]["type"] == "command"
@@ -57,9 +65,16 @@ def test_installing_twice_changes_nothing(tmp_path: Path) -> None:
 def test_uninstall_removes_only_what_install_added(tmp_path: Path) -> None:
     settings_file = tmp_path / ".gemini" / "settings.json"
     settings_file.parent.mkdir()
-    original = json.dumps(
-        {"security": {"auth": {"selectedType": "gemini-api-key"}},
-         "hooks": {"BeforeTool": [{"matcher": "*", "hooks": [USER_HOOK]}]}}, indent=2) + "\n"
+    original = (
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "hooks": {"BeforeTool": [{"matcher": "*", "hooks": [USER_HOOK]}]},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     settings_file.write_text(original)
     install("gemini", tmp_path)
     assert len(json.loads(settings_file.read_text())["hooks"]) == 10
@@ -139,13 +154,17 @@ def test_json_output_names_the_changed_files(tmp_path: Path) -> None:
 def test_an_unknown_harness_is_refused_with_the_known_ones(tmp_path: Path) -> None:
     result = cli(tmp_path, "install", "vscode")
     assert result.returncode == 2
-    assert "unknown harness 'vscode': expected one of claude, gemini, codex, opencode" in result.stderr
+    assert (
+        "unknown harness 'vscode': expected one of claude, gemini, codex, opencode" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [("{\n  \"hooks\": [,]\n}\n", "not valid JSON at line 2, column 13"),
-     ("[1, 2]", "holds a JSON list")],
+    [
+        ('{\n  "hooks": [,]\n}\n', "not valid JSON at line 2, column 13"),
+        ("[1, 2]", "holds a JSON list"),
+    ],
 )
 def test_a_settings_file_that_is_not_a_json_object_is_refused_untouched(
     tmp_path: Path, content: str, expected: str

@@ -25,8 +25,9 @@ END_OF_TURN = ("idle", "completed")
 
 def run_scenario(name: str, scenario: scenarios.Scenario, root: Path) -> SessionResult:
     harness = HARNESS_CLASSES[name](harness_binary(name))
-    result = harness.run(root, scenario.script, extra=scenario.extra,
-                         after_install=scenario.after_install)
+    result = harness.run(
+        root, scenario.script, extra=scenario.extra, after_install=scenario.after_install
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -64,8 +65,11 @@ def test_a_session_has_one_session_id(name: str, tool_turns: dict[str, SessionRe
     result = tool_turns[name]
     # What ${SESSION_ID} renders to in a runtime-event hook, and in the others.
     ids = {e["context"].get("SESSION_ID", e["session_id"]) for e in result.runtime_events()}
-    ids |= {r["SESSION_ID"] for event in ("activity-change", "post-start", "session-end")
-            for r in result.fired(event)}
+    ids |= {
+        r["SESSION_ID"]
+        for event in ("activity-change", "post-start", "session-end")
+        for r in result.fired(event)
+    }
     assert len(ids) == 1, ids
 
 

@@ -33,7 +33,12 @@ from tests.harnesses.session import PACKAGE_CLI
 SHELL_TOOL = {"claude": "Bash", "gemini": "run_shell_command", "codex": "Bash"}
 # Flags each needs to run the shell tool headless without asking. Codex's sandbox refuses
 # sockets (so `status`) and writes outside the workspace unless told otherwise.
-CODEX_SANDBOX = ["--sandbox", "workspace-write", "-c", "sandbox_workspace_write.network_access=true"]
+CODEX_SANDBOX = [
+    "--sandbox",
+    "workspace-write",
+    "-c",
+    "sandbox_workspace_write.network_access=true",
+]
 RUN_TOOLS = {"claude": ["--allowedTools", "Bash"], "gemini": [], "codex": CODEX_SANDBOX}
 NEVER_IN_A_CLEAN_SESSION = {"pre-stop", "error", "limits-exceeded"}
 
@@ -56,11 +61,21 @@ def test_a_session_fires_its_hooks_with_their_variables_in_one_trace(
     assert result.returncode == 0, result.stderr[-3000:]
 
     fired = set(result.fired_events())
-    assert {"pre-start", "post-start", "phase-change", "activity-change", "task-completed",
-            "session-end"} <= fired, (fired, result.hook_log()[-3000:])
+    assert {
+        "pre-start",
+        "post-start",
+        "phase-change",
+        "activity-change",
+        "task-completed",
+        "session-end",
+    } <= fired, (fired, result.hook_log()[-3000:])
     assert not fired & NEVER_IN_A_CLEAN_SESSION
     assert [v["PHASE"] for v in result.fired("phase-change")] == [
-        "provisioning", "starting", "running", "stopping", "stopped"
+        "provisioning",
+        "starting",
+        "running",
+        "stopping",
+        "stopped",
     ]
     [post_start] = result.fired("post-start")
     assert post_start["PHASE"] == "running"
@@ -96,8 +111,10 @@ def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> Non
     # A duration no other process has: the sleep is found by it (inside Codex's sandbox the
     # tool's own idea of its pid is another namespace's).
     duration = f"29.{random.randrange(10**6):06d}"
-    script = [Step.shell(f"echo $$ > {pid_file}; exec sleep {duration}"),
-              Step.reply("never reached")]
+    script = [
+        Step.shell(f"echo $$ > {pid_file}; exec sleep {duration}"),
+        Step.reply("never reached"),
+    ]
     seen: dict[str, list[int]] = {}
 
     def terminate_during_the_tool(process: subprocess.Popen[str], session: Session) -> None:
@@ -112,8 +129,9 @@ def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> Non
         process.send_signal(signal.SIGTERM)
 
     try:
-        result = harness.run(tmp_path, script, extra=RUN_TOOLS[harness.name],
-                             during=terminate_during_the_tool)
+        result = harness.run(
+            tmp_path, script, extra=RUN_TOOLS[harness.name], during=terminate_during_the_tool
+        )
         fired = set(result.fired_events())
         assert {"pre-stop", "session-end"} <= fired, result.hook_log()[-3000:]
         assert [v["PHASE"] for v in result.fired("phase-change")][-2:] == ["stopping", "stopped"]
@@ -155,8 +173,9 @@ def test_a_permission_prompt_answered_headless_lets_the_tool_run(name: str, tmp_
     scenario = scenarios.permission(name)
     assert scenario is not None
     harness = HARNESS_CLASSES[name](harness_binary(name))
-    result = harness.run(tmp_path, scenario.script, extra=scenario.extra,
-                         after_install=scenario.after_install)
+    result = harness.run(
+        tmp_path, scenario.script, extra=scenario.extra, after_install=scenario.after_install
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert scenarios.answered(tmp_path), "the tool did not run after the answer"
     runtime = [e["hook_event_name"] for e in result.runtime_events()]
@@ -168,8 +187,12 @@ def test_a_permission_prompt_answered_headless_lets_the_tool_run(name: str, tmp_
 
 def test_claude_code_over_its_turn_limit_fires_limits_exceeded_then_stops(tmp_path: Path) -> None:
     harness = HARNESS_CLASSES["claude"](harness_binary("claude"))
-    result = harness.run(tmp_path, [Step.shell("echo tool-ran"), Step.reply("Done.")],
-                         extra=RUN_TOOLS["claude"], env_extra={"SCION_MAX_TURNS": "1"})
+    result = harness.run(
+        tmp_path,
+        [Step.shell("echo tool-ran"), Step.reply("Done.")],
+        extra=RUN_TOOLS["claude"],
+        env_extra={"SCION_MAX_TURNS": "1"},
+    )
     assert result.returncode == 10  # run's exit code for a limit
     [limit] = result.fired("limits-exceeded")
     assert limit["ACTIVITY"] == "limits_exceeded"
@@ -179,8 +202,9 @@ def test_claude_code_over_its_turn_limit_fires_limits_exceeded_then_stops(tmp_pa
 def test_claude_code_killed_under_a_tool_fires_error_with_its_exit_code(tmp_path: Path) -> None:
     harness = HARNESS_CLASSES["claude"](harness_binary("claude"))
     # The tool kills its own harness: a crash nobody asked for.
-    result = harness.run(tmp_path, [Step.shell("kill -KILL $PPID"), Step.reply("never")],
-                         extra=RUN_TOOLS["claude"])
+    result = harness.run(
+        tmp_path, [Step.shell("kill -KILL $PPID"), Step.reply("never")], extra=RUN_TOOLS["claude"]
+    )
     assert result.returncode == 137
     [error] = result.fired("error")
     assert (error["PHASE"], error["EXIT_CODE"]) == ("error", "137")
@@ -193,9 +217,12 @@ def test_harness_doctor_from_inside_the_agents_shell_tool_finds_the_supervisor(
     harness: RealHarness, tmp_path: Path
 ) -> None:
     report = tmp_path / "project" / "doctor.json"  # in the workspace: Codex's sandbox writes there
-    command = f"{PACKAGE_CLI} harness doctor {harness.name} --json > {report}; echo $? >> {report}.rc"
-    result = harness.run(tmp_path, [Step.shell(command), Step.reply("Checked.")],
-                         extra=RUN_TOOLS[harness.name])
+    command = (
+        f"{PACKAGE_CLI} harness doctor {harness.name} --json > {report}; echo $? >> {report}.rc"
+    )
+    result = harness.run(
+        tmp_path, [Step.shell(command), Step.reply("Checked.")], extra=RUN_TOOLS[harness.name]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert Path(f"{report}.rc").read_text().strip() == "0", report.read_text()
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}

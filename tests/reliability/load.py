@@ -10,6 +10,7 @@ measured, not assumed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -205,8 +206,6 @@ class LoadedSupervisor:
             if self.agent_pid_file.exists():
                 pids.append(int(self.agent_pid_file.read_text()))
             for pid in pids:  # each leads its own process group
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             self.process.wait()

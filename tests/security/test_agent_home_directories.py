@@ -55,8 +55,12 @@ def test_a_runtime_directory_of_root_gets_no_folder_of_the_agent(top: Path) -> N
     open_and_close({"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)}, top)
 
     assert list(runtime.iterdir()) == []
-    made = [home / ".local", home / ".local/state", home / ".local/state/otel-lifecycle-hooks",
-            home / ".local/state/otel-lifecycle-hooks/run"]
+    made = [
+        home / ".local",
+        home / ".local/state",
+        home / ".local/state/otel-lifecycle-hooks",
+        home / ".local/state/otel-lifecycle-hooks/run",
+    ]
     assert [path.stat().st_uid for path in made] == [NOBODY[0]] * len(made)
 
 

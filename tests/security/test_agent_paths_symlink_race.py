@@ -94,7 +94,10 @@ class Canary:
         info = os.stat(self.path)
         text = self.path.read_text()
         won = (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode), text) != (
-            0, 0, 0o600, CANARY_TEXT
+            0,
+            0,
+            0o600,
+            CANARY_TEXT,
         )
         if won:
             os.chown(self.path, 0, 0)
@@ -143,8 +146,12 @@ def start_attacker(stage: Stage) -> subprocess.Popen[str]:
     watched = [f"{stage.socket_base}/*", str(stage.runtime / "otel-lifecycle-hooks")]
     return subprocess.Popen(
         [python, "-c", ATTACKER, str(stage.canary.path), *watched],
-        user=NOBODY[0], group=NOBODY[1], extra_groups=[],
-        stdout=subprocess.PIPE, text=True, cwd="/",
+        user=NOBODY[0],
+        group=NOBODY[1],
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
     )
 
 
@@ -227,7 +234,9 @@ def test_the_agent_can_use_the_socket_but_change_nothing_beside_it(stage: Stage)
             for path in (socket_dir, Path(server.path), settings)
         }
         assert owner_and_mode == {
-            socket_dir: (0, 0o711), Path(server.path): (NOBODY[0], 0o600), settings: (0, 0o644),
+            socket_dir: (0, 0o711),
+            Path(server.path): (NOBODY[0], 0o600),
+            settings: (0, 0o644),
         }
         assert settings.parent == socket_dir
     finally:

@@ -8,6 +8,7 @@ the supervisor, and nothing reaches the operator's terminal as a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import resource
 import signal
@@ -139,10 +140,8 @@ def test_eight_bodies_of_empty_objects_at_once_stay_under_the_memory_bound(
             except OSError:
                 pass  # refused before its body was read: the rest is not wanted
             halfway.wait()
-            try:
+            with contextlib.suppress(OSError):
                 connection.sendall(body[half:])
-            except OSError:
-                pass
             try:
                 statuses.append(connection.makefile("rb").readline().decode(errors="replace"))
             except OSError:
@@ -191,10 +190,8 @@ def test_two_thousand_trickling_connections_hold_no_thread_and_few_descriptors(
                 # No token: any local user. The first byte of a request, then one a second.
                 connection = socket.create_connection((host, int(port)), timeout=60)
                 tricklers.append(connection)
-                try:
+                with contextlib.suppress(OSError):
                     connection.send(b"P")
-                except OSError:
-                    pass
             for _ in range(3):
                 for connection in tricklers:
                     try:

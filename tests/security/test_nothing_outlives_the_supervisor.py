@@ -19,6 +19,7 @@ one of them, and polls under a generous hang guard.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -134,10 +135,8 @@ def _kill_recorded(directory: Path) -> None:
     """Whatever the agent recorded and is still alive: killed by pid (the test's cleanup)."""
     for name in PROCESS_NAMES:
         for path in directory.rglob(f"{name}.pid"):
-            try:
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
                 os.kill(int(path.read_text()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError, PermissionError):
-                pass
 
 
 def _agent_command(directory: Path) -> list[str]:
@@ -249,10 +248,8 @@ def test_a_timed_out_scripts_setsid_grandchild_is_ended(shared_dir: Path) -> Non
         )
     finally:
         if pid_file.exists():
-            try:
+            with contextlib.suppress(ValueError, ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError):
-                pass
 
 
 # An agent that tries to leave its cgroup for the hierarchy's root and for its own group's

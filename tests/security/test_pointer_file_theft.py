@@ -114,8 +114,13 @@ def test_a_rewritten_pointer_file_sends_no_event_to_another_socket(
         rewritten.chmod(0o600)
         os.replace(rewritten, pointer)
         go.write_text("go")
-        results = json.loads(wait_until(lambda: report.exists() and report.read_text(),
-                                        timeout=120, what="the agent's calls"))
+        results = json.loads(
+            wait_until(
+                lambda: report.exists() and report.read_text(),
+                timeout=120,
+                what="the agent's calls",
+            )
+        )
     finally:
         space.cleanup()
     assert thief.lines == []
@@ -163,7 +168,10 @@ def test_an_agent_of_another_user_reaches_its_root_supervisor_through_the_pointe
         os.chown(stderr_file, 65534, 65534)
         template = space.template(recorder_hook(target.url("/events"), ["task-completed"]))
         run = space.start(
-            template, [python, "-c", USER_AGENT, str(stderr_file)], "--user", "nobody",
+            template,
+            [python, "-c", USER_AGENT, str(stderr_file)],
+            "--user",
+            "nobody",
             env={"XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(REPO_ROOT)},
         )
         [event] = wait_until(lambda: recorded(target), what="the status through the pointer")
@@ -171,7 +179,8 @@ def test_an_agent_of_another_user_reaches_its_root_supervisor_through_the_pointe
         assert stderr_file.read_text() == ""
         [pointer] = (runtime / "otel-lifecycle-hooks").glob("supervisor-*.json")
         assert (pointer.stat().st_uid, (runtime / "otel-lifecycle-hooks").stat().st_uid) == (
-            65534, 65534
+            65534,
+            65534,
         )
         run.signal(signal.SIGTERM)
         run.wait(timeout=30)

@@ -15,6 +15,7 @@ A real root `run` with `user: nobody` then shows the hooks of every lifecycle ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -385,10 +386,8 @@ def test_recovery_of_a_killed_root_supervisor_runs_its_hooks_as_the_agents_user(
         killed.signal(signal.SIGKILL)
         killed.wait(timeout=10)
         # The orphaned agent goes too, as it would with its container.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(int((shared / "agent-1.pid").read_text()), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         second = reachable_workspace.start(template, agent(2, exit=0))
         assert second.wait(timeout=60) == 0, second.stderr
         seen = [json.loads(line) for line in uids.read_text().splitlines()]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -280,10 +281,8 @@ class Workspace:
         # Agents orphaned by a killed supervisor (their own session: out of its group), and
         # the processes they detached.
         for pid_file in self.root.glob("*.pid"):
-            try:
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError, PermissionError):
-                pass
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:

@@ -5,6 +5,7 @@ is gone, and dies with a supervisor killed outright. Real processes throughout."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -122,10 +123,8 @@ def test_the_agent_dies_with_a_supervisor_killed_outright(setpriv: bool) -> None
             supervisor.kill()
             supervisor.wait(timeout=30)
         if agent_pid and read_stat(agent_pid) is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(agent_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_a_setpriv_without_the_option_or_absent_is_not_used(tmp_path: Path) -> None:

@@ -43,7 +43,9 @@ def send(*lines, raw=b""):
 # A descendant in a session of its own that ignores SIGTERM and floods the socket with
 # tool-start lines (and some that are not JSON) until it is killed: through the stop, the
 # agent's exit and the grace period.
-FLOODER = WIRE + r"""
+FLOODER = (
+    WIRE
+    + r"""
 import signal
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
@@ -59,13 +61,17 @@ while True:
     except OSError:
         time.sleep(0.001)  # the backlog is full: the supervisor is busy, not gone
 """
+)
 
-FLOODING_AGENT = WIRE + r"""
+FLOODING_AGENT = (
+    WIRE
+    + r"""
 import subprocess
 subprocess.Popen([sys.executable, "-S", "-c", sys.argv[1], sys.argv[2]], start_new_session=True)
 while True:
     time.sleep(0.05)
 """
+)
 
 
 def test_a_client_flooding_the_socket_through_a_stop_neither_holds_the_stop_nor_is_heard_after_it(
@@ -92,13 +98,16 @@ def test_a_client_flooding_the_socket_through_a_stop_neither_holds_the_stop_nor_
     assert "not_json" in run.stderr  # the flood's bad lines were refused, and counted
 
 
-EARLY_SPEAKER = WIRE + r"""
+EARLY_SPEAKER = (
+    WIRE
+    + r"""
 # Three lines on one connection, then a second connection: while post-start still blocks.
 send(event("tool-start", "BeforeTool", "first"), event("tool-end", "AfterTool", "first"),
      event("tool-start", "BeforeTool", "second"))
 send({"v": 1, "kind": "status", "status": "task_completed", "message": "done early"})
 open(sys.argv[1], "w").write("sent")
 """
+)
 
 
 def test_messages_sent_while_post_start_blocks_are_handled_after_it_in_the_order_sent(
@@ -139,7 +148,9 @@ PAIRS = 40
 
 # Tool calls told at once by two routes: the event socket (one thread) and Claude Code's HTTP
 # route (another), each a start and an end, as fast as they go.
-TWO_ROUTES = WIRE + r"""
+TWO_ROUTES = (
+    WIRE
+    + r"""
 import http.client, threading
 url = os.environ["LIFECYCLE_HOOKS_HTTP_URL"].removeprefix("http://")
 token = os.environ["LIFECYCLE_HOOKS_HTTP_TOKEN"]
@@ -172,6 +183,7 @@ for route in routes:
 while True:
     time.sleep(0.05)
 """
+)
 
 
 def test_events_from_the_socket_and_the_http_route_at_once_keep_one_consistent_activity(
@@ -194,8 +206,11 @@ def test_events_from_the_socket_and_the_http_route_at_once_keep_one_consistent_a
 
     events = recorded(target_server)
     for route in ("socket", "http"):  # each route's own events in the order it sent them
-        told = [(e["EVENT"], e["TOOL_NAME"]) for e in events
-                if e["EVENT"] != "activity-change" and e["TOOL_NAME"].startswith(route)]
+        told = [
+            (e["EVENT"], e["TOOL_NAME"])
+            for e in events
+            if e["EVENT"] != "activity-change" and e["TOOL_NAME"].startswith(route)
+        ]
         assert told == [(name, f"{route}-{i}") for i in range(PAIRS)
                         for name in ("tool-start", "tool-end")]  # fmt: skip
     # Each event's activity is the tracker's right after it, and every change follows at once
@@ -211,11 +226,14 @@ def test_events_from_the_socket_and_the_http_route_at_once_keep_one_consistent_a
             assert events[i + 1]["EVENT"] == "activity-change", (i, e)
 
 
-ONE_TOOL_CALL = WIRE + r"""
+ONE_TOOL_CALL = (
+    WIRE
+    + r"""
 send(event("tool-start", "BeforeTool", "held"))
 while True:
     time.sleep(0.05)
 """
+)
 
 
 def test_a_second_signal_while_a_blocking_runtime_hook_holds_the_event_ends_the_run(

@@ -152,8 +152,14 @@ def test_listing_and_validating_the_seed_example_imports_and_contacts_nothing(
             hooks = {hook["name"]: hook for hook in json.loads(done.stdout)["hooks"]}
             assert set(hooks) >= {"house-policy", "telemetry", "compliance"}
             # Listing names what each executor is, without importing or calling it.
-            assert any(h["action"] == "python" and h["module"] == "acme_loop_hooks.telemetry" for h in hooks.values())
-            assert any(h["action"] == "python" and (h["path"] or "").endswith("policy.py") for h in hooks.values())
+            assert any(
+                h["action"] == "python" and h["module"] == "acme_loop_hooks.telemetry"
+                for h in hooks.values()
+            )
+            assert any(
+                h["action"] == "python" and (h["path"] or "").endswith("policy.py")
+                for h in hooks.values()
+            )
     assert not (loop_dir / "hooks" / "policy-imported").exists()
     assert not (loop_dir / "site" / "acme_loop_hooks" / "telemetry-imported").exists()
     assert jsonrpc_server.calls == []

@@ -65,9 +65,10 @@ def test_run_exports_what_its_pre_start_hook_measured_before_its_agent_started(
     tmp_path: Path,
 ) -> None:
     template = tmp_path / "agent.yaml"
-    with TargetServer() as target, RotelReceiver(
-        tmp_path, exporter=RotelReceiver.BLACKHOLE_TRACES_AND_METRICS
-    ) as rotel:
+    with (
+        TargetServer() as target,
+        RotelReceiver(tmp_path, exporter=RotelReceiver.BLACKHOLE_TRACES_AND_METRICS) as rotel,
+    ):
         target.always("/prepare", Reply(204))
         template.write_text(
             "lifecycle_hooks:\n"
