@@ -3,8 +3,8 @@ httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
 `sys.modules`; the post-start webhook, after it, brings httpx in. Nor the journal (SQLite and
 the package's journal modules) nor crash recovery: they come right after the agent's start.
 Nor the span exporters and their batch processors (the SDK's export module, the local trace
-file's exporter, OTLP's exporter): they are made when the first span ends. Nor the console
-module: the report imports it with its first line. Nor the Logs API: the first phases' event
+file's exporter, OTLP's exporter): they are made when the first span ends. The commands'
+console module is never imported (the report escapes through terminal.py). Nor the Logs API: the first phases' event
 records are emitted once the agent has started. Nor, with a metrics exporter, the metrics SDK
 and OTLP's metric exporter: the meter provider is made once the agent has started."""
 
@@ -145,15 +145,17 @@ def test_with_otlp_traces_the_exporter_is_made_after_the_agent_is_started(
     assert sorted(paths) == ["/started", "/v1/traces"]
 
 
-def test_the_console_is_imported_with_the_reports_first_line_not_before_the_agent(
+def test_the_report_escapes_through_the_terminal_module_not_the_commands_console(
     tmp_path: Path, target_server: TargetServer
 ) -> None:
-    seen = noted_imports(tmp_path, target_server.url("/started"), ("otel_lifecycle_hooks.cli",),
+    seen = noted_imports(tmp_path, target_server.url("/started"),
+                         ("otel_lifecycle_hooks.cli.console", "otel_lifecycle_hooks.terminal"),
                          "--verbose")  # fmt: skip
-    assert "otel_lifecycle_hooks.cli.console" not in seen["at-spawn"]
-    # The check can see it: with --verbose the webhook's success was a line, which escaped
-    # the hook's name through it.
-    assert "otel_lifecycle_hooks.cli.console" in seen["at-exit"]
+    # The commands' tables are never `run`'s: the supervisor does not import the cli package.
+    assert "otel_lifecycle_hooks.cli.console" not in seen["at-spawn"] + seen["at-exit"]
+    # The check can see the report's escaping: with --verbose the webhook's success was a
+    # line, which escaped the hook's name through terminal.py.
+    assert "otel_lifecycle_hooks.terminal" in seen["at-exit"]
 
 
 def test_the_logs_api_is_imported_after_the_agent_is_started(

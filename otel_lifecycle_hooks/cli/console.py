@@ -1,9 +1,6 @@
-"""What every command does the same way on a terminal: escaping what the agent controls,
-colour (off when NO_COLOR is set or the stream is not a terminal), and exit codes.
-
-Agent-controlled text (tool names, messages, response bodies) reaches `trace`, `history` and
-`run`'s report; a raw escape sequence in it could rewrite the operator's screen or title bar,
-so every such value is shown with its control characters escaped.
+"""What every command does the same way on a terminal: exit codes, outcome colours, and tables
+fitted to the terminal's width. Escaping agent-controlled text and choosing colour live in
+`terminal.py` (shared with what `run` prints while it supervises) and are re-exported here.
 """
 
 from __future__ import annotations
@@ -13,38 +10,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
-from ..controls import escape_controls
+from ..terminal import CYAN as CYAN
+from ..terminal import DIM as DIM
+from ..terminal import GREEN as GREEN
+from ..terminal import RED as RED
+from ..terminal import YELLOW as YELLOW
+from ..terminal import escape_control as escape_control
+from ..terminal import paint as paint
+from ..terminal import wants_colour as wants_colour
 
 # Exit codes shared by `list`, `history` and `trace`.
 EXIT_OK = 0
 EXIT_NOTHING = 1  # nothing to show: no journal, no trace file, no such id
 EXIT_USAGE = 2  # argparse's own code for a bad command line
-
-RED, GREEN, YELLOW, CYAN, DIM = "31", "32", "33", "36", "2"
-
-
-def escape_control(text: object, *, keep_newlines: bool = False) -> str:
-    """`text` with every control character (ESC, BEL, CR, C1, bidirectional controls: see
-    `controls.py`) written as a visible escape: `\\x1b[2J` is shown, never interpreted."""
-    value = text if isinstance(text, str) else str(text)
-    # Line structure is kept where a caller prints multi-line text on purpose.
-    return escape_controls(value, keep="\n" if keep_newlines else "")
-
-
-def wants_colour(stream: IO[str], environ: Mapping[str, str] | None = None) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
-    env = os.environ if environ is None else environ
-    if env.get("NO_COLOR"):
-        return False
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def paint(text: str, code: str, colour: bool) -> str:
-    return f"\x1b[{code}m{text}\x1b[0m" if colour else text
-
 
 OUTCOME_COLOURS = {
     "success": GREEN,

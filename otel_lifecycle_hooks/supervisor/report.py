@@ -16,6 +16,7 @@ import threading
 from typing import IO, TYPE_CHECKING
 
 from ..engine.recording import ExecutionWatcher
+from ..terminal import RED, YELLOW, escape_control, paint, wants_colour
 
 if TYPE_CHECKING:
     from ..actions.base import AttemptResult
@@ -182,10 +183,6 @@ class RunReport(ExecutionWatcher):
         self._write(line)
 
     def _painted(self, line: str, kind: str) -> str:
-        # The console module (its escape tables, the tables' layouts) is imported with the
-        # first line made, after the agent's start: a run with nothing to say never pays for it.
-        from ..cli.console import RED, YELLOW, paint, wants_colour
-
         if self._colour is None:
             self._colour = wants_colour(self._stream)
         return paint(line, RED if kind == PROBLEM else YELLOW, self._colour)
@@ -199,9 +196,7 @@ class RunReport(ExecutionWatcher):
 
 
 def _escaped(text: object) -> str:
-    """`text` as `cli.console` escapes agent-controlled text (imported at the first line)."""
-    from ..cli.console import escape_control
-
+    """`text` with its control characters escaped (the agent controls it)."""
     return escape_control(text)
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.recording import ExecutionWatcher
 from ..private_files import is_trusted_directory, open_directory_path, replace_file
+from ..terminal import escape_control
 
 if TYPE_CHECKING:
     from ..engine.model import LifecycleEvent
@@ -124,8 +125,6 @@ def _alive(pid: int) -> bool:
 
 def describe_running(environ: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(exit code, text) for `status` without a signal: 0 when a supervisor runs, else 1."""
-    from ..cli.console import escape_control
-
     entries = running_supervisors(environ)
     if not entries:
         return 1, f"no supervisor is running (none registered in {running_dir(environ)})"
