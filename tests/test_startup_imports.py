@@ -4,9 +4,10 @@ httpx, httpcore, h11, requests, urllib3 and the httpx instrumentation are not in
 the package's journal modules) nor crash recovery: they come right after the agent's start.
 Nor the span exporters and their batch processors (the SDK's export module, the local trace
 file's exporter, OTLP's exporter): they are made when the first span ends. The commands'
-console module is never imported (the report escapes through terminal.py). Nor the Logs API: the first phases' event
-records are emitted once the agent has started. Nor, with a metrics exporter, the metrics SDK
-and OTLP's metric exporter: the meter provider is made once the agent has started."""
+console module is never imported (the report escapes through terminal.py). Nor the Logs API:
+the first phases' event records are emitted once the agent has started. Nor, with a metrics
+exporter, the metrics SDK and OTLP's metric exporter: the meter provider is made once the
+agent has started."""
 
 from __future__ import annotations
 
