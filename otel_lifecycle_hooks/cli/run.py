@@ -189,8 +189,9 @@ def _resume_collection() -> None:
 
 
 def _run(args: argparse.Namespace | SimpleNamespace) -> int:
+    from ..supervisor.options import SupervisorOptions
     from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
-    from ..supervisor.run import Supervisor, SupervisorOptions, agent_metadata
+    from ..supervisor.run import Supervisor, agent_metadata
     from ..supervisor.running import RunningFile
     from ..template.durations import DurationError, parse_duration
     from ..template.loader import TemplateError, load_templates

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from otel_lifecycle_hooks import __version__
-from otel_lifecycle_hooks.supervisor.run import SupervisorOptions, agent_metadata
+from otel_lifecycle_hooks.supervisor.options import SupervisorOptions
+from otel_lifecycle_hooks.supervisor.run import agent_metadata
 from otel_lifecycle_hooks.template.model import Template
 from tests.supervisor.supervised import Workspace, script_hook, wait_until
 

@@ -11,7 +11,8 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from otel_lifecycle_hooks.supervisor.run import SupervisorOptions, agent_metadata
+from otel_lifecycle_hooks.supervisor.options import SupervisorOptions
+from otel_lifecycle_hooks.supervisor.run import agent_metadata
 from otel_lifecycle_hooks.template.model import Template
 from tests.support.target_server import TargetServer
 

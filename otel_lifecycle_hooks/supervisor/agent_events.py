@@ -1,0 +1,168 @@
+"""What the agent reports, from the wire to the hooks: the event socket, the session's channel
+(its variables, the pointer file, Claude Code's loopback HTTP route), admission with its
+counts, and each admitted message turned into activity events and limits.
+
+Everything here comes from the agent and is untrusted: a message is admitted or refused and
+counted (admission.py), and nothing it makes a handler do may end the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.metrics import MeterProvider
+
+from .. import events as ev
+from .admission import Admission, Admitted, IngressCounts
+from .agent_tree import agent_user_ids
+from .channel import SessionChannel, wants_http_route
+from .inbox import Inbox
+from .limits import Limits
+from .phases import Phases
+from .server import STOPPING, EventServer
+
+if TYPE_CHECKING:
+    from ..harness.activity import ActivityTracker
+
+log = logging.getLogger("otel_lifecycle_hooks.supervisor")
+
+# How long the agent's exit waits for its last events still unread in the event socket.
+LAST_MESSAGES_BOUND = 1.0  # seconds
+
+
+class AgentEvents:
+    """The routes the agent's events take to the main loop, and what the loop makes of them."""
+
+    def __init__(
+        self,
+        inbox: Inbox,
+        phases: Phases,
+        limits: Limits,
+        environ: Mapping[str, str],
+        template_env: Mapping[str, str],
+    ) -> None:
+        self._inbox = inbox
+        self._phases = phases
+        self._limits = limits
+        self._environ = environ
+        self._template_env = template_env
+        # Every message from the agent passes here, whatever route it came by (admission.py).
+        self.ingress = IngressCounts()
+        self._admission = Admission(self.ingress)
+        self._channel: SessionChannel | None = None
+        self._server: EventServer | None = None
+        self._tracker: ActivityTracker | None = None
+        self._harness_session_id = ""
+
+    def count_with(self, meter_provider: MeterProvider) -> None:
+        """Count admissions and refusals with the run's meter provider from now on."""
+        self.ingress = IngressCounts(meter_provider)
+        self._admission = Admission(self.ingress)
+
+    def open(self, command: Sequence[str], metadata: Mapping[str, str], user: str | None) -> None:
+        """Open the session's channel and the event socket (owned by the agent's user)."""
+        http = wants_http_route(command, metadata, self._environ)
+        owner = agent_user_ids(user)
+        self._channel = SessionChannel(self._deliver, owner, http, refuse=self.ingress.refuse)
+        self._server = EventServer(
+            self._channel.deliver,
+            owner=owner,
+            refuse=self.ingress.refuse,
+            undelivered=self.ingress.sender_losses,
+        ).start()
+
+    def agent_variables(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What the agent's environment `env` needs to reach the socket (and the HTTP route);
+        writes the pointer file, in the agent's HOME."""
+        if self._server is None or self._channel is None:
+            return {}
+        return self._channel.open(self._server.path, env)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        """Take one message from the agent (any route): refused and counted unless admitted."""
+        admitted = self._admission.admit(message)
+        if admitted is not None:
+            self._inbox.put_message(admitted)  # may wait: backpressure on the senders
+
+    # -- acting on messages --
+
+    def act_on(self, message: Admitted, *, stopping: bool) -> None:
+        """Handle one admitted message; while the session stops, refuse it (counted)."""
+        if stopping:
+            self.ingress.refuse(STOPPING)  # the session is ending: not acted on, counted
+            return
+        try:
+            self._handle(message)
+        except Exception:  # nothing the agent sends may end the session
+            log.exception("handling an agent message failed")
+            self.ingress.refuse("handler_failed")
+
+    def _handle(self, message: Admitted) -> None:
+        if self._tracker is None:
+            # Made with the first message: an agent that never reports its activity (no
+            # harness hooks) does not pay for the tracker's rules at start-up.
+            from ..harness.activity import ActivityTracker, turn_end_completes_task
+
+            self._tracker = ActivityTracker(
+                turn_end_completes_task=turn_end_completes_task(self._environ, self._template_env)
+            )
+        if message.kind == "status":
+            derived = self._tracker.signal(message.status, message.message)
+        elif message.event is not None:
+            derived = self._tracker.observe(message.event)
+            self._note_harness_session(message.event.session_id)
+        else:
+            return
+        for item in derived:
+            fields = dict(item.fields)
+            if item.event == ev.ACTIVITY_CHANGE:
+                self._phases.activity = fields.get("ACTIVITY", self._phases.activity)
+            self._phases.record(item.event, fields)
+        hit = self._limits.exceeded(self._tracker.turns, self._tracker.model_calls)
+        if hit is not None:
+            self._phases.limit_exceeded(*hit)
+
+    def _note_harness_session(self, harness_session_id: str) -> None:
+        """The harness's own id for this session, kept on the session span: SESSION_ID (and
+        `gen_ai.conversation.id`) stay the supervisor's, one for every hook of the run."""
+        if harness_session_id and harness_session_id != self._harness_session_id:
+            self._harness_session_id = harness_session_id
+            if self._phases.session is not None:
+                self._phases.session.set_attribute(ev.ATTR_HARNESS_SESSION_ID, harness_session_id)
+
+    # -- the end --
+
+    def take_last(self, *, stopping: bool) -> None:
+        """The agent's last events (a `status` just before it exits) may still be unread in
+        the socket when its exit is seen: read them and handle them before the session ends,
+        within a short bound (a descendant still sending cannot hold the exit)."""
+        if self._server is None:
+            return
+        deadline = time.monotonic() + LAST_MESSAGES_BOUND
+        while True:
+            settled = self._server.settle(timeout=max(0.0, deadline - time.monotonic()))
+            handled = False
+            while (item := self._inbox.get_nowait()) is not None:
+                if isinstance(item, Admitted):
+                    handled = True
+                    self.act_on(item, stopping=stopping)
+                # Anything else (a signal) changes nothing: the agent has exited and the
+                # session ends next.
+            if (settled and not handled) or time.monotonic() >= deadline:
+                return
+
+    def close(self) -> None:
+        """Close the channel and the socket; count what was admitted but never acted on
+        (reason `session_stopping`), so that no loss goes unseen; log the input's summary."""
+        if self._channel is not None:
+            self._channel.close()
+        if self._server is not None:
+            self._server.close()
+        for item in self._inbox.drain():
+            if isinstance(item, Admitted):
+                self.ingress.refuse(STOPPING)
+        if self.ingress.total:
+            log.warning("agent input: %s", self.ingress.summary())
