@@ -11,9 +11,16 @@ from ..engine.recording import ExecutionWatcher
 from ..template.model import Template
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from ..hooklog import HookLog
     from ..journal.postgres import PostgresJournal
     from ..journal.sqlite import Journal as SQLiteJournal
+
+    # A journal, a path, None for the default (opened at its first use), False for none.
+    JournalOption: TypeAlias = (
+        SQLiteJournal | PostgresJournal | str | os.PathLike[str] | Literal[False] | None
+    )
 
 DEFAULT_GRACE_PERIOD = 10.0
 
@@ -28,8 +35,7 @@ class SupervisorOptions:
     # From flags; wins over the SCION_* variables and the template.
     metadata: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    # A journal, a path, None for the default (opened at its first use), False for none.
-    journal: SQLiteJournal | PostgresJournal | str | os.PathLike[str] | Literal[False] | None = None
+    journal: JournalOption = None  # a journal, a path, None: the default, False: none
     hook_log: HookLog | str | None = None  # a hook log, its path, None for the default
     user: str | None = None  # the agent's user (the supervisor runs as root)
     on_running: Callable[[], None] | None = None  # called once post-start is done

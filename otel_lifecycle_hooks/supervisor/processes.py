@@ -41,6 +41,7 @@ import os
 import signal as signals
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -107,7 +108,8 @@ _LAUNCHER = (
     "    os.setgroups([int(g) for g in groups.split(',') if g])\n"
     "    os.setgid(int(gid))\n"
     "    os.setuid(int(uid))\n"
-    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(signals.SIGKILL)}, 0, 0, 0)\n"
+    "ctypes.CDLL(None, use_errno=True)"
+    f".prctl({PR_SET_PDEATHSIG}, {int(signals.SIGKILL)}, 0, 0, 0)\n"
     "if os.getppid() != int(parent):\n"
     "    os._exit(1)  # the supervisor died before the setting took: never run unsupervised\n"
     "os.execv(program, sys.argv[6:])\n"
@@ -209,24 +211,21 @@ def _find_program(program: str, path: str) -> str | None:
     return next((c for c in candidates if os.path.exists(c)), None)
 
 
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """One line of /proc/<pid>/stat: what tells whose process it is."""
 
-    __slots__ = ("pgid", "pid", "ppid", "sid", "start", "state")
-
-    def __init__(self, pid: int, state: str, ppid: int, pgid: int, sid: int, start: int) -> None:
-        self.pid, self.state, self.ppid = pid, state, ppid
-        self.pgid, self.sid, self.start = pgid, sid, start
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start: int  # in clock ticks after boot: with the pid, what no other process shares
 
     @property
     def key(self) -> tuple[int, int]:
+        """The process's identity: a reused pid has another start time."""
         return (self.pid, self.start)
-
-    def __repr__(self) -> str:
-        return (
-            f"ProcessInfo(pid={self.pid}, state={self.state!r}, ppid={self.ppid}, "
-            f"pgid={self.pgid}, sid={self.sid}, start={self.start})"
-        )
 
 
 def read_stat(pid: int, proc: str = _PROC) -> ProcessInfo | None:

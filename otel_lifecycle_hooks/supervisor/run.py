@@ -46,6 +46,7 @@ from .watchers import OwedFailures
 
 if TYPE_CHECKING:
     from .journaling import SessionJournal
+    from .options import JournalOption
     from .owed_moments import JournalLike
 
 __all__ = [
@@ -369,7 +370,7 @@ class Supervisor:
         return self._journaling().losses()
 
 
-def _deferred(journal: Any, environ: Mapping[str, str]) -> Any:
+def _deferred(journal: JournalOption, environ: Mapping[str, str]) -> object:
     """The journal for the engine: a path or None is opened at its first use (deferred.py),
     not before the agent starts; an instance or False as it is."""
     if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
