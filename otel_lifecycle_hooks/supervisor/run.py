@@ -273,7 +273,7 @@ class Supervisor:
         # the deliveries still queued (session-end's own hooks get their timeout after it).
         shutdown = self.shutdown
         shutdown.exit_deadline = shutdown.deadline or shutdown.grace_deadline()
-        self.shutdown.end_leftovers()
+        shutdown.end_leftovers()
         phases = self.phases
         if error:
             phases.set_phase("error")
