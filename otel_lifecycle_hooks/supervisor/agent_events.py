@@ -103,7 +103,8 @@ class AgentEvents:
     def _handle(self, message: Admitted) -> None:
         if self._tracker is None:
             # Made with the first message: an agent that never reports its activity (no
-            # harness hooks) does not pay for the tracker's rules at start-up.
+            # harness hooks) does not pay for the tracker's rules (about 1.2 ms, -X importtime)
+            # before its start.
             from ..harness.activity import ActivityTracker, turn_end_completes_task
 
             self._tracker = ActivityTracker(

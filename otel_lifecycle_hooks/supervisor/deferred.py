@@ -2,7 +2,7 @@
 
 Nothing the journal holds decides whether the agent may start: its session row, crash
 recovery of earlier runs, the heartbeat and retention come right after the agent's start
-(supervisor/run.py), and a hook that runs before it (pre-start, a phase change) opens the
+(supervisor/journaling.py), and a hook that runs before it (pre-start, a phase change) opens the
 journal when it records its execution. What the agent's start no longer waits for: SQLite's
 import, the package's journal modules and the file's opening (about 3 ms of each `run`).
 """
