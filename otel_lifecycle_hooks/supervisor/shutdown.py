@@ -34,7 +34,7 @@ class Shutdown:
     """When and how the run stops: what asked for it, by when the agent must be gone, and
     what a second stop signal cuts short."""
 
-    def __init__(self, grace_period: float, inbox: Inbox, agent: AgentTree, phases: Phases):
+    def __init__(self, grace_period: float, inbox: Inbox, agent: AgentTree, phases: Phases) -> None:
         self.grace_period = grace_period
         self._inbox = inbox
         self._agent = agent
