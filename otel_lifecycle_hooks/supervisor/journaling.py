@@ -118,7 +118,7 @@ class SessionJournal:
                 log.exception("journaling the session failed")
         return self._moments.begin(event, moment)
 
-    def _call(self, method: str, call: Callable[[Any], T]) -> T | None:
+    def _call(self, method: str, call: Callable[[JournalLike], T]) -> T | None:
         """`call(journal)` (the journal's `method`) once the session's row is written."""
         if self._journal is not None and not self._opened:  # the row comes first
             try:

@@ -46,7 +46,9 @@ def _with_first_moment(row: SessionRow, event: str, moment: float) -> SessionRow
     return row if row.session_end_at is not None else row._replace(session_end_at=moment)
 
 
-def journal_call(journal: JournalLike | None, method: str, call: Callable[[Any], T]) -> T | None:
+def journal_call(
+    journal: JournalLike | None, method: str, call: Callable[[JournalLike], T]
+) -> T | None:
     """`call(journal)` (the journal's `method`); None without a journal, and a failure logged,
     never raised: the journal is a record, not a dependency."""
     if journal is None:
