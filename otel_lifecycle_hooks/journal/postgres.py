@@ -52,12 +52,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import rows as _rows
 from .liveness import LivenessClock
+from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
+    SessionCounts,
     SessionRow,
     attempt_values,
     attempts_of,
@@ -183,7 +185,8 @@ def default_spill_dir(url: str, environ: Mapping[str, str]) -> Path:
 
 
 class PostgresJournal:
-    """The execution journal over a PostgreSQL database. Thread-safe; never raises."""
+    """The execution journal over a PostgreSQL database: a `base.Journal`. Thread-safe; never
+    raises."""
 
     def __init__(
         self,
@@ -283,7 +286,7 @@ class PostgresJournal:
         rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
         return [_rows.attempt_row(row) for row in rows]
 
-    def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def session_counts(self, session_ids: Sequence[str]) -> dict[str, SessionCounts]:
         """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
         return _rows.read_session_counts(self._select, session_ids)
 
@@ -293,7 +296,7 @@ class PostgresJournal:
 
     def apply_retention(
         self,
-        retention: Any,
+        retention: Retention,
         now: float | None = None,
         chunk: int | None = None,
         stopped: Callable[[], bool] | None = None,
@@ -301,7 +304,6 @@ class PostgresJournal:
         """Delete what `retention` no longer keeps, a chunk per transaction, on the journal's
         connection between the writer's batches (not through the write queue; never on a
         hook's path), until done or `stopped()`; how many executions went."""
-        from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             self._wait_for_queue(RETENTION_YIELD)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypedDict
 
 from . import cells
 
@@ -128,6 +128,15 @@ class SessionRow(NamedTuple):
     claim_expires_at: float | None = None
     # The HMAC of what recovery acts on, under the journal key (seal.py); None when unsealed.
     seal: str | None = None
+
+
+class SessionCounts(TypedDict):
+    """A session's executions, as `session_counts` gives them: how many, how many of them
+    did not deliver (`FAILED_OUTCOMES`), and when the latest started (unix seconds)."""
+
+    deliveries: int
+    failed: int
+    last_at: float | None
 
 
 class ExecutionLike(Protocol):
@@ -462,7 +471,7 @@ def execution_filters(
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def read_session_counts(select: Any, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def read_session_counts(select: Any, session_ids: Sequence[str]) -> dict[str, SessionCounts]:
     """`SESSION_COUNTS` for these sessions through a backend's `_select`."""
     if not session_ids:
         return {}
@@ -470,11 +479,11 @@ def read_session_counts(select: Any, session_ids: Sequence[str]) -> dict[str, di
         failed=", ".join("?" for _ in FAILED_OUTCOMES),
         sessions=", ".join("?" for _ in session_ids),
     )
-    counts: dict[str, dict[str, Any]] = {}
+    counts: dict[str, SessionCounts] = {}
     for row in select(sql, (*FAILED_OUTCOMES, *session_ids)):
-        counts[row["session_id"]] = {
-            "deliveries": int(row["deliveries"]),
-            "failed": int(row["failed"] or 0),
-            "last_at": row["last_at"],
-        }
+        counts[row["session_id"]] = SessionCounts(
+            deliveries=int(row["deliveries"]),
+            failed=int(row["failed"] or 0),
+            last_at=row["last_at"],
+        )
     return counts

@@ -6,7 +6,7 @@ session-end hooks are still owed.
 
 The journal is a record, not a dependency: hooks must run whether or not it can be written. A
 corrupt file, a full disk or an unwritable directory is reported once (logger
-`otel_lifecycle_hooks.journal`, and `Journal.healthy` turns False); from then on every call is
+`otel_lifecycle_hooks.journal`, and `SqliteJournal.healthy` turns False); from then on every call is
 a no-op returning an empty answer. A busy database (another process holding the write lock
 past the busy timeout) only drops that one write.
 
@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 from ..private_files import open_directory_path
 from . import rows as _rows
 from .liveness import LivenessClock, local_clock
+from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
@@ -52,6 +53,7 @@ from .rows import (
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
+    SessionCounts,
     SessionRow,
     attempt_values,
     attempts_of,
@@ -82,8 +84,9 @@ _T = TypeVar("_T")
 PAGE_CACHE_KIB = 512
 
 
-class Journal:
-    """The execution journal over one SQLite file (WAL mode). Thread-safe; never raises."""
+class SqliteJournal:
+    """The execution journal over one SQLite file (WAL mode): a `base.Journal`. Thread-safe;
+    never raises."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = BUSY_TIMEOUT) -> None:
         """Open (creating if needed) the journal at `path`. `busy_timeout`: seconds a write
@@ -174,20 +177,19 @@ class Journal:
         found = self._select(_rows.NTH_NEWEST_ID, (rows,))
         return found[0][0] if found else None
 
-    def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def session_counts(self, session_ids: Sequence[str]) -> dict[str, SessionCounts]:
         """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
         return _rows.read_session_counts(self._select, session_ids)
 
     def apply_retention(
         self,
-        retention: Any,
+        retention: Retention,
         now: float | None = None,
         chunk: int | None = None,
         stopped: Callable[[], bool] | None = None,
     ) -> int:
-        """Delete what `retention` (a `retention.Retention`) no longer keeps, a chunk per
-        transaction (hooks' writes take the lock between chunks); how many executions went."""
-        from .retention import CHUNK_ROWS, apply, never_stopped
+        """Delete what `retention` no longer keeps, a chunk per transaction (hooks' writes
+        take the lock between chunks); how many executions went."""
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             def run(db: sqlite3.Connection) -> int:
@@ -365,8 +367,8 @@ class Journal:
         seal: str | None = None,
     ) -> SessionRow | None:
         """Take an unfinished session for recovery: the row, with the moments of its owed
-        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if it is finished, recovered, or held by
-        another claimer whose lease has not run out."""
+        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if
+        it is finished, recovered, or held by another claimer whose lease has not run out."""
         now = _now(at)
         params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
 
@@ -403,6 +405,18 @@ class Journal:
                 (agent_id, limit),
             )
         return [_rows.session_row(row) for row in rows]
+
+    def backlog(self) -> str:
+        """Always "": every write is in the file once made (a batch not committed yet is
+        committed before any read), none waits elsewhere on this machine."""
+        return ""
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Commit the open batch now; `timeout` is unused (SQLite's own busy timeout bounds
+        the wait). False if the journal is not recording."""
+        if self._db is None:
+            return False
+        return self._run("commit", lambda db: True, False)
 
     def close(self) -> None:
         """Commit what is waiting and close the database; later calls are no-ops."""
@@ -561,7 +575,8 @@ class Journal:
             db.execute("BEGIN")
         values = [execution_values(row) for row, _ in queued]
         db.executemany(INSERT_EXECUTION, values)
-        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False)))
+        uids = (row_values[-1] for row_values in values)
+        _insert_attempts(db, zip(uids, (attempts for _, attempts in queued), strict=True))
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:
@@ -656,6 +671,10 @@ def _insert_attempts(
     if rows:
         db.executemany(INSERT_ATTEMPT, rows)
 
+
+# The name this class had when SQLite was the only journal (`otel_lifecycle_hooks.journal`
+# still exports it); the protocol both journals implement is `base.Journal`.
+Journal = SqliteJournal
 
 _OWED_MOMENTS = tuple(f"({column})" for column in EVENT_COLUMNS.values())
 
