@@ -1022,9 +1022,7 @@ class Supervisor:
         counts: dict[str, int] = {}
         opened = not isinstance(journal, DeferredJournal) or journal.is_open
         if journal is not None and opened:
-            stats = getattr(journal, "stats", None)
-            if stats is not None:
-                counts.update(stats())
+            counts.update(journal.stats())
         counts["recovery_failed"] = self._recovery_failed
         return counts
 
@@ -1050,7 +1048,7 @@ class Supervisor:
     def _keep_retention(self) -> None:
         """Old journal rows go at start, hourly, and every so many executions written, on a
         thread of their own (retention.py)."""
-        if self._journal is not None and hasattr(self._journal, "apply_retention"):
+        if self._journal is not None:
             from ..journal.retention import RetentionKeeper, apply_every_rows, retention_from
 
             environ = self.options.environ
@@ -1064,7 +1062,7 @@ class Supervisor:
         """Warn when the agent's user can replace the SQLite journal (journal/placement.py):
         then every row is the agent's, and only sealed ones are worth recovering."""
         owner = _socket_owner(self.options.user)
-        path = getattr(self._journal, "path", None) if self._journal is not None else None
+        path = self._journal.path if self._journal is not None else None
         if owner is None or not isinstance(path, os.PathLike):
             return
         from ..journal.placement import replaceable_by
