@@ -44,21 +44,19 @@ from typing import Any, TypeVar
 from ..private_files import open_directory_path
 from . import rows as _rows
 from .liveness import LivenessClock, local_clock
+from .reading import JournalReader
 from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
     EVENT_COLUMNS,
-    FAILED_OUTCOMES,
     INSERT_ATTEMPT,
     INSERT_EXECUTION,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
-    SessionCounts,
     SessionRow,
     attempt_values,
     attempts_of,
     commits_at_once,
-    execution_filters,
     execution_row_of,
     execution_values,
 )
@@ -84,9 +82,9 @@ _T = TypeVar("_T")
 PAGE_CACHE_KIB = 512
 
 
-class SqliteJournal:
-    """The execution journal over one SQLite file (WAL mode): a `base.Journal`. Thread-safe;
-    never raises."""
+class SqliteJournal(JournalReader):
+    """The execution journal over one SQLite file (WAL mode): a `base.Journal`, its reads
+    `reading.JournalReader`'s. Thread-safe; never raises."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = BUSY_TIMEOUT) -> None:
         """Open (creating if needed) the journal at `path`. `busy_timeout`: seconds a write
@@ -164,23 +162,6 @@ class SqliteJournal:
 
         return self._run("update an execution", write, None)
 
-    def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
-        """The attempts of the execution whose row_uid this is, in order."""
-        if not execution_uid:
-            return []
-        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
-        return [_rows.attempt_row(row) for row in rows]
-
-    def newest_id_beyond(self, rows: int) -> int | None:
-        """The id of the newest execution that is not among the newest `rows` (None when
-        there are no more than `rows`)."""
-        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
-        return found[0][0] if found else None
-
-    def session_counts(self, session_ids: Sequence[str]) -> dict[str, SessionCounts]:
-        """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
-        return _rows.read_session_counts(self._select, session_ids)
-
     def apply_retention(
         self,
         retention: Retention,
@@ -207,64 +188,6 @@ class SqliteJournal:
             return self._run("apply retention", run, 0)
 
         return apply(retention, _now(now), execute, chunk or CHUNK_ROWS, stopped or never_stopped)
-
-    def get(self, execution_id: int) -> ExecutionRow | None:
-        """The execution with this id, if any."""
-        rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
-        return _rows.execution_row(rows[0]) if rows else None
-
-    def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
-        """The latest executions, newest first; of one hook if `hook_name` is given."""
-        if hook_name is None:
-            rows = self._select("SELECT * FROM executions ORDER BY id DESC LIMIT ?", (limit,))
-        else:
-            rows = self._select(
-                "SELECT * FROM executions WHERE hook = ? ORDER BY id DESC LIMIT ?",
-                (hook_name, limit),
-            )
-        return [_rows.execution_row(row) for row in rows]
-
-    def failed(self, since: float | None = None) -> list[ExecutionRow]:
-        """Executions that failed or timed out (started at or after `since`), oldest first."""
-        marks = ", ".join("?" for _ in FAILED_OUTCOMES)
-        rows = self._select(
-            f"SELECT * FROM executions WHERE outcome IN ({marks}) AND started_at >= ? ORDER BY id",
-            (*FAILED_OUTCOMES, since if since is not None else float("-inf")),
-        )
-        return [_rows.execution_row(row) for row in rows]
-
-    def delivered_by_replay(self) -> set[int]:
-        """Ids of executions that a later replay delivered (a successful row re-sent them)."""
-        rows = self._select(
-            "SELECT DISTINCT replayed_from FROM executions"
-            " WHERE replayed_from IS NOT NULL AND outcome = 'success'",
-            (),
-        )
-        return {row[0] for row in rows}
-
-    def executions(
-        self,
-        *,
-        agent_id: str | Sequence[str] | None = None,
-        session_id: str | Sequence[str] | None = None,
-        hook: str | None = None,
-        outcomes: tuple[str, ...] | None = None,
-        since: float | None = None,
-        limit: int | None = None,
-        oldest_first: bool = False,
-        event: str | None = None,
-        after_id: int | None = None,
-    ) -> list[ExecutionRow]:
-        """Executions matching every filter given, newest first (or oldest first)."""
-        where, params = execution_filters(
-            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since,
-            event=event, after_id=after_id,
-        )  # fmt: skip
-        sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        return [_rows.execution_row(row) for row in self._select(sql, params)]
 
     # -- sessions --
 
@@ -345,17 +268,6 @@ class SqliteJournal:
         """Crash recovery fired this session's owed hooks: never recover it again."""
         self._update_session("recovered_at = ?", (_now(at),), session_id)
 
-    def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
-        """Sessions (of `agent_id`, or of every agent) that began post-start, never ended,
-        and were not recovered, oldest first."""
-        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
-        params: list[Any] = []
-        if agent_id is not None:
-            sql += " AND agent_id = ?"
-            params.append(agent_id)
-        rows = self._select(sql + " ORDER BY started_at", params)
-        return [_rows.session_row(row) for row in rows]
-
     def claim_session(
         self,
         session_id: str,
@@ -389,22 +301,6 @@ class SqliteJournal:
         """Give back `claimer`'s claim of a session it could not finish recovering: the next
         pass may claim it at once."""
         self._write("release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
-
-    def session(self, session_id: str) -> SessionRow | None:
-        """One session by id."""
-        rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
-        return _rows.session_row(rows[0]) if rows else None
-
-    def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
-        """The latest sessions (of one agent), newest first."""
-        if agent_id is None:
-            rows = self._select("SELECT * FROM sessions ORDER BY started_at DESC LIMIT ?", (limit,))
-        else:
-            rows = self._select(
-                "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
-                (agent_id, limit),
-            )
-        return [_rows.session_row(row) for row in rows]
 
     def backlog(self) -> str:
         """Always "": every write is in the file once made (a batch not committed yet is
