@@ -65,6 +65,7 @@ from .rows import (
     commits_at_once,
     execution_row_of,
     execution_values,
+    new_row_uid,
 )
 from .schema import SCHEMA_VERSION, statements
 
@@ -254,7 +255,7 @@ class PostgresJournal(JournalReader):
         # An owed event's row (what recovery reads to skip a hook that ran) and a failed
         # delivery's (what replay re-sends) are kept on disk at once, as session writes are.
         durable = commits_at_once(row)
-        values = execution_values(row, _row_uid())
+        values = execution_values(row, new_row_uid())
         self._enqueue(_INSERT_EXECUTION, values, durable=durable)
         for attempt in attempts:  # the same batch, after their execution
             self._enqueue(_INSERT_ATTEMPT, attempt_values(attempt, values[-1]), durable=durable)
@@ -902,10 +903,6 @@ def _storable(value: Any) -> Any:
     # PostgreSQL's text cannot hold NUL, which an agent may well send: U+FFFD instead, in what
     # is written and in what is looked up (so a read finds what was written, never fails).
     return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
-
-
-def _row_uid() -> str:
-    return f"{random.getrandbits(128):032x}"
 
 
 def _now(at: float | None) -> float:
