@@ -118,6 +118,30 @@ def test_a_replay_links_to_the_row_it_re_sent(journal: Journal):
     assert replay is not None and journal.get(replay).replayed_from == original
 
 
+def test_an_id_past_64_bits_or_a_negative_limit_reads_as_nothing_never_raises(
+    journal: Journal,
+):
+    journal.record_execution(row())
+
+    assert journal.get(2**63) is None
+    assert journal.executions(after_id=2**70) == []
+    assert journal.recent(limit=-1) == [] and journal.sessions(limit=-1) == []
+    assert journal.healthy
+
+
+def test_a_replay_link_the_file_holds_as_text_is_not_taken_for_an_id(journal: Journal):
+    original = journal.record_execution(row(outcome="failed"))
+    journal.record_execution(row(outcome="success", replayed_from=original))
+    journal.close()
+    with sqlite3.connect(journal.path) as db:  # as an agent that can write the file would
+        db.execute("INSERT INTO executions (hook, event, outcome, started_at, replayed_from)"
+                   " VALUES ('x', 'post-start', 'success', 0, 'forged')")  # fmt: skip
+    reopened = Journal(journal.path)
+
+    assert reopened.delivered_by_replay() == {original}
+    reopened.close()
+
+
 def test_record_reads_the_engines_execution_record(journal: Journal):
     execution = SimpleNamespace(
         hook=SimpleNamespace(name="cleanup"),

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..journal import AttemptRow, ExecutionRow
+    from ..journal.base import Journal
     from .console import Step, TableLayout
 
 DEFAULT_LIMIT = 20
@@ -193,9 +194,9 @@ def run(args: argparse.Namespace) -> int:
     journal = open_journal(path)
     try:
         if execution_id is not None:
-            return _show(journal, execution_id, args, path)
+            return _show(journal, execution_id, args)
         if args.follow:
-            return _follow(journal, args, path)
+            return _follow(journal, args)
         rows = select_rows(
             journal,
             args.hook,
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         )
         _note_backlog(journal)
         if not journal.healthy:
-            return _unreadable(journal, path)
+            return _unreadable(journal)
         names = agent_names(journal, rows)
     finally:
         journal.close()
@@ -223,18 +224,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _note_backlog(journal: Any) -> None:
+def _note_backlog(journal: Journal) -> None:
     """One line on stderr when journal writes wait on this machine (a shared database was
     unavailable): the table may then lack them."""
-    backlog = getattr(journal, "backlog", None)
-    line = backlog() if backlog is not None else ""
+    line = journal.backlog()
     if line:
         print(f"otel-lifecycle-hooks history: note: {line}", file=sys.stderr)
 
 
-def _unreadable(journal: Any, path: Path | str) -> int:
-    shown = getattr(journal, "path", path)
-    print(f"otel-lifecycle-hooks history: cannot read the journal {shown}", file=sys.stderr)
+def _unreadable(journal: Journal) -> int:
+    print(f"otel-lifecycle-hooks history: cannot read the journal {journal.path}", file=sys.stderr)
     return 1
 
 
@@ -425,7 +424,7 @@ def _cells(row: ExecutionRow, names: dict[str, str]) -> tuple[str, ...]:
 # -- history --follow ------------------------------------------------------------------------
 
 
-def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
+def _follow(journal: Journal, args: argparse.Namespace) -> int:
     """The newest matching rows, then every new one, until Ctrl-C (exit 0)."""
     from ..journal.rows import RUNNING
     from .console import output_width, wants_colour
@@ -451,7 +450,7 @@ def _follow(journal: Any, args: argparse.Namespace, path: Path | str) -> int:
     try:
         first = read(None, args.limit)
         if not journal.healthy:
-            return _unreadable(journal, path)
+            return _unreadable(journal)
         if not args.json:
             header = layout.lines([], header=True) + [layout.note(elsewhere=_ELSEWHERE)]
             print("\n".join(header).rstrip(), flush=True)
@@ -500,7 +499,7 @@ def _newest_id(journal: Any) -> int:
 # -- history show ID ---------------------------------------------------------------------------
 
 
-def _show(journal: Any, execution_id: int, args: argparse.Namespace, path: Path | str) -> int:
+def _show(journal: Journal, execution_id: int, args: argparse.Namespace) -> int:
     from ..journal.retention import retention_from
     from ..journal.views import execution_dict, visible_execution
     from .console import EXIT_NOTHING, wants_colour
@@ -508,13 +507,13 @@ def _show(journal: Any, execution_id: int, args: argparse.Namespace, path: Path 
     retention = retention_from(os.environ)
     row = visible_execution(journal, execution_id, retention)
     if not journal.healthy:
-        return _unreadable(journal, path)
+        return _unreadable(journal)
     if row is None:
         beyond = "" if journal.get(execution_id) is None else " any more (beyond retention)"
         kept = retention.describe()
         print(
             f"otel-lifecycle-hooks history show: no execution {execution_id} in the journal"
-            f" {getattr(journal, 'path', path)}{beyond}; `history` lists the ids it holds"
+            f" {journal.path}{beyond}; `history` lists the ids it holds"
             f" (retention {kept}, set by $LIFECYCLE_HOOKS_JOURNAL_RETENTION)",
             file=sys.stderr,
         )

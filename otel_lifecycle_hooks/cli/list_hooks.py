@@ -235,9 +235,7 @@ def _recent_executions(path: str, names: Sequence[str]) -> dict[str, list[Any]] 
                 name: list(journal.recent(hook_name=name, limit=RECENT_LIMIT)) for name in names
             }
         finally:
-            close = getattr(journal, "close", None)
-            if close is not None:
-                close()
+            journal.close()
     except (sqlite3.Error, OSError) as exc:
         print(f"warning: cannot read the journal {path}: {exc}", file=sys.stderr)
         return None

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import confinement
+from ..journal.base import Journal
 from ..variables import format_unix_timestamp
 
 log = logging.getLogger("otel_lifecycle_hooks.reconcile")
@@ -300,7 +301,7 @@ def _unsupplied(journal: Any, row: Any, template: Any) -> str:
     return "; ".join(item.message() for item in missing) + "; nothing was sent, it stays owed"
 
 
-def _recover(journal: Any, row: Any, template: Any) -> Any:
+def _recover(journal: Journal, row: Any, template: Any) -> Any:
     """Send `row`'s owed hooks; the recovery.Recovery of it (what was sent, what failed)."""
     from ..engine.destination import journaled_metadata, journaled_variables, operator_metadata
     from ..engine.engine import HookEngine
@@ -335,9 +336,7 @@ def _recover(journal: Any, row: Any, template: Any) -> Any:
             journaled_metadata(row.metadata or operator, operator, template),
         )
         failed["recovery_failed"] = len(done.failed)
-        flush = getattr(journal, "flush", None)
-        if flush is not None:
-            flush()  # the recovered mark and rows written now, not at exit (PostgreSQL)
+        journal.flush()  # the recovered mark and rows written now, not at exit (PostgreSQL)
     finally:
         engine.shutdown()
         if telemetry is not None:

@@ -177,17 +177,14 @@ def build_recorders(
     watchers = recorders.watchers
     journal_ = recorders.journal
     in_flight = None
-    if journal_ is not None and hasattr(journal_, "update_execution"):
+    if journal_ is not None:
         # A retrying execution is journaled as running at its first wait, so it can be seen.
         in_flight = _InFlightLater(journal_)
         executor.in_flight.append(in_flight.retrying)
 
     def record_journal(execution: Execution) -> None:
         # The journal's id is what the operator is shown, so watchers hear after it.
-        if in_flight is not None:
-            history_id = in_flight.record(execution)
-        else:
-            history_id = journal_.record(execution) if journal_ is not None else None
+        history_id = in_flight.record(execution) if in_flight is not None else None
         for watcher in watchers:
             _tell(watcher.recorded, execution, history_id)
 

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..journal import FAILED_OUTCOMES, ExecutionRow, Journal
+from ..journal import FAILED_OUTCOMES, ExecutionRow
+from ..journal.base import Journal
 from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
 from ..render import (
     FORM_CONTENT_TYPE,
@@ -638,7 +639,9 @@ def _could_render(
     if kind == "text":
         return _glob_matches(literals, journaled)
     holes = _json_holes(literals) if kind == "json" else [_HOLE_PATTERNS[kind]] * len(literals)
-    pattern = "".join(hole + re.escape(literal) for hole, literal in zip(["", *holes], literals, strict=False))
+    pattern = "".join(
+        hole + re.escape(literal) for hole, literal in zip(["", *holes], literals, strict=False)
+    )
     return re.fullmatch(pattern, journaled) is not None
 
 

@@ -1,22 +1,34 @@
 """The execution journal: every hook execution and every supervised session.
 
 One URL chooses where it lives, the same for every command (`--journal URL`, else
-`$LIFECYCLE_HOOKS_JOURNAL`, or the older `$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or `sqlite:///path` for the embedded SQLite file (the
-default, `~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a
-database that a fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same
-schema (`schema.py`), migrated on open, and answer the same calls. `views.py` is what readers
-(`history show`, the `ui` page) use; `retention.py` how long rows are kept.
+`$LIFECYCLE_HOOKS_JOURNAL`, or the older `$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or
+`sqlite:///path` for the embedded SQLite file (the default,
+`~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a database
+that a fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same schema
+(`schema.py`), migrated on open, and answer the same calls: the `Journal` protocol (`base.py`)
+that `open_journal` returns. (`Journal` exported here is the SQLite journal, under the name it
+had before there were two.) `views.py` is what readers (`history show`, the `ui` page) use;
+`retention.py` how long rows are kept.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from . import base
+from .postgres import PostgresJournal
 from .rows import FAILED_OUTCOMES, OWED_EVENTS, AttemptRow, ExecutionRow, SessionRow
 from .schema import SCHEMA_VERSION
-from .sqlite import COMMIT_AFTER_ROWS, COMMIT_AFTER_SECONDS, JOURNAL_ENV, Journal
+from .sqlite import (
+    BUSY_TIMEOUT,
+    COMMIT_AFTER_ROWS,
+    COMMIT_AFTER_SECONDS,
+    JOURNAL_ENV,
+    Journal,
+    SqliteJournal,
+)
 
 __all__ = [
     "COMMIT_AFTER_ROWS",
@@ -28,7 +40,9 @@ __all__ = [
     "AttemptRow",
     "ExecutionRow",
     "Journal",
+    "PostgresJournal",
     "SessionRow",
+    "SqliteJournal",
     "default_journal_path",
     "is_postgres_url",
     "journal_location",
@@ -77,11 +91,16 @@ def default_journal_path(environ: Mapping[str, str]) -> Path:
     return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "journal.sqlite3"
 
 
-def open_journal(location: str | Path, **options: Any) -> Any:
-    """The journal at `location` (a path, `sqlite:///...` or `postgresql://...`)."""
+def open_journal(
+    location: str | Path,
+    *,
+    busy_timeout: float = BUSY_TIMEOUT,
+    spill_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> base.Journal:
+    """The journal at `location` (a path, `sqlite:///...` or `postgresql://...`).
+    `busy_timeout` is SQLite's (seconds a write waits for another process's lock);
+    `spill_dir` and `environ` are PostgreSQL's (where writes that cannot reach it wait)."""
     if is_postgres_url(location):
-        from .postgres import PostgresJournal
-
-        return PostgresJournal(str(location), **options)
-    resolved = journal_location(location, {})
-    return Journal(resolved, **{k: v for k, v in options.items() if k == "busy_timeout"})
+        return PostgresJournal(str(location), spill_dir=spill_dir, environ=environ)
+    return SqliteJournal(journal_location(location, {}), busy_timeout=busy_timeout)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .base import Journal
 from .rows import RUNNING, AttemptRow, ExecutionRow, attempts_of, execution_row_of, new_row_uid
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
@@ -29,7 +30,7 @@ _Key = tuple[str, str, str, str]
 class InFlight:
     """Journals `journal`'s executions in flight; `record` is the executor's journal sink."""
 
-    def __init__(self, journal: Any) -> None:
+    def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self._lock = threading.Lock()
         # Per execution in flight: its row's uid and how many of its attempts are journaled.
@@ -89,8 +90,8 @@ class InFlight:
             if found is not None:
                 uid, written = found
                 row = execution_row_of(execution)._replace(row_uid=uid)
-                return self._journal.update_execution(row, attempts_of(execution)[written:])  # type: ignore[no-any-return]
-        return self._journal.record(execution)  # type: ignore[no-any-return]
+                return self._journal.update_execution(row, attempts_of(execution)[written:])
+        return self._journal.record(execution)
 
 
 def _key_of(execution: Any) -> _Key:

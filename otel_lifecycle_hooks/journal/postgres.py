@@ -52,9 +52,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import rows as _rows
 from .liveness import LivenessClock
+from .reading import JournalReader
+from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
     EVENT_COLUMNS,
-    FAILED_OUTCOMES,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
@@ -62,9 +63,9 @@ from .rows import (
     attempt_values,
     attempts_of,
     commits_at_once,
-    execution_filters,
     execution_row_of,
     execution_values,
+    new_row_uid,
 )
 from .schema import SCHEMA_VERSION, statements
 
@@ -182,8 +183,9 @@ def default_spill_dir(url: str, environ: Mapping[str, str]) -> Path:
     return Path(home) / ".local" / "state" / "otel-lifecycle-hooks" / "pending" / key
 
 
-class PostgresJournal:
-    """The execution journal over a PostgreSQL database. Thread-safe; never raises."""
+class PostgresJournal(JournalReader):
+    """The execution journal over a PostgreSQL database: a `base.Journal`, its reads
+    `reading.JournalReader`'s. Thread-safe; never raises."""
 
     def __init__(
         self,
@@ -253,7 +255,7 @@ class PostgresJournal:
         # An owed event's row (what recovery reads to skip a hook that ran) and a failed
         # delivery's (what replay re-sends) are kept on disk at once, as session writes are.
         durable = commits_at_once(row)
-        values = execution_values(row, _row_uid())
+        values = execution_values(row, new_row_uid())
         self._enqueue(_INSERT_EXECUTION, values, durable=durable)
         for attempt in attempts:  # the same batch, after their execution
             self._enqueue(_INSERT_ATTEMPT, attempt_values(attempt, values[-1]), durable=durable)
@@ -276,24 +278,9 @@ class PostgresJournal:
             )
         return None
 
-    def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
-        """The attempts of the execution whose row_uid this is, in order."""
-        if not execution_uid:
-            return []
-        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
-        return [_rows.attempt_row(row) for row in rows]
-
-    def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
-        return _rows.read_session_counts(self._select, session_ids)
-
-    def newest_id_beyond(self, rows: int) -> int | None:
-        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
-        return found[0]["id"] if found else None
-
     def apply_retention(
         self,
-        retention: Any,
+        retention: Retention,
         now: float | None = None,
         chunk: int | None = None,
         stopped: Callable[[], bool] | None = None,
@@ -301,7 +288,6 @@ class PostgresJournal:
         """Delete what `retention` no longer keeps, a chunk per transaction, on the journal's
         connection between the writer's batches (not through the write queue; never on a
         hook's path), until done or `stopped()`; how many executions went."""
-        from .retention import CHUNK_ROWS, apply, never_stopped
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             self._wait_for_queue(RETENTION_YIELD)
@@ -316,48 +302,6 @@ class PostgresJournal:
             return int(found[0]["n"]) if found else 0
 
         return apply(retention, _now(now), execute, chunk or CHUNK_ROWS, stopped or never_stopped)
-
-    def get(self, execution_id: int) -> ExecutionRow | None:
-        rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
-        return _rows.execution_row(rows[0]) if rows else None
-
-    def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
-        return self.executions(hook=hook_name, limit=limit)
-
-    def failed(self, since: float | None = None) -> list[ExecutionRow]:
-        return self.executions(outcomes=FAILED_OUTCOMES, since=since, oldest_first=True)
-
-    def executions(
-        self,
-        *,
-        agent_id: str | Sequence[str] | None = None,
-        session_id: str | Sequence[str] | None = None,
-        hook: str | None = None,
-        outcomes: tuple[str, ...] | None = None,
-        since: float | None = None,
-        limit: int | None = None,
-        oldest_first: bool = False,
-        event: str | None = None,
-        after_id: int | None = None,
-    ) -> list[ExecutionRow]:
-        """Executions matching every filter given, newest first (or oldest first)."""
-        where, params = execution_filters(
-            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since,
-            event=event, after_id=after_id,
-        )  # fmt: skip
-        sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        return [_rows.execution_row(row) for row in self._select(sql, params)]
-
-    def delivered_by_replay(self) -> set[int]:
-        rows = self._select(
-            "SELECT DISTINCT replayed_from FROM executions"
-            " WHERE replayed_from IS NOT NULL AND outcome = 'success'",
-            (),
-        )
-        return {row["replayed_from"] for row in rows}
 
     # -- sessions --
 
@@ -500,13 +444,10 @@ class PostgresJournal:
         self._update("recovered_at = %s", (_now(at),), session_id)
 
     def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
+        """As `JournalReader.unfinished_sessions`, once the spill files adopted at open (a
+        killed supervisor's writes on this machine) are written, or `ADOPTED_WAIT` passed."""
         self._wait_for_adopted()
-        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
-        params: list[Any] = []
-        if agent_id is not None:
-            sql += " AND agent_id = ?"
-            params.append(agent_id)
-        return [_rows.session_row(r) for r in self._select(sql + " ORDER BY started_at", params)]
+        return super().unfinished_sessions(agent_id)
 
     def claim_session(
         self,
@@ -534,20 +475,6 @@ class PostgresJournal:
         if not self.flush():
             return
         self._select(_rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
-
-    def session(self, session_id: str) -> SessionRow | None:
-        rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
-        return _rows.session_row(rows[0]) if rows else None
-
-    def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
-        if agent_id is None:
-            rows = self._select("SELECT * FROM sessions ORDER BY started_at DESC LIMIT ?", (limit,))
-        else:
-            rows = self._select(
-                "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
-                (agent_id, limit),
-            )
-        return [_rows.session_row(row) for row in rows]
 
     def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
         """Wait until every queued write is committed; False if `timeout` passed first."""
@@ -665,10 +592,7 @@ class PostgresJournal:
         """Queue one write; its ticket (the commit count at which it is written). `durable`
         writes (sessions) are also appended to the spill file at once; a `droppable` one
         (a heartbeat) is never spilled: left out when it cannot be queued."""
-        # PostgreSQL's text cannot hold NUL, which an agent may well send: U+FFFD instead.
-        params = tuple(
-            p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
-        )
+        params = tuple(_storable(param) for param in params)
         if durable:
             self._spill_writes([(sql, params)], written_later=True)
         with self._cond:
@@ -890,11 +814,12 @@ class PostgresJournal:
     # -- reading --
 
     def _select(self, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
+        """One read or claim (`?` placeholders) on the shared connection; [] when it fails."""
         with self._db_lock:
             try:
                 db = self._connection()
                 with db.cursor() as cursor:
-                    cursor.execute(_sql(sql), list(params))
+                    cursor.execute(_sql(sql), [_storable(param) for param in params])
                     rows = list(cursor.fetchall()) if cursor.description else []
                 self._healthy = True  # a database that was down answers again
                 return rows
@@ -974,8 +899,10 @@ def _migrate(db: Any) -> None:
             db.execute("INSERT INTO journal_schema (version) VALUES (%s)", (version,))
 
 
-def _row_uid() -> str:
-    return f"{random.getrandbits(128):032x}"
+def _storable(value: Any) -> Any:
+    # PostgreSQL's text cannot hold NUL, which an agent may well send: U+FFFD instead, in what
+    # is written and in what is looked up (so a read finds what was written, never fails).
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
 
 
 def _now(at: float | None) -> float:

@@ -33,7 +33,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
@@ -210,8 +210,20 @@ def _conditions(retention: Retention, now: float) -> list[tuple[str, tuple[Any, 
     return conditions
 
 
+class _NumbersRows(Protocol):
+    # The one call `visible_filters` makes (a `base.Journal` has it; base imports this module).
+    def newest_id_beyond(self, rows: int) -> int | None: ...
+
+
+class _Prunable(Protocol):
+    # What `RetentionKeeper` calls (a `base.Journal` has it; base imports this module).
+    def apply_retention(
+        self, retention: Retention, *, stopped: Callable[[], bool] | None = None
+    ) -> int: ...
+
+
 def visible_filters(
-    journal: Any, retention: Retention, now: float | None = None
+    journal: _NumbersRows, retention: Retention, now: float | None = None
 ) -> tuple[float | None, int | None]:
     """What a reader shows of the journal under `retention`: (started at or after, id
     above); None where that limit is off."""
@@ -230,7 +242,7 @@ class RetentionKeeper:
 
     def __init__(
         self,
-        journal: Any,
+        journal: _Prunable,
         retention: Retention,
         interval: float = APPLY_EVERY,
         every_rows: int = DEFAULT_APPLY_EVERY_ROWS,

@@ -1,4 +1,5 @@
-"""The journal's rows, and the SQL both backends share for sessions and fleet queries.
+"""The journal's rows, and the SQL both backends share to write them and to claim sessions
+(reads are `reading.py`'s).
 
 SQL here is written with `?` placeholders; the PostgreSQL backend turns them into `%s`.
 """
@@ -6,9 +7,9 @@ SQL here is written with `?` placeholders; the PostgreSQL backend turns them int
 from __future__ import annotations
 
 import json
-import random
+import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypedDict
 
 from . import cells
 
@@ -130,6 +131,15 @@ class SessionRow(NamedTuple):
     seal: str | None = None
 
 
+class SessionCounts(TypedDict):
+    """A session's executions, as `session_counts` gives them: how many, how many of them
+    did not deliver (`FAILED_OUTCOMES`), and when the latest started (unix seconds)."""
+
+    deliveries: int
+    failed: int
+    last_at: float | None
+
+
 class ExecutionLike(Protocol):
     """What `record` reads from the engine's execution record."""
 
@@ -149,8 +159,8 @@ class ExecutionLike(Protocol):
 
 
 def new_row_uid() -> str:
-    # Not uuid4: its os.urandom call costs more than the rest of a row.
-    return f"{random.getrandbits(128):032x}"
+    """A new execution's `row_uid`: 32 hex digits, unique across every journal writer."""
+    return uuid.uuid4().hex
 
 
 def attempts_of(execution: Any) -> tuple[AttemptRow, ...]:
@@ -313,15 +323,6 @@ UPDATE_EXECUTION = (
     " WHERE row_uid = ?"
 )
 ID_OF_UID = "SELECT id FROM executions WHERE row_uid = ?"
-NTH_NEWEST_ID = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
-SELECT_ATTEMPTS = "SELECT * FROM attempts WHERE execution_uid = ? ORDER BY attempt"
-# Per session: how many executions, and how many of them failed (FAILED_OUTCOMES).
-SESSION_COUNTS = (
-    "SELECT session_id, count(*) AS deliveries,"
-    " sum(CASE WHEN outcome IN ({failed}) THEN 1 ELSE 0 END) AS failed,"
-    " max(started_at) AS last_at FROM executions WHERE session_id IN ({sessions})"
-    " GROUP BY session_id"
-)
 
 OPEN_SESSION = (
     "INSERT INTO sessions (session_id, agent_id, agent_name, template_files, pid, started_at,"
@@ -425,56 +426,3 @@ def as_claimed(row: SessionRow, now: float) -> SessionRow:
         pre_stop = fixed_pre_stop
     session_end = row.session_end_at if row.session_end_at is not None else fixed_end
     return row._replace(pre_stop_at=pre_stop, session_end_at=session_end)
-
-
-def execution_filters(
-    *,
-    agent_id: str | Sequence[str] | None = None,
-    session_id: str | Sequence[str] | None = None,
-    hook: str | None = None,
-    outcomes: tuple[str, ...] | None = None,
-    since: float | None = None,
-    event: str | None = None,
-    after_id: int | None = None,
-) -> tuple[str, list[Any]]:
-    """A WHERE clause (or '') and its parameters for the fleet views' filters; an agent or
-    session filter may name several ids (any of them matches)."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, value in (
-        ("agent_id", agent_id), ("session_id", session_id), ("hook", hook), ("event", event),
-    ):  # fmt: skip
-        if isinstance(value, str):
-            clauses.append(f"{column} = ?")
-            params.append(value)
-        elif value is not None:
-            clauses.append(f"{column} IN ({', '.join('?' for _ in value)})" if value else "1 = 0")
-            params.extend(value)
-    if after_id is not None:
-        clauses.append("id > ?")
-        params.append(after_id)
-    if outcomes:
-        clauses.append(f"outcome IN ({', '.join('?' for _ in outcomes)})")
-        params.extend(outcomes)
-    if since is not None:
-        clauses.append("started_at >= ?")
-        params.append(since)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
-def read_session_counts(select: Any, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """`SESSION_COUNTS` for these sessions through a backend's `_select`."""
-    if not session_ids:
-        return {}
-    sql = SESSION_COUNTS.format(
-        failed=", ".join("?" for _ in FAILED_OUTCOMES),
-        sessions=", ".join("?" for _ in session_ids),
-    )
-    counts: dict[str, dict[str, Any]] = {}
-    for row in select(sql, (*FAILED_OUTCOMES, *session_ids)):
-        counts[row["session_id"]] = {
-            "deliveries": int(row["deliveries"]),
-            "failed": int(row["failed"] or 0),
-            "last_at": row["last_at"],
-        }
-    return counts

@@ -6,7 +6,7 @@ session-end hooks are still owed.
 
 The journal is a record, not a dependency: hooks must run whether or not it can be written. A
 corrupt file, a full disk or an unwritable directory is reported once (logger
-`otel_lifecycle_hooks.journal`, and `Journal.healthy` turns False); from then on every call is
+`otel_lifecycle_hooks.journal`, and `SqliteJournal.healthy` turns False); from then on every call is
 a no-op returning an empty answer. A busy database (another process holding the write lock
 past the busy timeout) only drops that one write.
 
@@ -44,9 +44,10 @@ from typing import Any, TypeVar
 from ..private_files import open_directory_path
 from . import rows as _rows
 from .liveness import LivenessClock, local_clock
+from .reading import JournalReader
+from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
     EVENT_COLUMNS,
-    FAILED_OUTCOMES,
     INSERT_ATTEMPT,
     INSERT_EXECUTION,
     AttemptRow,
@@ -56,7 +57,6 @@ from .rows import (
     attempt_values,
     attempts_of,
     commits_at_once,
-    execution_filters,
     execution_row_of,
     execution_values,
 )
@@ -82,8 +82,9 @@ _T = TypeVar("_T")
 PAGE_CACHE_KIB = 512
 
 
-class Journal:
-    """The execution journal over one SQLite file (WAL mode). Thread-safe; never raises."""
+class SqliteJournal(JournalReader):
+    """The execution journal over one SQLite file (WAL mode): a `base.Journal`, its reads
+    `reading.JournalReader`'s. Thread-safe; never raises."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = BUSY_TIMEOUT) -> None:
         """Open (creating if needed) the journal at `path`. `busy_timeout`: seconds a write
@@ -161,33 +162,15 @@ class Journal:
 
         return self._run("update an execution", write, None)
 
-    def attempts(self, execution_uid: str | None) -> list[AttemptRow]:
-        """The attempts of the execution whose row_uid this is, in order."""
-        if not execution_uid:
-            return []
-        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
-        return [_rows.attempt_row(row) for row in rows]
-
-    def newest_id_beyond(self, rows: int) -> int | None:
-        """The id of the newest execution that is not among the newest `rows` (None when
-        there are no more than `rows`)."""
-        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
-        return found[0][0] if found else None
-
-    def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
-        return _rows.read_session_counts(self._select, session_ids)
-
     def apply_retention(
         self,
-        retention: Any,
+        retention: Retention,
         now: float | None = None,
         chunk: int | None = None,
         stopped: Callable[[], bool] | None = None,
     ) -> int:
-        """Delete what `retention` (a `retention.Retention`) no longer keeps, a chunk per
-        transaction (hooks' writes take the lock between chunks); how many executions went."""
-        from .retention import CHUNK_ROWS, apply, never_stopped
+        """Delete what `retention` no longer keeps, a chunk per transaction (hooks' writes
+        take the lock between chunks); how many executions went."""
 
         def execute(batch: list[tuple[str, tuple[Any, ...]]]) -> int:
             def run(db: sqlite3.Connection) -> int:
@@ -205,64 +188,6 @@ class Journal:
             return self._run("apply retention", run, 0)
 
         return apply(retention, _now(now), execute, chunk or CHUNK_ROWS, stopped or never_stopped)
-
-    def get(self, execution_id: int) -> ExecutionRow | None:
-        """The execution with this id, if any."""
-        rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
-        return _rows.execution_row(rows[0]) if rows else None
-
-    def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
-        """The latest executions, newest first; of one hook if `hook_name` is given."""
-        if hook_name is None:
-            rows = self._select("SELECT * FROM executions ORDER BY id DESC LIMIT ?", (limit,))
-        else:
-            rows = self._select(
-                "SELECT * FROM executions WHERE hook = ? ORDER BY id DESC LIMIT ?",
-                (hook_name, limit),
-            )
-        return [_rows.execution_row(row) for row in rows]
-
-    def failed(self, since: float | None = None) -> list[ExecutionRow]:
-        """Executions that failed or timed out (started at or after `since`), oldest first."""
-        marks = ", ".join("?" for _ in FAILED_OUTCOMES)
-        rows = self._select(
-            f"SELECT * FROM executions WHERE outcome IN ({marks}) AND started_at >= ? ORDER BY id",
-            (*FAILED_OUTCOMES, since if since is not None else float("-inf")),
-        )
-        return [_rows.execution_row(row) for row in rows]
-
-    def delivered_by_replay(self) -> set[int]:
-        """Ids of executions that a later replay delivered (a successful row re-sent them)."""
-        rows = self._select(
-            "SELECT DISTINCT replayed_from FROM executions"
-            " WHERE replayed_from IS NOT NULL AND outcome = 'success'",
-            (),
-        )
-        return {row[0] for row in rows}
-
-    def executions(
-        self,
-        *,
-        agent_id: str | Sequence[str] | None = None,
-        session_id: str | Sequence[str] | None = None,
-        hook: str | None = None,
-        outcomes: tuple[str, ...] | None = None,
-        since: float | None = None,
-        limit: int | None = None,
-        oldest_first: bool = False,
-        event: str | None = None,
-        after_id: int | None = None,
-    ) -> list[ExecutionRow]:
-        """Executions matching every filter given, newest first (or oldest first)."""
-        where, params = execution_filters(
-            agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since,
-            event=event, after_id=after_id,
-        )  # fmt: skip
-        sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        return [_rows.execution_row(row) for row in self._select(sql, params)]
 
     # -- sessions --
 
@@ -343,17 +268,6 @@ class Journal:
         """Crash recovery fired this session's owed hooks: never recover it again."""
         self._update_session("recovered_at = ?", (_now(at),), session_id)
 
-    def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
-        """Sessions (of `agent_id`, or of every agent) that began post-start, never ended,
-        and were not recovered, oldest first."""
-        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
-        params: list[Any] = []
-        if agent_id is not None:
-            sql += " AND agent_id = ?"
-            params.append(agent_id)
-        rows = self._select(sql + " ORDER BY started_at", params)
-        return [_rows.session_row(row) for row in rows]
-
     def claim_session(
         self,
         session_id: str,
@@ -365,8 +279,8 @@ class Journal:
         seal: str | None = None,
     ) -> SessionRow | None:
         """Take an unfinished session for recovery: the row, with the moments of its owed
-        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if it is finished, recovered, or held by
-        another claimer whose lease has not run out."""
+        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if
+        it is finished, recovered, or held by another claimer whose lease has not run out."""
         now = _now(at)
         params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
 
@@ -388,21 +302,17 @@ class Journal:
         pass may claim it at once."""
         self._write("release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
 
-    def session(self, session_id: str) -> SessionRow | None:
-        """One session by id."""
-        rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
-        return _rows.session_row(rows[0]) if rows else None
+    def backlog(self) -> str:
+        """Always "": every write is in the file once made (a batch not committed yet is
+        committed before any read), none waits elsewhere on this machine."""
+        return ""
 
-    def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
-        """The latest sessions (of one agent), newest first."""
-        if agent_id is None:
-            rows = self._select("SELECT * FROM sessions ORDER BY started_at DESC LIMIT ?", (limit,))
-        else:
-            rows = self._select(
-                "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
-                (agent_id, limit),
-            )
-        return [_rows.session_row(row) for row in rows]
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Commit the open batch now; `timeout` is unused (SQLite's own busy timeout bounds
+        the wait). False if the journal is not recording."""
+        if self._db is None:
+            return False
+        return self._run("commit", lambda db: True, False)
 
     def close(self) -> None:
         """Commit what is waiting and close the database; later calls are no-ops."""
@@ -561,7 +471,8 @@ class Journal:
             db.execute("BEGIN")
         values = [execution_values(row) for row, _ in queued]
         db.executemany(INSERT_EXECUTION, values)
-        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False)))
+        uids = (row_values[-1] for row_values in values)
+        _insert_attempts(db, zip(uids, (attempts for _, attempts in queued), strict=True))
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:
@@ -656,6 +567,10 @@ def _insert_attempts(
     if rows:
         db.executemany(INSERT_ATTEMPT, rows)
 
+
+# The name this class had when SQLite was the only journal (`otel_lifecycle_hooks.journal`
+# still exports it); the protocol both journals implement is `base.Journal`.
+Journal = SqliteJournal
 
 _OWED_MOMENTS = tuple(f"({column})" for column in EVENT_COLUMNS.values())
 

@@ -43,6 +43,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from .base import Journal
 from .retention import Retention, retention_from, visible_filters
 from .rows import FAILED_OUTCOMES, AttemptRow, ExecutionRow
 
@@ -72,7 +73,7 @@ def attempt_dict(row: AttemptRow) -> dict[str, Any]:
 
 
 def list_sessions(
-    journal: Any,
+    journal: Journal,
     agent_id: str | None = None,
     limit: int = 100,
     *,
@@ -119,7 +120,7 @@ def list_sessions(
 
 
 def list_executions(
-    journal: Any,
+    journal: Journal,
     session_id: str | None = None,
     *,
     agent_id: str | None = None,
@@ -142,7 +143,7 @@ def list_executions(
 
 
 def visible_executions(
-    journal: Any,
+    journal: Journal,
     *,
     retention: Retention | None = None,
     since: float | None = None,
@@ -159,7 +160,7 @@ def visible_executions(
 
 
 def visible_execution(
-    journal: Any, execution_id: int, retention: Retention | None = None
+    journal: Journal, execution_id: int, retention: Retention | None = None
 ) -> ExecutionRow | None:
     """The execution with this id, unless it is beyond retention."""
     row = journal.get(execution_id)
@@ -174,7 +175,7 @@ def visible_execution(
 
 
 def list_attempts(
-    journal: Any, execution_id: int, *, retention: Retention | None = None
+    journal: Journal, execution_id: int, *, retention: Retention | None = None
 ) -> list[dict[str, Any]]:
     """One delivery's attempts, in order (shape: module doc)."""
     row = visible_execution(journal, execution_id, retention)
@@ -184,7 +185,7 @@ def list_attempts(
 
 
 def get_execution(
-    journal: Any, execution_id: int, *, retention: Retention | None = None
+    journal: Journal, execution_id: int, *, retention: Retention | None = None
 ) -> dict[str, Any] | None:
     """One delivery with its attempts (shape: module doc); None for an unknown id."""
     row = visible_execution(journal, execution_id, retention)

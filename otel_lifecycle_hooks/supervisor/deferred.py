@@ -41,11 +41,6 @@ class DeferredJournal:
     def is_open(self) -> bool:
         return self._journal is not None
 
-    def update_execution(self, *args: Any, **kwargs: Any) -> Any:
-        # Defined, not looked up: the engine asks whether the journal has it (both kinds do)
-        # when it is built, before the agent starts, which must not open the journal.
-        return self.opened().update_execution(*args, **kwargs)
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # protocol probes (hasattr(j, "__fspath__")) open nothing
             raise AttributeError(name)

@@ -142,7 +142,7 @@ class SessionJournal:
         """Warn when the agent's user can replace the SQLite journal (journal/placement.py):
         then every row is the agent's, and only sealed ones are worth recovering."""
         owner = agent_user_ids(self._user)
-        path = getattr(self._journal, "path", None) if self._journal is not None else None
+        path = self._journal.path if self._journal is not None else None
         if owner is None or not isinstance(path, os.PathLike):
             return
         through = replaceable_by(Path(path), *owner)
@@ -176,7 +176,7 @@ class SessionJournal:
     def _keep_retention(self) -> None:
         """Old journal rows go at start, hourly, and every so many executions written, on a
         thread of their own (retention.py)."""
-        if self._journal is not None and hasattr(self._journal, "apply_retention"):
+        if self._journal is not None:
             self._retention = RetentionKeeper(
                 self._journal,
                 retention_from(self._environ),

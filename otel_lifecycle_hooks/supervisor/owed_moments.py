@@ -66,9 +66,7 @@ def journal_losses(journal: JournalLike | None, recovery_failed: int = 0) -> dic
     counts: dict[str, int] = {}
     opened = not isinstance(journal, DeferredJournal) or journal.is_open
     if journal is not None and opened:
-        stats = getattr(journal, "stats", None)
-        if stats is not None:
-            counts.update(stats())
+        counts.update(journal.stats())
     counts["recovery_failed"] = recovery_failed
     return counts
 

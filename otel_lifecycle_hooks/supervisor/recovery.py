@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..engine.model import LifecycleEvent, SessionInfo
+from ..journal.base import Journal
 from ..journal.liveness import LivenessClock
 from ..journal.rows import FAILED_OUTCOMES, RUNNING, SessionRow, as_claimed
 from ..redact import Redactor, looks_like_secret_name
@@ -475,7 +476,7 @@ RunHook = Callable[[Any, LifecycleEvent, SessionInfo, "float | None"], object]
 
 
 def recover_session(
-    journal: Any,
+    journal: Journal,
     row: SessionRow,
     run_hook: RunHook,
     template: Any,
@@ -529,9 +530,7 @@ def recover_session(
         _printable(row.session_id), ", ".join(failed), passes, RECOVERY_PASSES,
         _until(max(retried_until)),
     )  # fmt: skip
-    release = getattr(journal, "release_claim", None)
-    if release is not None:
-        release(row.session_id, row.claimed_by or claimer_name())
+    journal.release_claim(row.session_id, row.claimed_by or claimer_name())
     return Recovery(row.session_id, row.agent_id, owed, fired, tuple(failed))
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..journal import views as journal_views
+from ..journal.base import Journal
 from ..journal.rows import RUNNING
 from ..loopback import is_loopback_host
 from . import access, views
@@ -59,7 +60,7 @@ class PageServer(ThreadingHTTPServer):
 
     def __init__(
         self,
-        journal: Any,
+        journal: Journal,
         token: str,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -225,8 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         data: dict[str, Any] = {"sessions": [views.session_entry(s) for s in sessions]}
         # Said when a shared database was unavailable and writes wait on this machine: the
         # list may lack them until they are written.
-        backlog = getattr(self.server.journal, "backlog", None)
-        notice = backlog() if backlog is not None else ""
+        notice = self.server.journal.backlog()
         if notice:
             data["journal_notice"] = notice
         return data
@@ -302,8 +302,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_data(self, data: Mapping[str, Any], text_limit: int = views.TEXT_LIMIT) -> None:
         if not self.server.journal.healthy:
             error = "the journal cannot be read; see the server's log"
-            backlog = getattr(self.server.journal, "backlog", None)
-            notice = backlog() if backlog is not None else ""
+            notice = self.server.journal.backlog()
             self._send_json(503, {"error": f"{error} ({notice})" if notice else error})
             return
         self._send_json(200, views.bounded(data, text_limit))

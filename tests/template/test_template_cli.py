@@ -223,6 +223,9 @@ def test_list_shows_recent_executions_from_the_journal(
                 FakeExecution("notify-slack", "session-end", "failed", 0.0, 1.25, 4, "http.503")
             ]
 
+        def close(self) -> None:
+            pass
+
     fake = types.ModuleType("otel_lifecycle_hooks.journal")
     fake.Journal = Journal  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.journal", fake)
