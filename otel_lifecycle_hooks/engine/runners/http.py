@@ -32,8 +32,9 @@ def send_request(
 ) -> AttemptResult:
     """Send `request` for `attempt`'s hook once, within `timeout` seconds, with the hook's
     credentials and signature; raises `Refusal` when it may not be sent at all."""
-    # Imported here, not above: httpx and its instrumentation cost `run` about 90 ms before
-    # its agent starts (python -X importtime); tests/test_startup_imports.py pins it.
+    # Imported here, not above: httpx and its instrumentation would cost `run` 180 ms or more
+    # before its agent starts (python -X importtime, busy 2-core machine); a template's first
+    # HTTP hook pays it instead. tests/test_startup_imports.py pins it.
     from ...actions.http import origin_of, send
     from ...auth import AuthError, check_transport
     from ...auth.errors import ORIGIN_REFUSED
