@@ -15,7 +15,7 @@ import pytest
 
 from otel_lifecycle_hooks.cli.main import main as cli_main
 from otel_lifecycle_hooks.engine import HookEngine, SessionInfo
-from otel_lifecycle_hooks.engine.executor import CAPTURE_LIMIT
+from otel_lifecycle_hooks.engine.capture import CAPTURE_LIMIT
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
 from otel_lifecycle_hooks.template.validate import capture_warnings
 from tests.supervisor.supervised import Workspace, wait_until

@@ -555,6 +555,7 @@ def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
     try:
         from ..engine import HookEngine, SessionInfo
         from ..engine.model import Execution
+        from ..engine.observers import ExecutionCallback
 
         # The engine reads `env:` from the template: give it the one with the --set values.
         engine = HookEngine(template._replace(env=context.template_env), environ=context.environ)
@@ -562,7 +563,7 @@ def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
         err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
         return EXIT_USAGE
     executions: list[Execution] = []
-    engine.executor.sinks.append(executions.append)
+    engine.executor.observers.add(ExecutionCallback(executions.append))
     session = SessionInfo(
         session_id=context.metadata["SESSION_ID"],
         metadata=context.metadata,

@@ -6,11 +6,12 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 
+from ..hooklog import HookLog, default_hook_log_path
 from ..template.model import Template
 from ..variables import Variables, secret_names_for
 from .clock import SYSTEM_CLOCK, Clock
@@ -18,7 +19,16 @@ from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
 from .executor import HookExecutor
 from .model import LifecycleEvent, SessionInfo
 from .recording import Recorders, build_recorders
+from .runners import RUNNERS, ActionRegistry
 from .workers import workers_from
+
+if TYPE_CHECKING:
+    from ..actions.http import HttpClient
+    from ..auth.credentials import Credentials
+    from .recording import JournalBackend
+
+# Where a journal or hook log is: a path (None: the environment's or the default location).
+Location: TypeAlias = str | os.PathLike[str] | None
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
@@ -41,33 +51,40 @@ class HookEngine:
         meter_provider: metrics_api.MeterProvider | None = None,
         environ: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        journal: Any = None,
-        hook_log: Any = None,
-        credentials: Any = None,
-        http_client: Any = None,
+        journal: JournalBackend | Location | Literal[False] = None,
+        hook_log: HookLog | Location | Literal[False] = None,
+        credentials: Credentials | None = None,
+        http_client: HttpClient | None = None,
         queue_limit: int = DEFAULT_QUEUE_LIMIT,
         script_user: str | None = None,
         workers: int | None = None,
+        runners: ActionRegistry = RUNNERS,
     ) -> None:
+        """`journal` and `hook_log`: an open one, a path, None for the default location, or
+        False for none; one opened here is closed by `shutdown`. `runners`: the action types
+        this engine can run (engine/runners/)."""
         self.template = template
         self.clock = clock
         env = os.environ if environ is None else environ
+        # Those opened here, closed at shutdown.
+        self._owned: list[_Closeable] = []
+        opened_hook_log = self._open_hook_log(hook_log, env)
+        self.recorders: Recorders = build_recorders(
+            meter_provider=meter_provider,
+            journal=self._open_journal(journal, env),
+            hook_log=opened_hook_log,
+        )
         self.executor = HookExecutor(
             template,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             environ=environ,
             clock=clock,
+            observers=self.recorders.observers,
             credentials=credentials,
             http_client=http_client,
             script_user=script_user,
-        )
-        self.recorders: Recorders = build_recorders(
-            self.executor,
-            meter_provider=meter_provider,
-            journal=journal,
-            hook_log=hook_log,
-            environ=env,
+            runners=runners,
         )
         # The worker threads every hook shares ($LIFECYCLE_HOOKS_WORKERS, default 8).
         workers = workers_from(env) if workers is None else workers
@@ -77,10 +94,37 @@ class HookEngine:
         self.dispatcher = Dispatcher(
             template, self.executor, self.recorders.listener, queue_limit, workers
         )
-        if self.recorders.metrics is not None:
-            self.recorders.metrics.observe_queues(self.dispatcher.queue_depths)
+        self.recorders.metrics.observe_queues(self.dispatcher.queue_depths)
         self._shut = False
         self._secret_names = secret_names_for(template)
+
+    def _open_journal(
+        self, journal: JournalBackend | Location | Literal[False], environ: Mapping[str, str]
+    ) -> JournalBackend | None:
+        if journal is False:
+            return None
+        if journal is not None and not isinstance(journal, (str, os.PathLike)):
+            return journal
+        # Imported here, not above: SQLite and the journal's modules come after the agent's
+        # start, which `run` reaches with a journal opened later (supervisor/deferred.py).
+        from ..journal import journal_location, open_journal
+
+        opened: JournalBackend = open_journal(
+            journal_location(os.fspath(journal) if journal else None, environ)
+        )
+        self._owned.append(opened)
+        return opened
+
+    def _open_hook_log(
+        self, hook_log: HookLog | Location | Literal[False], environ: Mapping[str, str]
+    ) -> HookLog | None:
+        if hook_log is False:
+            return None
+        if hook_log is not None and not isinstance(hook_log, (str, os.PathLike)):
+            return hook_log
+        opened = HookLog(hook_log or default_hook_log_path(environ))
+        self._owned.append(opened)
+        return opened
 
     @classmethod
     def from_template(cls, *paths: str | os.PathLike[str], **options: Any) -> HookEngine:
@@ -140,10 +184,18 @@ class HookEngine:
         self._shut = True
         self.dispatcher.shutdown(timeout)
         self.executor.close()
-        self.recorders.close()
+        for owned in self._owned:
+            try:
+                owned.close()
+            except Exception:
+                log.debug("closing %r failed", owned, exc_info=True)
 
     def hooks_for(self, event: str) -> Sequence[str]:
         return [h.name for h in self.template.hooks_for(event)]
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
 
 
 def _text(value: Any) -> str:

@@ -1,23 +1,32 @@
-"""Where executions are recorded besides their span: metrics, the hook log and the journal.
+"""Where executions are recorded besides their span: metrics, the hook log and the journal,
+each an `ExecutionObserver` of the executor; and `ExecutionWatcher`, what operators are shown
+as it happens (the journal's id of each execution, each retry, each drop).
 
 Each recorder is optional and isolated: a journal on a full disk or a hook log that cannot be
-written is reported once by its own module and never stops a hook.
+written is reported once by its own module and never stops a hook. Opening a journal or a hook
+log is the caller's job (engine/engine.py): the recorders are given open ones, or None.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as metrics_api
 
 from ..actions.base import AttemptResult
+from ..hooklog import HookLog
+from ..telemetry.metrics import HookMetrics
 from ..template.model import HookSpec
 from .dispatch import EngineListener
-from .executor import HookExecutor
 from .model import Execution, LifecycleEvent
+from .observers import ExecutionObserver, Retry
+
+if TYPE_CHECKING:
+    from ..journal.in_flight import InFlight
+    from ..journal.base import Journal as JournalBackend
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
@@ -44,8 +53,17 @@ class ExecutionWatcher:
     def event_recorded(self, event: LifecycleEvent) -> None: ...
 
 
+def _tell(method: Callable[..., None], *args: Any) -> None:
+    try:
+        method(*args)
+    except Exception:  # a broken watcher must not stop a hook
+        log.exception("execution watcher %r failed", method)
+
+
 class _MetricsListener(EngineListener):
-    def __init__(self, metrics: Any, watchers: list[ExecutionWatcher]) -> None:
+    """Counts what dispatch did not run (debounced, dropped) and tells the watchers of drops."""
+
+    def __init__(self, metrics: HookMetrics, watchers: list[ExecutionWatcher]) -> None:
         self._metrics = metrics
         self._watchers = watchers
 
@@ -58,107 +76,24 @@ class _MetricsListener(EngineListener):
             _tell(watcher.dropped, hook, event, reason)
 
 
-def _tell(method: Any, *args: Any) -> None:
-    try:
-        method(*args)
-    except Exception:  # a broken watcher must not stop a hook
-        log.exception("execution watcher %r failed", method)
+class MetricsObserver:
+    """Counts executions (with their duration) and retries."""
 
+    takes_output = False
 
-class Recorders:
-    """The recorders an engine feeds; `_owned` are the ones it opened and must close."""
+    def __init__(self, metrics: HookMetrics) -> None:
+        self._metrics = metrics
 
-    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
-    def __init__(self) -> None:
-        self.metrics: Any = None
-        self.hook_log: Any = None
-        self.journal: Any = None
-        self.listener: EngineListener = EngineListener()
-        self.watchers: list[ExecutionWatcher] = []
-        self._owned: list[Any] = []
+    def on_output(self, hook: HookSpec, stream: str, line: str) -> None:
+        """Output is not counted."""
 
-    def watch(self, watcher: ExecutionWatcher) -> None:
-        """Tell `watcher` of every execution, retry and drop from now on."""
-        self.watchers.append(watcher)
+    def on_retry(self, retry: Retry) -> None:
+        """Count the retry."""
+        self._metrics.record_retry(retry.hook.name, retry.event.name)
 
-    def event_recorded(self, event: LifecycleEvent) -> None:
-        if self.metrics is not None:
-            self.metrics.record_event(event.name)
-        for watcher in self.watchers:
-            _tell(watcher.event_recorded, event)
-
-    def close(self) -> None:
-        for owned in self._owned:
-            try:
-                owned.close()
-            except Exception:
-                log.debug("closing %r failed", owned, exc_info=True)
-
-
-class _InFlightLater:
-    """journal.in_flight.InFlight, made at its first use: importing it imports the journal's
-    modules and SQLite, which `run` leaves until its agent has started."""
-
-    def __init__(self, journal: Any) -> None:
-        self._journal = journal
-        self._made: Any = None
-        self._lock = threading.Lock()
-
-    def _in_flight(self) -> Any:
-        if self._made is None:
-            with self._lock:
-                if self._made is None:
-                    from ..journal.in_flight import InFlight
-
-                    self._made = InFlight(self._journal)
-        return self._made
-
-    def retrying(self, *args: Any) -> None:
-        self._in_flight().retrying(*args)
-
-    def record(self, execution: Execution) -> int | None:
-        recorded: int | None = self._in_flight().record(execution)
-        return recorded
-
-
-def build_recorders(
-    executor: HookExecutor,
-    *,
-    meter_provider: metrics_api.MeterProvider | None,
-    journal: Any,
-    hook_log: Any,
-    environ: Mapping[str, str],
-) -> Recorders:
-    """Wire the recorders into the executor. `journal` / `hook_log`: an instance, a path,
-    None for the default location, or False for none."""
-    from ..telemetry.metrics import HookMetrics
-
-    recorders = Recorders()
-    recorders.metrics = HookMetrics(meter_provider)
-    recorders.listener = _MetricsListener(recorders.metrics, recorders.watchers)
-    if hook_log is not False:
-        from ..hooklog import HookLog, default_hook_log_path
-
-        if (
-            hook_log is None
-            or isinstance(hook_log, (str, bytes))
-            or hasattr(hook_log, "__fspath__")
-        ):
-            hook_log = HookLog(hook_log or default_hook_log_path(environ))
-            recorders._owned.append(hook_log)
-        recorders.hook_log = hook_log
-    if journal is not False:
-        if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
-            from ..journal import journal_location, open_journal
-
-            journal = open_journal(journal_location(journal or None, environ))
-            recorders._owned.append(journal)
-        recorders.journal = journal
-
-    metrics = recorders.metrics
-
-    def record_metrics(execution: Execution) -> None:
-        metrics.record_execution(
+    def on_execution(self, execution: Execution) -> None:
+        """Count the execution by outcome, with its duration."""
+        self._metrics.record_execution(
             execution.hook.name,
             execution.event.name,
             execution.hook.action.type,
@@ -166,39 +101,111 @@ def build_recorders(
             execution.duration,
         )
 
-    executor.sinks.append(record_metrics)
-    executor.retry_listeners.append(lambda hook, event: metrics.record_retry(hook.name, event.name))
-    if recorders.hook_log is not None:
-        hook_log_ = recorders.hook_log
-        executor.sinks.append(hook_log_.record_execution)
-        executor.output_sink = lambda hook, stream, line: hook_log_.script_output(
-            hook.name, stream, line
-        )
-    watchers = recorders.watchers
-    journal_ = recorders.journal
-    in_flight = None
-    if journal_ is not None:
-        # A retrying execution is journaled as running at its first wait, so it can be seen.
-        in_flight = _InFlightLater(journal_)
-        executor.in_flight.append(in_flight.retrying)
 
-    def record_journal(execution: Execution) -> None:
-        # The journal's id is what the operator is shown, so watchers hear after it.
-        history_id = in_flight.record(execution) if in_flight is not None else None
-        for watcher in watchers:
+class HookLogObserver:
+    """Writes executions and scripts' output lines to the hook log."""
+
+    takes_output = True
+
+    def __init__(self, hook_log: HookLog) -> None:
+        self._hook_log = hook_log
+
+    def on_output(self, hook: HookSpec, stream: str, line: str) -> None:
+        """Log one line of `hook`'s script."""
+        self._hook_log.script_output(hook.name, stream, line)
+
+    def on_retry(self, retry: Retry) -> None:
+        """Retries show in the execution's line when it ends."""
+
+    def on_execution(self, execution: Execution) -> None:
+        """Log the execution."""
+        self._hook_log.record_execution(execution)
+
+
+class JournalObserver:
+    """Journals executions (a retrying one as running at its first wait, so it can be seen)
+    and tells the watchers, who are shown the journal's id, after it."""
+
+    takes_output = False
+
+    def __init__(self, journal: JournalBackend | None, watchers: list[ExecutionWatcher]) -> None:
+        self._journal = journal
+        self._watchers = watchers
+        self._in_flight: InFlight | None = None
+        self._lock = threading.Lock()
+
+    def _in_flight_of(self, journal: JournalBackend) -> InFlight:
+        if self._in_flight is None:
+            with self._lock:
+                if self._in_flight is None:
+                    # Imported here, not above: the journal's modules and SQLite come after
+                    # the agent's start (tests/test_startup_imports.py pins it).
+                    from ..journal.in_flight import InFlight
+
+                    self._in_flight = InFlight(journal)
+        return self._in_flight
+
+    def on_output(self, hook: HookSpec, stream: str, line: str) -> None:
+        """Output is journaled with its attempt (the tails), not line by line."""
+
+    def on_retry(self, retry: Retry) -> None:
+        """Tell the watchers, then journal the execution as running."""
+        for watcher in self._watchers:
+            _tell(watcher.retrying, retry.hook, retry.event, retry.attempt,
+                  retry.max_attempts, retry.delay, retry.result)  # fmt: skip
+        if self._journal is not None:
+            self._in_flight_of(self._journal).retrying(
+                retry.hook, retry.event, retry.session, retry.idempotency_key,
+                retry.attempt_rows, retry.max_attempts, retry.delay,
+            )  # fmt: skip
+
+    def on_execution(self, execution: Execution) -> None:
+        """Journal the execution, then tell the watchers its journal id."""
+        history_id: int | None = None
+        if self._journal is not None:
+            history_id = self._in_flight_of(self._journal).record(execution)
+        for watcher in self._watchers:
             _tell(watcher.recorded, execution, history_id)
 
-    def retrying(
-        hook: HookSpec,
-        event: LifecycleEvent,
-        attempt: int,
-        max_attempts: int,
-        delay: float,
-        result: AttemptResult,
-    ) -> None:
-        for watcher in watchers:
-            _tell(watcher.retrying, hook, event, attempt, max_attempts, delay, result)
 
-    executor.sinks.append(record_journal)
-    executor.retry_waits.append(retrying)
-    return recorders
+class Recorders:
+    """The recorders an engine feeds, as the executor's observers and dispatch's listener."""
+
+    def __init__(
+        self,
+        metrics: HookMetrics,
+        hook_log: HookLog | None,
+        journal: JournalBackend | None,
+    ) -> None:
+        self.metrics = metrics
+        self.hook_log = hook_log
+        self.journal = journal
+        self.watchers: list[ExecutionWatcher] = []
+        self.listener: EngineListener = _MetricsListener(metrics, self.watchers)
+        # In the order the executor tells them: as the journal's id is what the operator is
+        # shown, the watchers hear (through the journal's observer) last.
+        self.observers: list[ExecutionObserver] = [MetricsObserver(metrics)]
+        if hook_log is not None:
+            self.observers.append(HookLogObserver(hook_log))
+        self.observers.append(JournalObserver(journal, self.watchers))
+
+    def watch(self, watcher: ExecutionWatcher) -> None:
+        """Tell `watcher` of every execution, retry and drop from now on."""
+        self.watchers.append(watcher)
+
+    def event_recorded(self, event: LifecycleEvent) -> None:
+        """Count an event fired and tell the watchers."""
+        self.metrics.record_event(event.name)
+        for watcher in self.watchers:
+            _tell(watcher.event_recorded, event)
+
+
+def build_recorders(
+    *,
+    meter_provider: metrics_api.MeterProvider | None,
+    journal: JournalBackend | None,
+    hook_log: HookLog | None,
+) -> Recorders:
+    """The recorders of an engine: metrics on `meter_provider`, and the hook log and journal
+    given (None: none)."""
+    return Recorders(HookMetrics(meter_provider), hook_log, journal)

@@ -9,14 +9,11 @@ receiver that saw it already can tell). No hook span is made here.
 
 from __future__ import annotations
 
-import logging
-
 from ..render import RenderError, hook_id_header, render_action
 from ..template.model import HookSpec
-from .executor import HookExecutor, _request_record
+from .executor import HookExecutor
 from .model import Execution, LifecycleEvent, SessionInfo
-
-log = logging.getLogger("otel_lifecycle_hooks.engine")
+from .request_record import request_record
 
 DROPPED = "dropped"
 INTERRUPTED = "interrupted"
@@ -37,7 +34,7 @@ def record_undelivered(
     request = None
     if hook.action.type != "python":
         try:
-            request = _request_record(
+            request = request_record(
                 hook, render_action(hook.action, variables), executor.redactor(variables)
             )
         except RenderError:
@@ -56,9 +53,5 @@ def record_undelivered(
         request=request,
         agent_id=session.metadata.get("AGENT_ID"),
     )
-    for sink in executor.sinks:
-        try:
-            sink(execution)
-        except Exception:  # a broken sink must not stop the others
-            log.exception("recording the undelivered %s of %s failed", event.name, hook.name)
+    executor.observers.execution(execution)
     return execution

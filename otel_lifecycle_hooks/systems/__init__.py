@@ -9,12 +9,21 @@ Each module translates one system into `HookSpec`s (or, for in-process hooks, a 
 
 `read_foreign_hooks` is what the loader calls for a file whose hooks are written in one of
 them; reading never imports, runs or contacts anything.
+
+Importing this package adds the runners of these systems' action types to the engine's
+default registry (`engine.runners.RUNNERS`, see `runners.register_runners`): the loader
+imports it for any file that holds such hooks, so an engine built from that template can run
+them, while the engine itself never names these systems.
 """
 
 from __future__ import annotations
 
+from ..engine.runners import RUNNERS
 from ..template.model import HookSpec
 from ..template.validate import Located, Problem, describe
+from .runners import register_runners
+
+register_runners(RUNNERS)
 
 
 def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:

@@ -573,7 +573,7 @@ def test_a_large_upload_to_a_slow_tls_reader_cannot_stretch_the_attempt(
 def test_the_origin_a_url_template_fixes_is_read_from_its_literal_text(
     template: str, origin: tuple | None
 ) -> None:
-    from otel_lifecycle_hooks.engine.executor import literal_origin
+    from otel_lifecycle_hooks.engine.runners.http import literal_origin
 
     assert literal_origin(template) == origin
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from otel_lifecycle_hooks.engine.clock import SYSTEM_CLOCK
 from otel_lifecycle_hooks.engine.dispatch import Dispatcher
 from otel_lifecycle_hooks.engine.model import Execution, LifecycleEvent, SessionInfo
+from otel_lifecycle_hooks.engine.observers import ExecutionCallback
 from otel_lifecycle_hooks.engine.workers import (
     DEFAULT_WORKERS,
     WORKERS_ENV,
@@ -342,7 +343,7 @@ def test_more_hooks_hanging_until_their_timeout_than_workers_delay_the_others_un
         ]
         hooks.append(http_hook("quick", server.url("/quick")))
         engine = new_engine(engines, hooks_yaml(hooks), workers=2)
-        engine.executor.sinks.append(completions)
+        engine.executor.observers.add(ExecutionCallback(completions))
         engine.fire("tool-start", SESSION, {"TOOL_NAME": "0"})
         ended = completions.wait_for(6)
 

@@ -16,6 +16,7 @@ import pytest
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.model import Execution
+from otel_lifecycle_hooks.engine.observers import ExecutionCallback
 from otel_lifecycle_hooks.systems import the_loop
 from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 from otel_lifecycle_hooks.template.model import Template
@@ -120,7 +121,7 @@ class Run:
     def __init__(self, template: Template) -> None:
         self.executions: list[Execution] = []
         self.engine = HookEngine(template, journal=False, hook_log=False)
-        self.engine.executor.sinks.append(self.executions.append)
+        self.engine.executor.observers.add(ExecutionCallback(self.executions.append))
         self.session = AgentSession(self.engine, agent_name="loop-agent", session_id="s-1")
 
     def record(self, event: str, **fields: str) -> Any:

@@ -1,0 +1,118 @@
+"""What an execution reports as it happens, and who is told: the journal, the hook log, the
+metrics and the operator's terminal each implement `ExecutionObserver`.
+
+An observer never stops a hook: the executor tells every observer in turn, and one that
+raises is logged and passed over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..actions.base import AttemptResult
+from ..template.model import HookSpec
+from .model import Execution, LifecycleEvent, SessionInfo
+
+if TYPE_CHECKING:
+    from ..journal.rows import AttemptRow
+
+log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """An execution about to wait `delay` seconds before attempt `attempt + 1`."""
+
+    hook: HookSpec
+    event: LifecycleEvent
+    session: SessionInfo
+    idempotency_key: str
+    attempt: int  # the attempt that just failed, 1-based
+    max_attempts: int
+    delay: float  # seconds
+    result: AttemptResult  # what the failed attempt produced
+    attempt_rows: Sequence[AttemptRow]  # the delivery history so far, one row per attempt
+
+
+class ExecutionObserver(Protocol):
+    """Told of what executions do, on the thread that runs them: none may block for long."""
+
+    # Whether `on_output` is wanted: a script's output is split into lines (and redacted)
+    # only when someone reads them.
+    @property
+    def takes_output(self) -> bool: ...
+
+    def on_output(self, hook: HookSpec, stream: str, line: str) -> None:
+        """One line a script printed (`stream`: stdout or stderr), secrets taken out."""
+
+    def on_retry(self, retry: Retry) -> None:
+        """An attempt failed and another follows after `retry.delay`."""
+
+    def on_execution(self, execution: Execution) -> None:
+        """An execution ended (or was recorded without running: dropped, interrupted)."""
+
+
+class ExecutionCallback:
+    """An observer that hands each ended execution to `callback` and ignores the rest."""
+
+    takes_output = False
+
+    def __init__(self, callback: Callable[[Execution], object]) -> None:
+        self._callback = callback
+
+    def on_output(self, hook: HookSpec, stream: str, line: str) -> None:
+        """Script output is not this observer's business."""
+
+    def on_retry(self, retry: Retry) -> None:
+        """Retries are not this observer's business."""
+
+    def on_execution(self, execution: Execution) -> None:
+        """Hand `execution` to the callback."""
+        self._callback(execution)
+
+
+class Observers:
+    """The observers of one executor, told in the order they were added."""
+
+    def __init__(self, observers: Sequence[ExecutionObserver] = ()) -> None:
+        self._observers: list[ExecutionObserver] = list(observers)
+
+    def add(self, observer: ExecutionObserver) -> None:
+        """Tell `observer` of every execution from now on."""
+        self._observers.append(observer)
+
+    def __iter__(self) -> Iterator[ExecutionObserver]:
+        return iter(self._observers)
+
+    @property
+    def take_output(self) -> bool:
+        """Whether any observer reads scripts' output lines."""
+        return any(observer.takes_output for observer in self._observers)
+
+    def output(self, hook: HookSpec, stream: str, line: str) -> None:
+        """Tell the observers that read output of one line `hook`'s script printed."""
+        for observer in self._observers:
+            if observer.takes_output:
+                try:
+                    observer.on_output(hook, stream, line)
+                except Exception:  # a broken observer must not stop the others
+                    log.exception("recording output of hook %s failed", hook.name)
+
+    def retry(self, retry: Retry) -> None:
+        """Tell every observer that `retry.hook` waits for another attempt."""
+        for observer in self._observers:
+            try:
+                observer.on_retry(retry)
+            except Exception:  # a broken observer must not stop the others
+                log.exception("recording a retry of hook %s failed", retry.hook.name)
+
+    def execution(self, execution: Execution) -> None:
+        """Tell every observer that `execution` ended."""
+        for observer in self._observers:
+            try:
+                observer.on_execution(execution)
+            except Exception:  # a broken observer must not stop the others
+                log.exception("recording hook execution of %s failed", execution.hook.name)
