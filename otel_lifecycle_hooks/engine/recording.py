@@ -68,7 +68,6 @@ def _tell(method: Any, *args: Any) -> None:
 class Recorders:
     """The recorders an engine feeds; `_owned` are the ones it opened and must close."""
 
-    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
     def __init__(self) -> None:
         self.metrics: Any = None
         self.hook_log: Any = None

@@ -41,6 +41,7 @@ import os
 import signal as signals
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
@@ -209,24 +210,20 @@ def _find_program(program: str, path: str) -> str | None:
     return next((c for c in candidates if os.path.exists(c)), None)
 
 
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """One line of /proc/<pid>/stat: what tells whose process it is."""
 
-    __slots__ = ("pgid", "pid", "ppid", "sid", "start", "state")
-
-    def __init__(self, pid: int, state: str, ppid: int, pgid: int, sid: int, start: int) -> None:
-        self.pid, self.state, self.ppid = pid, state, ppid
-        self.pgid, self.sid, self.start = pgid, sid, start
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start: int  # clock ticks after boot: with the pid, names one process across pid reuse
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.pid, self.start)
-
-    def __repr__(self) -> str:
-        return (
-            f"ProcessInfo(pid={self.pid}, state={self.state!r}, ppid={self.ppid}, "
-            f"pgid={self.pgid}, sid={self.sid}, start={self.start})"
-        )
 
 
 def read_stat(pid: int, proc: str = _PROC) -> ProcessInfo | None:
