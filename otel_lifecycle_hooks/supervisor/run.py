@@ -1165,7 +1165,7 @@ def _read_journal_key(environ: Mapping[str, str]) -> bytes | None:
     """The journal key (journal/seal.py); a key setting that cannot be used is reported and
     the session's row left unsealed (no recoverer will act on it)."""
     if not (environ.get(JOURNAL_KEY_ENV) or environ.get(JOURNAL_KEY_FILE_ENV)):
-        return None  # hashlib's OpenSSL bindings (~4 ms of each run) only for a key
+        return None  # the journal's modules only for a key: they load after the agent starts
     from ..journal.seal import JournalKeyError, journal_key
 
     try:
@@ -1190,14 +1190,8 @@ def _socket_owner(user: str | None) -> tuple[int, int] | None:
 
 
 def _stable_agent_id(slug: str) -> str:
-    """`uuid5(NAMESPACE_URL, "agent:" + slug)`, hashed with the `_sha1` module: `uuid.uuid5`
-    imports `hashlib`, whose OpenSSL bindings would cost every start-up about 4 ms."""
-    try:
-        from _sha1 import sha1
-    except ImportError:  # an interpreter built without it
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + slug))
-    digest = sha1(uuid.NAMESPACE_URL.bytes + ("agent:" + slug).encode()).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=5))
+    """The agent's id, the same for every run of an agent of this name."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + slug))
 
 
 def _slug(name: str) -> str:
