@@ -99,8 +99,7 @@ CREDENTIAL_HEADERS: frozenset[str] = frozenset(
 )
 
 HOOK_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Compiled by `re` at its first use (a script's env:, an auth's variable), not at import.
-VARIABLE_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+VARIABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # RFC 9110 token characters.
 HEADER_NAME_PATTERN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -884,7 +883,7 @@ def _read_string_map(
     for key, value in located.value.items():
         key_path = f"{field_path}.{key}"
         pattern = VARIABLE_NAME_PATTERN if key_kind == "variable" else HEADER_NAME_PATTERN
-        if not re.fullmatch(pattern, key):
+        if not pattern.fullmatch(key):
             valid = (
                 "a variable name holds letters, digits and '_' and does not start with a digit"
                 if key_kind == "variable"
@@ -934,7 +933,7 @@ def _read_variable_name(
 ) -> str | None:
     if located is None:
         return None
-    if isinstance(located.value, str) and re.fullmatch(VARIABLE_NAME_PATTERN, located.value):
+    if isinstance(located.value, str) and VARIABLE_NAME_PATTERN.fullmatch(located.value):
         return located.value
     # The value is not shown: it may be the secret itself, written where its name belongs.
     r.report(
