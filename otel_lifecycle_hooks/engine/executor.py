@@ -47,7 +47,6 @@ _STATUS_OK = Status(StatusCode.OK)  # immutable: one for every successful execut
 class _Refusal(Exception):
     """The execution is refused before any attempt: nothing is sent."""
 
-    # Not a dataclass: creating one costs every `run` about 0.2 ms at import.
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(error_type, message)
         self.error_type = error_type
