@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import json
 import logging
 import os
@@ -52,12 +51,8 @@ MIN_MAX_BYTES = 4096  # below this a file could not hold a few lines: a setting'
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-# Compiled at its first use (for `run`, the first line written, after its agent's start), not
-# at import: about 0.07 ms.
-@functools.cache
-def _needs_quotes() -> re.Pattern[str]:
-    """A value holding any of these is written JSON-quoted."""
-    return re.compile(r"[\s\"'=\\]")
+# A value holding any of these is written JSON-quoted.
+_NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
 
 
 def default_hook_log_path(environ: Mapping[str, str]) -> Path:
@@ -148,7 +143,7 @@ def format_execution(
 
 def _value(value: Any) -> str:
     text = str(value)
-    if text and _needs_quotes().search(text) is None:
+    if text and _NEEDS_QUOTES.search(text) is None:
         return text
     return json.dumps(text, ensure_ascii=False)
 

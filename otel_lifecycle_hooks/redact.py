@@ -283,17 +283,13 @@ def _header_form(value: str) -> str:
 # Microsoft Teams) only the scheme and host are kept; of any other URL whose path has a `hooks`,
 # `webhook` or `webhooks` segment (Mattermost, Rocket.Chat, GitLab, self-hosted receivers), the
 # path up to that segment. In any text: the rule needs no template to know which URL is secret.
-# Compiled at its first use, not at import: about 0.4 ms, which every `run` paid before its
-# agent could start.
-@functools.cache
-def _webhook_url() -> re.Pattern[str]:
-    return re.compile(
-        r"(?P<origin>https?://(?:hooks\.slack\.com|(?:ptb\.|canary\.)?discord(?:app)?\.com"
-        r"(?=/api/webhooks/)|[A-Za-z0-9-]+\.webhook\.office\.com|outlook\.office\.com"
-        r"(?=/webhook)))(?P<rest>/[^\s\"'<>]*)"
-        r"|(?P<prefix>https?://[^\s\"'<>/?#]+(?:/[^\s\"'<>/?#]+){0,16}?/(?:web)?hooks?/)"
-        r"(?P<key>[^\s\"'<>?#]+)"
-    )
+_WEBHOOK_URL = re.compile(
+    r"(?P<origin>https?://(?:hooks\.slack\.com|(?:ptb\.|canary\.)?discord(?:app)?\.com"
+    r"(?=/api/webhooks/)|[A-Za-z0-9-]+\.webhook\.office\.com|outlook\.office\.com"
+    r"(?=/webhook)))(?P<rest>/[^\s\"'<>]*)"
+    r"|(?P<prefix>https?://[^\s\"'<>/?#]+(?:/[^\s\"'<>/?#]+){0,16}?/(?:web)?hooks?/)"
+    r"(?P<key>[^\s\"'<>?#]+)"
+)
 
 
 def _webhook_replacement(match: re.Match[str]) -> str:
@@ -306,7 +302,7 @@ def redact_webhook_urls(text: str) -> str:
     """`https://hooks.slack.com/services/T/B/X` -> `https://hooks.slack.com/[REDACTED]`."""
     if "://" not in text:
         return text
-    return _webhook_url().sub(_webhook_replacement, text)
+    return _WEBHOOK_URL.sub(_webhook_replacement, text)
 
 
 def _replacement_for(value: str) -> str:

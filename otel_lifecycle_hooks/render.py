@@ -32,8 +32,7 @@ Script
 `RenderError` messages name the field and the variable, never the value (it may be a secret).
 """
 
-# Not `from __future__ import annotations`: its NamedTuples are made from evaluated
-# annotations (see template/model.py).
+from __future__ import annotations
 
 import functools
 import json
@@ -55,22 +54,10 @@ _HEADER_BREAKERS = ("\r", "\n", "\0")
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 
-# The patterns are compiled at their first use (for `run`, the first hook rendered, after its
-# agent's start), not at import: about 0.3 ms together.
-@functools.cache
-def _json_scalar() -> re.Pattern[str]:
-    return re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
-
-
-@functools.cache
-def _host_text() -> re.Pattern[str]:
-    """Host name, IPv4, [IPv6] and :port characters; nothing that could end the authority."""
-    return re.compile(r"[A-Za-z0-9.\-:\[\]]*")
-
-
-@functools.cache
-def _url_breakers() -> re.Pattern[str]:
-    return re.compile(r"[\x00-\x20\x7f]")
+_JSON_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
+# Host name, IPv4, [IPv6] and :port characters; nothing that could end the authority.
+_HOST_TEXT = re.compile(r"[A-Za-z0-9.\-:\[\]]*")
+_URL_BREAKERS = re.compile(r"[\x00-\x20\x7f]")
 
 
 # What json.dumps(value, ensure_ascii=False) uses, made once: dumps builds one per call.
@@ -99,7 +86,7 @@ class RenderError(ValueError):
 
 
 # Given a reference and what it resolved to (None: unresolved), the text to insert.
-_Encoder = Callable[[Reference, "Resolved | None"], str]
+_Encoder = Callable[[Reference, Resolved | None], str]
 
 
 def _substitute(template: str, variables: Variables, encode: _Encoder) -> str:
@@ -126,7 +113,7 @@ def render_url(template: str, variables: Variables) -> str:
         value = "" if resolved is None else resolved.value
         if index == 0:
             _refuse_agent_origin(piece, resolved)
-            if _url_breakers().search(value):
+            if _URL_BREAKERS.search(value):
                 raise RenderError(f"url: ${{{piece.text}}} holds whitespace or a control character")
             rendered += value
         else:
@@ -147,7 +134,7 @@ def _encode_url_value(
     after_scheme = rendered_before[scheme_end + 3 :]
     if not any(mark in after_scheme for mark in "/?#"):
         _refuse_agent_origin(reference, resolved)
-        if not _host_text().fullmatch(value):
+        if not _HOST_TEXT.fullmatch(value):
             raise RenderError(
                 f"url: ${{{reference.text}}} stands in the host but is not a host name"
             )
@@ -173,7 +160,7 @@ def _refuse_agent_origin(reference: Reference, resolved: Resolved | None) -> Non
 def _check_absolute_http_url(url: str, template: str) -> None:
     starts_with_variable = template.startswith("${")
     where = " (check the variable it starts with)" if starts_with_variable else ""
-    if _url_breakers().search(url):
+    if _URL_BREAKERS.search(url):
         raise RenderError(f"url: holds whitespace or a control character{where}")
     authority = _literal_authority(template)
     if authority is not None and url.startswith(authority):
@@ -196,7 +183,7 @@ def _literal_authority(template: str) -> str | None:
     Checked once per template: every rendering of it begins with this text."""
     literal = template.partition("${")[0]
     _, separator, rest = literal.partition("://")
-    if not separator or not any(mark in rest for mark in "/?#") or _url_breakers().search(literal):
+    if not separator or not any(mark in rest for mark in "/?#") or _URL_BREAKERS.search(literal):
         return None
     try:
         parts = urlsplit(literal)
@@ -310,7 +297,7 @@ def _render_json(template: str, variables: Variables) -> str:
         value = _value(variables.resolve_reference(piece))
         if in_string:
             parts.append(_json_string(value)[1:-1])
-        elif _json_scalar().fullmatch(value):
+        elif _JSON_SCALAR.fullmatch(value):
             parts.append(value)
         else:
             parts.append(_json_string(value))

@@ -1,58 +1,73 @@
-"""`run`'s arguments read without argparse give what argparse gives, or are left to argparse."""
+"""`run`'s options are read by the command line's one argparse parser: the usual forms give
+the options and the agent's command, and mistakes exit 2 with argparse's message."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import pytest
 
+from otel_lifecycle_hooks.cli import main as cli_main
 from otel_lifecycle_hooks.cli import run as run_command
 
-TOKENS = [
-    "--template", "-t", "--grace-period", "--agent-name", "--agent-id", "--agent-slug",
-    "--user", "--journal", "--hook-log", "--", "-h", "--help", "--temp", "--template=a.yaml",
-    "-t=b.yaml", "--grace-period=3s", "--user=", "--unknown", "-x", "a.yaml", "10s", "true",
-    "sh", "-c", "echo hi", "", "-1", "-v", "-q", "--verbose", "--quiet",
-]  # fmt: skip
+
+def parsed_run(monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, object]:
+    """What `run` is handed for `otel-lifecycle-hooks run ARGS...`."""
+    handed: list[argparse.Namespace] = []
+
+    def fake_run(parsed: argparse.Namespace) -> int:
+        handed.append(parsed)
+        return 0
+
+    monkeypatch.setattr(run_command, "run", fake_run)
+    assert cli_main.main(["run", *args]) == 0
+    [parsed] = handed
+    return vars(parsed)
 
 
-def parsed_by_argparse(args: list[str]) -> dict[str, object] | None:
-    parser = argparse.ArgumentParser(prog="otel-lifecycle-hooks")
-    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
-    run_command.add_parser(subparsers)
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            return vars(parser.parse_args(["run", *args]))
-        except SystemExit:
-            return None
+def test_the_usual_forms_give_the_options_and_the_agents_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed = parsed_run(
+        monkeypatch,
+        "-t", "base.yaml", "--template=agent.yaml", "--grace-period", "5s", "--user=agent",
+        "-v", "--", "claude", "--model", "x",
+    )  # fmt: skip
+
+    assert parsed["template"] == ["base.yaml", "agent.yaml"]
+    assert (parsed["grace_period"], parsed["user"], parsed["verbose"]) == ("5s", "agent", True)
+    assert parsed["quiet"] is False
+    assert parsed["command"] == ["--", "claude", "--model", "x"]
+    assert parsed["subcommand"] == "run"
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.sampled_from(TOKENS), max_size=8))
-def test_the_quick_reading_agrees_with_argparse_or_leaves_it_to_argparse(args: list[str]) -> None:
-    quick = run_command.quick_parse(args)
+def test_without_options_the_defaults_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = parsed_run(monkeypatch, "--", "true")
 
-    if quick is not None:
-        assert vars(quick) == parsed_by_argparse(args)
-
-
-def test_the_usual_forms_are_read_quickly() -> None:
-    args = ["-t", "base.yaml", "--template=agent.yaml", "--grace-period", "5s", "--", "claude"]
-
-    quick = run_command.quick_parse(args)
-
-    assert quick is not None
-    assert (quick.template, quick.grace_period, quick.command) == (
-        ["base.yaml", "agent.yaml"],
-        "5s",
-        ["--", "claude"],
-    )
-    assert vars(quick) == parsed_by_argparse(args)
+    assert parsed["template"] == []
+    assert parsed["grace_period"] == "10s"
+    assert [parsed[k] for k in ("agent_name", "agent_id", "agent_slug", "journal")] == [None] * 4
+    assert parsed["command"] == ["--", "true"]
 
 
-def test_help_abbreviations_and_mistakes_go_to_argparse() -> None:
-    for args in (["--help"], ["--temp", "a.yaml", "--", "x"], ["--template"], ["--bogus", "1"]):
-        assert run_command.quick_parse(args) is None
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["-v", "-q", "--", "true"], "not allowed with argument --verbose/-v"),
+        (["--bogus", "1", "--", "true"], "unrecognized arguments: --bogus"),
+        (["--template"], "expected one argument"),
+    ],
+)
+def test_a_mistake_exits_2_with_argparses_message(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main(["run", *args])
+
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_no_command_exits_2_and_says_how_to_give_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["run"]) == 2
+    assert "no command given (usage: run [options] -- CMD...)" in capsys.readouterr().err

@@ -1,8 +1,6 @@
 """What one attempt of an action produced: the engine's policies decide what happens next."""
 
-# Not `from __future__ import annotations`: a NamedTuple compiles each field's string
-# annotation when its class is made (about 5 us a field), paid by every `run` before its
-# agent starts; evaluated annotations cost less.
+from __future__ import annotations
 
 from typing import Literal, NamedTuple
 

@@ -43,12 +43,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_command(args[1:])
             return 0
         return hook_main(args[1:])
-    if args and args[0] == "run":
-        from .run import quick_parse, run
-
-        parsed = quick_parse(args[1:])
-        if parsed is not None:
-            return run(parsed)
     return _run_parsed(args)
 
 

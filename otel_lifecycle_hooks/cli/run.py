@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import sys
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
-# argparse (with gettext) is imported only when the parser is built: `run`'s usual arguments
-# are read without it (`quick_parse`), which every agent's start-up pays otherwise.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import argparse
+from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
+from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
+from ..supervisor.options import SupervisorOptions
+from ..supervisor.run import Supervisor, agent_metadata
+from ..supervisor.running import RunningFile
+from ..template.durations import DurationError, parse_duration
+from ..template.loader import TemplateError, load_templates
+from ..template.model import Template
 
 TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
 
 
 def add_parser(subparsers: Any) -> None:
-    import argparse
-
+    """Add `run` and its options to the command line's subparsers."""
     parser = subparsers.add_parser(
         "run",
         help="supervise an agent command through every phase and fire every hook",
@@ -75,71 +77,6 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-# Options of `run` that take a value, by how they are written on the command line.
-_VALUE_OPTIONS: dict[str, str] = {
-    "--template": "template",
-    "-t": "template",
-    "--grace-period": "grace_period",
-    "--agent-name": "agent_name",
-    "--agent-id": "agent_id",
-    "--agent-slug": "agent_slug",
-    "--user": "user",
-    "--journal": "journal",
-    "--hook-log": "hook_log",
-}
-# Options of `run` that take no value.
-_FLAG_OPTIONS: dict[str, str] = {
-    "--verbose": "verbose",
-    "-v": "verbose",
-    "--quiet": "quiet",
-    "-q": "quiet",
-}
-
-
-def quick_parse(args: list[str]) -> SimpleNamespace | None:
-    """What the `run` parser makes of `args`, for the plain forms (`--option value`,
-    `--option=value`, then `-- CMD...`) without building the parser, which costs every agent's
-    start-up about 5 ms (help formatters, message catalogs). None for anything else (help, an
-    abbreviation, a value that looks like an option, a mistake): argparse then decides, and
-    says what is wrong."""
-    values: dict[str, Any] = {
-        "template": [],
-        "grace_period": "10s",
-        "agent_name": None,
-        "agent_id": None,
-        "agent_slug": None,
-        "user": None,
-        "journal": None,
-        "hook_log": None,
-        "verbose": False,
-        "quiet": False,
-    }
-    index = 0
-    while index < len(args) and args[index].startswith("-") and args[index] != "--":
-        flag = _FLAG_OPTIONS.get(args[index])
-        if flag is not None:
-            values[flag] = True
-            index += 1
-            continue
-        name, equals, value = args[index].partition("=")
-        dest = _VALUE_OPTIONS.get(name)
-        if dest is None or (equals and not name.startswith("--")):
-            return None
-        if not equals:
-            index += 1
-            if index == len(args) or args[index].startswith("-"):
-                return None
-            value = args[index]
-        if dest == "template":
-            values["template"].append(value)
-        else:
-            values[dest] = value
-        index += 1
-    if values["verbose"] and values["quiet"]:
-        return None  # argparse says they exclude each other
-    return SimpleNamespace(**values, command=args[index:], subcommand="run", func=run)
-
-
 def template_paths(given: list[str]) -> list[str]:
     if given:
         return given
@@ -158,6 +95,8 @@ def _unsafe_template_files(files: Sequence[str], user: str | None) -> str | None
     ownership guard's rule: root's alone, every directory above it too."""
     if os.geteuid() != 0 or not user:
         return None
+    # Only for root: the guard brings shutil (with bz2 and lzma), about 2.5 ms of a run's
+    # start before its agent may start (python -X importtime).
     from ..actions.root_guard import unsafe_code_file_as_root
 
     for path in files:
@@ -171,7 +110,8 @@ def _unsafe_template_files(files: Sequence[str], user: str | None) -> str | None
     return None
 
 
-def run(args: argparse.Namespace | SimpleNamespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Supervise the agent command `args` names; its exit code (see `add_parser`)."""
     # Start-up allocates everything at once (the SDK, the template, the engine), and the cyclic
     # garbage collector would rescan that growing heap many times over: about a tenth of a
     # `run -- true`. Collection waits until the agent is running; then what start-up made is
@@ -188,15 +128,7 @@ def _resume_collection() -> None:
     gc.enable()
 
 
-def _run(args: argparse.Namespace | SimpleNamespace) -> int:
-    from ..supervisor.options import SupervisorOptions
-    from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
-    from ..supervisor.run import Supervisor, agent_metadata
-    from ..supervisor.running import RunningFile
-    from ..template.durations import DurationError, parse_duration
-    from ..template.loader import TemplateError, load_templates
-    from ..template.model import Template
-
+def _run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -244,8 +176,6 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     report = RunReport(verbosity)  # what the operator sees of the hooks
     running = RunningFile(agent_metadata(options), options.environ)  # what `status` shows
     options.watchers = [report, running]
-    from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
-
     # The package's warnings reach the terminal as the report's lines (`-q`: errors only),
     # and the hook log, the one the executions are written to, has them all.
     hook_log = HookLog(args.hook_log or default_hook_log_path(options.environ))

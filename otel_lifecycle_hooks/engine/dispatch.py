@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 from .. import events as ev
 from ..template.model import HookSpec, Template
@@ -41,46 +42,29 @@ DEFAULT_QUEUE_LIMIT = 1024
 DROP_LOG_EVERY = 1000
 
 
-# Plain classes rather than dataclasses: each dataclass costs about half a millisecond to
-# create at import, which every `run` pays at start-up.
+@dataclass(slots=True, eq=False)
 class _Job:
-    __slots__ = ("deadline", "event", "future", "session")
+    """One event queued for a hook's worker, and the caller's future when it waits."""
 
-    def __init__(
-        self,
-        event: LifecycleEvent,
-        session: SessionInfo,
-        future: Future[Execution] | None = None,  # set when a caller waits for it
-        deadline: float | None = None,
-    ) -> None:
-        self.event = event
-        self.session = session
-        self.future = future
-        self.deadline = deadline
+    event: LifecycleEvent
+    session: SessionInfo
+    future: Future[Execution] | None = None  # set when a caller waits for it
+    deadline: float | None = None
 
     @property
     def droppable(self) -> bool:
         return self.future is None and self.event.name not in ev.LIFECYCLE_EVENTS
 
 
+# Filled in as the blocking hooks finish: mutable, compared by identity.
+@dataclass(slots=True, eq=False)
 class DispatchResult:
     """What the blocking hooks of one event did; `failed` is the hook that aborts the
     transition (`on_error: fail`), if any."""
 
-    __slots__ = ("event", "executions", "failed")
-
-    def __init__(
-        self,
-        event: LifecycleEvent,
-        executions: list[Execution] | None = None,
-        failed: Execution | None = None,
-    ) -> None:
-        self.event = event
-        self.executions: list[Execution] = [] if executions is None else executions
-        self.failed = failed
-
-    def __repr__(self) -> str:
-        return f"DispatchResult({self.event!r}, {self.executions!r}, failed={self.failed!r})"
+    event: LifecycleEvent
+    executions: list[Execution] = field(default_factory=list)
+    failed: Execution | None = None
 
     @property
     def ok(self) -> bool:

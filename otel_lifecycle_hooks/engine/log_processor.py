@@ -28,7 +28,7 @@ from opentelemetry import trace
 from .. import events as ev
 from ..telemetry.logs_api import sdk_logs
 from .engine import HookEngine
-from .model import LifecycleEvent, SessionInfo
+from .model import LifecycleEvent, SessionInfo, new_event_id
 from .processor import (
     LIVE_SESSIONS,
     LifecycleHookProcessor,
@@ -107,7 +107,7 @@ class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
             timestamp=session.next_moment(
                 timestamp / 1e9 if timestamp else self.engine.clock.wall()
             ),
-            event_id=event_id if isinstance(event_id, str) else None,
+            event_id=event_id if isinstance(event_id, str) else new_event_id(),
         )
         result = self.engine.fire(event, session)
         if result.failed is not None:

@@ -4,6 +4,8 @@ how long an attempt may take. No I/O and no sleeping; every function is a value 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
 
@@ -11,32 +13,19 @@ from ..template.model import HookSpec
 RETRY_DELAYS: tuple[float, ...] = (1.0, 2.0, 4.0)
 
 
+@dataclass(frozen=True, slots=True)
 class RetryDecision:
     """Retry after `delay` seconds, or stop (delay None) for `reason`."""
 
-    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
-    __slots__ = ("delay", "reason")
-
-    def __init__(self, delay: float | None, reason: str) -> None:
-        self.delay = delay
-        self.reason = reason
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RetryDecision):
-            return NotImplemented
-        return (self.delay, self.reason) == (other.delay, other.reason)
-
-    def __hash__(self) -> int:
-        return hash((self.delay, self.reason))
-
-    def __repr__(self) -> str:
-        return f"RetryDecision(delay={self.delay!r}, reason={self.reason!r})"
+    delay: float | None
+    reason: str
 
     @property
     def retry(self) -> bool:
         return self.delay is not None
 
 
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """One attempt plus up to len(delays) retries of transient failures and timeouts.
 
@@ -45,21 +34,7 @@ class RetryPolicy:
     honouring it would delay the agent longer than the template author allowed.
     """
 
-    __slots__ = ("delays",)
-
-    def __init__(self, delays: tuple[float, ...] = RETRY_DELAYS) -> None:
-        self.delays = delays
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RetryPolicy):
-            return NotImplemented
-        return self.delays == other.delays
-
-    def __hash__(self) -> int:
-        return hash(self.delays)
-
-    def __repr__(self) -> str:
-        return f"RetryPolicy(delays={self.delays!r})"
+    delays: tuple[float, ...] = RETRY_DELAYS
 
     @property
     def budget(self) -> float:
@@ -123,18 +98,13 @@ def fails_transition(hook: HookSpec, outcome: str, event: str | None = None) -> 
     return hook.blocking and hook.on_error == "fail" and outcome not in ("success", "skipped")
 
 
+@dataclass(frozen=True, slots=True)
 class DebounceWindow:
     """Trailing-edge coalescing: the first event opens a window of `seconds`; when it closes,
     only the latest event seen in it fires. Windows are fixed from their first event, so a
     steady stream still delivers its latest state once per window instead of never."""
 
-    __slots__ = ("seconds",)
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __repr__(self) -> str:
-        return f"DebounceWindow(seconds={self.seconds!r})"
+    seconds: float
 
     def closes_at(self, opened_at: float) -> float:
         return opened_at + self.seconds

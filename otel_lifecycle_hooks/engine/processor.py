@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .. import events as ev
 from .engine import HookEngine
-from .model import LifecycleEvent, SessionInfo
+from .model import LifecycleEvent, SessionInfo, new_event_id
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
@@ -247,7 +247,7 @@ class LifecycleHookProcessor(SpanProcessor):
             timestamp=session.next_moment(
                 timestamp / 1e9 if timestamp else self.engine.clock.wall()
             ),
-            event_id=event_id if isinstance(event_id, str) else None,
+            event_id=event_id if isinstance(event_id, str) else new_event_id(),
         )
         try:
             result = self.engine.fire(event, session)

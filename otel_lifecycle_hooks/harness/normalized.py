@@ -41,7 +41,9 @@ from types import MappingProxyType
 from ..events import RUNTIME_EVENTS
 from .reported import admit_fields, safe_text
 
-# `typing` and `dataclasses` cost several milliseconds to import, paid on every harness event.
+# On the hook path, so a plain class and no `typing`: importing `dataclasses` (with `inspect`)
+# costs 7 ms, `typing` 3 ms (-X importtime), of a hook process of 14.7 ms whose target is 2x
+# `python -c pass`, 17 ms (bench_hook_path.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -33,8 +33,8 @@ Everything here is standard library: it runs inside `hook`, once per harness eve
 
 from __future__ import annotations
 
-# `_socket`, the C module itself: `socket` wraps it in enums and selectors that cost ~2 ms
-# to import, on every harness event, and the client needs none of them.
+# `_socket`, the C module itself: `socket`'s enums and selectors cost 2.5 ms to import against
+# 0.3 ms (-X importtime), of a hook process of 14.7 ms (bench_hook_path.py); none is needed.
 import _socket
 import errno
 import json
@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 
 from .normalized import WIRE_VERSION, NormalizedEvent, clip
 
-# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+# On the hook path: `typing` (3 ms to import) is for checkers (bench_hook_path.py, 14.7 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..harness.normalized import MAX_FIELD_CHARS, NormalizedEvent, WireFormatError, clip
@@ -38,20 +39,14 @@ LOG_BURST = 5
 LOG_INTERVAL = 10.0  # seconds
 
 
+@dataclass(frozen=True, slots=True)
 class Admitted:
     """A message the supervisor acts on: an event, or a status signal and its message."""
 
-    # A plain class: a NamedTuple's creation costs every `run` a few tenths of a millisecond.
-    __slots__ = ("event", "kind", "message", "status")
-
-    def __init__(
-        self,
-        kind: str,  # "event" | "status"
-        event: NormalizedEvent | None = None,
-        status: str = "",
-        message: str = "",
-    ) -> None:
-        self.kind, self.event, self.status, self.message = kind, event, status, message
+    kind: str  # "event" | "status"
+    event: NormalizedEvent | None = None
+    status: str = ""
+    message: str = ""
 
 
 class IngressCounts:

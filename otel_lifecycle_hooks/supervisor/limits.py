@@ -4,43 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..template.durations import parse_duration
 
 
+@dataclass(frozen=True, slots=True)
 class Limits:
     """The agent's limits; None is no limit."""
 
-    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
-    __slots__ = ("max_duration", "max_model_calls", "max_turns")
-
-    def __init__(
-        self,
-        max_turns: int | None = None,
-        max_model_calls: int | None = None,
-        max_duration: float | None = None,  # seconds
-    ) -> None:
-        self.max_turns = max_turns
-        self.max_model_calls = max_model_calls
-        self.max_duration = max_duration
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Limits):
-            return NotImplemented
-        return (self.max_turns, self.max_model_calls, self.max_duration) == (
-            other.max_turns,
-            other.max_model_calls,
-            other.max_duration,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.max_turns, self.max_model_calls, self.max_duration))
-
-    def __repr__(self) -> str:
-        return (
-            f"Limits(max_turns={self.max_turns!r}, max_model_calls={self.max_model_calls!r}, "
-            f"max_duration={self.max_duration!r})"
-        )
+    max_turns: int | None = None
+    max_model_calls: int | None = None
+    max_duration: float | None = None  # seconds
 
     @classmethod
     def from_sources(cls, template_limits: Mapping[str, str], environ: Mapping[str, str]) -> Limits:

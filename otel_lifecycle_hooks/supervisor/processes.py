@@ -220,7 +220,7 @@ class ProcessInfo:
     ppid: int
     pgid: int
     sid: int
-    start: int  # in clock ticks after boot: with the pid, what no other process shares
+    start: int  # clock ticks after boot: with the pid, names one process across pid reuse
 
     @property
     def key(self) -> tuple[int, int]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import socket
@@ -50,12 +51,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from ..engine.model import LifecycleEvent, SessionInfo
 from ..journal.base import Journal
 from ..journal.liveness import LivenessClock
 from ..journal.rows import FAILED_OUTCOMES, RUNNING, SessionRow, as_claimed
+from ..journal.seal import seal, unvouched
 from ..redact import Redactor, looks_like_secret_name
+from ..template.durations import DurationError, parse_duration
+from ..variables import referenced_names, secret_names_for
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -159,8 +164,6 @@ def session_fields(
     where its pids mean something. Secrets are never among them: a variable whose value the
     redaction rules would change (a known secret in it, a URL's userinfo, a secret-looking
     query value) is left out, as are secret-named ones."""
-    from ..variables import referenced_names, secret_names_for
-
     templates: list[dict[str, str]] = []
     names: set[str] = set()
     secrets = secret_names_for(template)
@@ -170,7 +173,10 @@ def session_fields(
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        entry = {"path": os.path.abspath(path), "sha256": _sha256_hex(text.encode("utf-8"))}
+        entry = {
+            "path": os.path.abspath(path),
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        }
         if any(literal in text for literal in literals):
             # A secret written in the file itself never goes to the journal: a recoverer
             # elsewhere reads the file at this path (and checks its hash) instead.
@@ -212,8 +218,6 @@ def _clean(redactor: Redactor, value: str) -> bool:
 def _literal_secrets(template: Any, secret_names: frozenset[str]) -> set[str]:
     """Secret values the template's text holds literally: `env:` values of secret names,
     credential headers and URL passwords written without a variable."""
-    from urllib.parse import urlsplit
-
     literals = {value for name, value in template.env.items() if name in secret_names and value}
     for hook in template.hooks:
         action = hook.action
@@ -255,8 +259,6 @@ def _duration_setting(name: str, text: str | None, default: float, floor: float)
     (then said once in the log)."""
     if not text:
         return default
-    from ..template.durations import DurationError, parse_duration
-
     try:
         return max(floor, parse_duration(text))
     except DurationError as exc:
@@ -274,7 +276,7 @@ def session_lock_dir(environ: Mapping[str, str]) -> Path:
 def session_lock_path(lock_dir: Path, session_id: str) -> Path:
     """The lock file of `session_id` in `lock_dir`, named by a hash: a session id is the
     journal's text, never a path."""
-    return lock_dir / f"{_sha256_hex(session_id.encode('utf-8'))[:32]}.lock"
+    return lock_dir / f"{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:32]}.lock"
 
 
 class SessionLock:
@@ -472,7 +474,7 @@ class Recovery(NamedTuple):
 
 
 # Runs one hook for an event of a session, before a monotonic deadline (None: its own timeout).
-RunHook = Callable[[Any, LifecycleEvent, SessionInfo, "float | None"], object]
+RunHook = Callable[[Any, LifecycleEvent, SessionInfo, float | None], object]
 
 
 def recover_session(
@@ -589,9 +591,6 @@ def claim_vouched(
     now = time.time() if now is None else now
     if key is None and not require_seal:
         return _claim(journal, row, here, now, None), ""
-    # Here, not at the top: hashlib's OpenSSL bindings would cost a run without a key ~4 ms.
-    from ..journal.seal import seal, unvouched
-
     why = unvouched(key, row)
     if why or key is None:  # without a key every row is refused, with its reason
         return None, why
@@ -693,7 +692,7 @@ def template_digests(template: Any) -> tuple[str, ...]:
         except (OSError, UnicodeDecodeError):
             digests.append("")
             continue
-        digests.append(_sha256_hex(text.encode("utf-8")))
+        digests.append(hashlib.sha256(text.encode("utf-8")).hexdigest())
     return tuple(digests)
 
 
@@ -717,15 +716,3 @@ def other_template(row: Any, digests: Sequence[str]) -> str:
 def _printable(text: str) -> str:
     """`text` as a log line may show it: the journal's text is the agent's to write."""
     return "".join(c if c.isprintable() else "?" for c in text)[:200]
-
-
-def _sha256_hex(data: bytes) -> str:
-    """sha256 without `hashlib`, whose OpenSSL bindings would cost every `run` about 4 ms."""
-    try:
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError:  # an interpreter built without them
-            from hashlib import sha256
-    return str(sha256(data).hexdigest())

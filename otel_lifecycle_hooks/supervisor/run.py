@@ -391,14 +391,8 @@ def _keep_journal_settings_from_children(environ: Mapping[str, str]) -> None:
 
 
 def _stable_agent_id(slug: str) -> str:
-    """`uuid5(NAMESPACE_URL, "agent:" + slug)`, hashed with the `_sha1` module: `uuid.uuid5`
-    imports `hashlib`, whose OpenSSL bindings would cost every start-up about 4 ms."""
-    try:
-        from _sha1 import sha1
-    except ImportError:  # an interpreter built without it
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + slug))
-    digest = sha1(uuid.NAMESPACE_URL.bytes + ("agent:" + slug).encode()).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=5))
+    """The agent's id, the same for every run of an agent of this name."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + slug))
 
 
 def _slug(name: str) -> str:

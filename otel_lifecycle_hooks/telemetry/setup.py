@@ -50,6 +50,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -146,48 +147,21 @@ def parse_key_values(raw: str | None) -> dict[str, str]:
     return pairs
 
 
+# Its own repr: header values may be credentials.
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class OtlpSettings:
     """Everything an OTLP exporter of one signal needs, resolved from the environment."""
 
-    # Plain classes here: a dataclass costs about half a millisecond at import, and this
-    # module is imported by every `run`.
-    __slots__ = (
-        "certificate_file",
-        "client_certificate_file",
-        "client_key_file",
-        "compression",
-        "endpoint",
-        "headers",
-        "insecure",
-        "protocol",
-        "signal",
-        "timeout_s",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        *,
-        signal: str,
-        protocol: str,
-        endpoint: str,
-        headers: dict[str, str],
-        timeout_s: float,
-        compression: str,
-        insecure: bool,
-        certificate_file: str | None = None,
-        client_key_file: str | None = None,
-        client_certificate_file: str | None = None,
-    ) -> None:
-        self.signal = signal
-        self.protocol = protocol
-        self.endpoint = endpoint
-        self.headers = headers
-        self.timeout_s = timeout_s
-        self.compression = compression
-        self.insecure = insecure
-        self.certificate_file = certificate_file
-        self.client_key_file = client_key_file
-        self.client_certificate_file = client_certificate_file
+    signal: str
+    protocol: str
+    endpoint: str
+    headers: dict[str, str]
+    timeout_s: float
+    compression: str
+    insecure: bool
+    certificate_file: str | None = None
+    client_key_file: str | None = None
+    client_certificate_file: str | None = None
 
     def __repr__(self) -> str:
         # Header values may be credentials: only their names are shown.

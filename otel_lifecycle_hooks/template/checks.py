@@ -30,11 +30,9 @@ if TYPE_CHECKING:
     from .model import Template
     from .validate import Located, Problem
 
-# Patterns of the messages about mistakes: `re` compiles them when a template has one, not
-# at import (about 0.1 ms each, which every `run` paid before its agent could start).
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*\Z"
-_PATH_STEP = r"[A-Za-z0-9_-]+\Z"
-_CAPTURED = r"HOOK_[A-Za-z0-9_]+_(?:RESPONSE|STATUS)"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PATH_STEP = re.compile(r"[A-Za-z0-9_-]+\Z")
+_CAPTURED = re.compile(r"HOOK_[A-Za-z0-9_]+_(?:RESPONSE|STATUS)")
 # Every `${`; one written as `$${` (the escape) is skipped by `_escaped`.
 _OPENING = re.compile(r"\$\{")
 VALID_FORMS = "${NAME}, ${NAME.path.0} or ${NAME:-default}"
@@ -133,18 +131,18 @@ def _malformed_message(inner: str) -> str:
     base, _, path = name.partition(".")
     if not inner:
         return f"empty reference {shown}: write ${{NAME}}; valid forms are {VALID_FORMS}"
-    if "-" in inner and ":-" not in inner and re.match(_NAME, base.replace("-", "_")):
+    if "-" in inner and ":-" not in inner and _NAME.match(base.replace("-", "_")):
         return (
             f"{shown} is not a variable name (letters, digits and _; no -): did you mean "
             f"${{{base.replace('-', '_').upper()}}}? For a default write ${{NAME:-default}}"
         )
-    if not re.match(_NAME, base):
+    if not _NAME.match(base):
         return (
             f"{shown} is not a variable name: a name is letters, digits and _, not starting "
             f"with a digit (did you mean ${{{_suggested_name(base)}}}?); "
             f"valid forms are {VALID_FORMS}"
         )
-    if path and not all(re.match(_PATH_STEP, step) for step in path.split(".")):
+    if path and not all(_PATH_STEP.match(step) for step in path.split(".")):
         return f"{shown} has an empty or invalid path step: write ${{{base}.field.0}}"
     return f"{shown} is not a reference: valid forms are {VALID_FORMS}"
 
@@ -221,7 +219,7 @@ def _suggestion(name: str, known: set[str]) -> str | None:
     """A known name that `name` is probably meant to be: the same but for case, or close."""
     import difflib
 
-    if name in known or re.fullmatch(_CAPTURED, name):
+    if name in known or _CAPTURED.fullmatch(name):
         return None  # captures have their own warnings (validate.capture_warnings)
     by_upper = {option.upper(): option for option in known}
     if name.upper() in by_upper:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -81,6 +82,7 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     return reading.template
 
 
+@dataclass(frozen=True, slots=True)
 class TemplateReading:
     """What one reading of template files found: every problem, in file order then position.
 
@@ -91,29 +93,12 @@ class TemplateReading:
     template were not run either.
     """
 
-    # A plain class: a frozen dataclass costs about 0.4 ms to create, paid at import by every
-    # `run` before its agent may start.
-    __slots__ = ("partial_hooks", "problems", "template", "unread")
-
-    def __init__(
-        self,
-        template: Template | None,
-        problems: tuple[Problem, ...],
-        unread: tuple[Position, ...] = (),
-        # What read cleanly of the hooks with problems (`validate.read_hook`): never run,
-        # only looked at by the rules of the merged template and the warnings.
-        partial_hooks: tuple[HookSpec, ...] = (),
-    ) -> None:
-        self.template = template
-        self.problems = problems
-        self.unread = unread
-        self.partial_hooks = partial_hooks
-
-    def __repr__(self) -> str:
-        return (
-            f"TemplateReading(template={self.template!r}, problems={self.problems!r}, "
-            f"unread={self.unread!r}, partial_hooks={self.partial_hooks!r})"
-        )
+    template: Template | None
+    problems: tuple[Problem, ...]
+    unread: tuple[Position, ...] = ()
+    # What read cleanly of the hooks with problems (`validate.read_hook`): never run, only
+    # looked at by the rules of the merged template and the warnings.
+    partial_hooks: tuple[HookSpec, ...] = ()
 
 
 def read_templates(paths: Sequence[str | os.PathLike[str]]) -> TemplateReading:
@@ -262,8 +247,8 @@ def _read_file(
         return None, [Problem(Position(file, 0, 0), None, None, f"cannot read the file: {reason}")]
     if len(data) > MAX_TEMPLATE_BYTES:
         return None, [_too_large(file)]
-    # A byte order mark is dropped, as the utf-8-sig codec would (whose import costs every
-    # `run` about 0.2 ms before its agent starts).
+    # A byte order mark is dropped (as the utf-8-sig codec would) and still counted in the
+    # column a decoding error points at.
     bom = len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
     try:
         text = data[bom:].decode("utf-8")

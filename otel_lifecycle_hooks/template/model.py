@@ -3,11 +3,10 @@
 Field names follow seed 000's `LifecycleHookSpec` and `HookAction`; durations are seconds.
 """
 
-# Not `from __future__ import annotations`: a NamedTuple compiles each field's string
-# annotation when its class is made (about 5 us a field), paid by every `run` before its
-# agent starts; evaluated annotations cost less.
+from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -72,31 +71,17 @@ RATE_PERIODS: Mapping[str, float] = MappingProxyType(
 )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
 class RateLimit:
     """`count` executions per `period` seconds (`10/min`): a burst of up to `count`, then one
     every `period / count` seconds (a token bucket)."""
 
-    # A plain class: a NamedTuple's `count` would shadow tuple.count.
-    __slots__ = ("count", "period", "text")
-
-    def __init__(self, count: int, period: float, text: str = "") -> None:
-        self.count = count
-        self.period = period
-        self.text = text
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RateLimit):
-            return NotImplemented
-        return (self.count, self.period, self.text) == (other.count, other.period, other.text)
-
-    def __hash__(self) -> int:
-        return hash((self.count, self.period, self.text))
-
-    def __repr__(self) -> str:
-        return f"RateLimit(count={self.count}, period={self.period}, text={self.text!r})"
+    count: int
+    period: float
+    text: str = ""
 
     @classmethod
-    def parse(cls, text: str) -> "RateLimit":
+    def parse(cls, text: str) -> RateLimit:
         """`"10/min"`, `"5/s"`, `"100/h"` -> RateLimit; ValueError says what would be valid."""
         count_text, slash, unit = text.strip().partition("/")
         period = RATE_PERIODS.get(unit.strip().lower())
@@ -169,7 +154,7 @@ class HookSpec(NamedTuple):
     timeout: float = DEFAULT_HTTP_TIMEOUT
     blocking: bool = False
     debounce: float | None = None
-    condition: "Condition | None" = None  # parsed at load time
+    condition: Condition | None = None  # parsed at load time
     enabled: bool = True
     position: Position | None = None
     # With on_error: fail, the events at which a failure refuses the transition; None: all.

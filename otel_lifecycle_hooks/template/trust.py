@@ -31,8 +31,7 @@ The checks run on the merged template, since a child's `env:` can change what a 
 refers to. Pure functions: no I/O.
 """
 
-# Not `from __future__ import annotations`: its NamedTuples are made from evaluated
-# annotations (see template/model.py).
+from __future__ import annotations
 
 import functools
 import os.path
@@ -42,11 +41,11 @@ from typing import NamedTuple
 
 from ..harness.reported import AGENT_CONTROLLED
 from ..variables import Reference, parse_template
+from .model import HookSpec, Position, Template
+from .validate import Problem
 
 # `HOOK_<NAME>_RESPONSE` / `_STATUS`: what another hook's endpoint answered.
 _CAPTURED = re.compile(r"HOOK_[A-Z0-9_]+_(?:RESPONSE|STATUS)")
-from .model import HookSpec, Position, Template
-from .validate import Problem
 
 MAX_EXPANDED_CHARS = 64 * 1024
 MAX_EXPANSION_DEPTH = 16

@@ -14,6 +14,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -98,14 +99,15 @@ CREDENTIAL_HEADERS: frozenset[str] = frozenset(
 )
 
 HOOK_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Compiled by `re` at its first use (a script's env:, an auth's variable), not at import.
-VARIABLE_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+VARIABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # RFC 9110 token characters.
 HEADER_NAME_PATTERN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _ARTICLE: dict[str, str] = {"http": "an http", "webhook": "a webhook", "script": "a script"}
 
 
+# Not frozen, compared by identity: the loader fills a mapping's keys in after making it.
+@dataclass(slots=True, eq=False, repr=False)
 class Located:
     """A parsed value and where it was written.
 
@@ -114,23 +116,13 @@ class Located:
     (None when plain). Mappings keep their keys' positions and any key written twice.
     """
 
-    # A plain class: a dataclass costs about half a millisecond at import, paid by every `run`.
-    __slots__ = ("duplicate_keys", "key_positions", "position", "source", "style", "value")
-
-    def __init__(
-        self,
-        value: Any,
-        position: Position,
-        source: str | None = None,
-        style: str | None = None,
-    ) -> None:
-        self.value = value
-        self.position = position
-        self.source = source
-        self.style = style
-        self.key_positions: dict[str, Position] = {}
-        # (key, where the repeat stands, message) for each key written more than once
-        self.duplicate_keys: list[tuple[str, Position, str]] = []
+    value: Any
+    position: Position
+    source: str | None = None
+    style: str | None = None
+    key_positions: dict[str, Position] = field(init=False, default_factory=dict)
+    # (key, where the repeat stands, message) for each key written more than once
+    duplicate_keys: list[tuple[str, Position, str]] = field(init=False, default_factory=list)
 
     def __repr__(self) -> str:
         return f"Located({self.value!r}, {self.position})"
@@ -156,45 +148,17 @@ class Located:
         return self.source if self.source is not None else str(self.value)
 
 
+@dataclass(frozen=True, slots=True)
 class Problem:
     """One thing wrong with a template, and where. Not changed once made."""
 
-    # A plain class: a frozen dataclass costs about half a millisecond to create, paid at
-    # import by every `run`, whose template has no problem at all.
-    __slots__ = ("field", "hook", "index", "message", "position")
-
-    def __init__(
-        self,
-        position: Position,
-        hook: str | None,
-        field: str | None,
-        message: str,
-        # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry
-        # (also points at a hook that has no usable name); None for the rest of the file.
-        index: int | None = None,
-    ) -> None:
-        self.position = position
-        self.hook = hook
-        self.field = field
-        self.message = message
-        self.index = index
-
-    def _key(self) -> tuple[Position, str | None, str | None, str, int | None]:
-        return (self.position, self.hook, self.field, self.message, self.index)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Problem):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (
-            f"Problem(position={self.position!r}, hook={self.hook!r}, field={self.field!r}, "
-            f"message={self.message!r}, index={self.index!r})"
-        )
+    position: Position
+    hook: str | None
+    field: str | None
+    message: str
+    # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry (also
+    # points at a hook that has no usable name); None for the rest of the file.
+    index: int | None = None
 
     def __str__(self) -> str:
         parts = [str(self.position) if self.position.line else self.position.file]
@@ -919,7 +883,7 @@ def _read_string_map(
     for key, value in located.value.items():
         key_path = f"{field_path}.{key}"
         pattern = VARIABLE_NAME_PATTERN if key_kind == "variable" else HEADER_NAME_PATTERN
-        if not re.fullmatch(pattern, key):
+        if not pattern.fullmatch(key):
             valid = (
                 "a variable name holds letters, digits and '_' and does not start with a digit"
                 if key_kind == "variable"
@@ -969,7 +933,7 @@ def _read_variable_name(
 ) -> str | None:
     if located is None:
         return None
-    if isinstance(located.value, str) and re.fullmatch(VARIABLE_NAME_PATTERN, located.value):
+    if isinstance(located.value, str) and VARIABLE_NAME_PATTERN.fullmatch(located.value):
         return located.value
     # The value is not shown: it may be the secret itself, written where its name belongs.
     r.report(

@@ -21,7 +21,7 @@ from ..normalized import ASSISTANT_TEXT, MESSAGE, NOTIFICATION_TYPE, TOOL_NAME, 
 from ._common import event, text
 from .claude import translate_hook_payload
 
-# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+# On the hook path: `typing` (3 ms to import) is for checkers (bench_hook_path.py, 14.7 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

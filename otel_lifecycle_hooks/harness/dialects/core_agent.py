@@ -20,7 +20,7 @@ from ..normalized import (
 )
 from ._common import event, text
 
-# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
+# On the hook path: `typing` (3 ms to import) is for checkers (bench_hook_path.py, 14.7 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
