@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -187,3 +188,24 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def test_a_script_starts_when_this_process_has_no_stdin_stdout_or_stderr(tmp_path: Path):
+    # Our pipes then take descriptors 0-2: the child's must still end up on the right ones.
+    result = tmp_path / "result.json"
+    code = (
+        "import json, os, sys\n"
+        "from otel_lifecycle_hooks.actions.script import run_script\n"
+        "from otel_lifecycle_hooks.render import RenderedCommand\n"
+        "for fd in (0, 1, 2):\n"
+        "    os.close(fd)\n"
+        "command = RenderedCommand(argv=(sys.executable, '-c', 'import sys; "
+        "sys.stdout.write(sys.stdin.read()); sys.stderr.write(\"e\")'), stdin=b'in')\n"
+        "outcome = run_script(command, 10.0)\n"
+        f"open({str(result)!r}, 'w').write(json.dumps("
+        "[outcome.result.kind, outcome.stdout, outcome.stderr]))\n"
+    )
+
+    subprocess.run([PY, "-c", code], check=True, timeout=30)
+
+    assert json.loads(result.read_text()) == ["ok", "in", "e"]
