@@ -37,7 +37,7 @@ def python(code: str, env: dict[str, str] | None = None, stdin: bytes = b"") -> 
     return RenderedCommand(argv=(PY, "-c", code), env=env or {}, stdin=stdin)
 
 
-def test_the_script_gets_its_three_pipes_and_no_other_descriptor(tmp_path: Path):
+def test_the_script_gets_its_three_pipes_and_no_other_descriptor(tmp_path: Path) -> None:
     # One descriptor we hold (close-on-exec, as Python opens them), one we were "given by our
     # parent" (inheritable).
     own = os.open(tmp_path / "ours.txt", os.O_CREAT | os.O_WRONLY, 0o600)
@@ -55,7 +55,7 @@ def test_the_script_gets_its_three_pipes_and_no_other_descriptor(tmp_path: Path)
     assert all(target.startswith("pipe:") for target in fds.values())
 
 
-def test_the_script_leads_its_own_session_and_process_group():
+def test_the_script_leads_its_own_session_and_process_group() -> None:
     code = "import os; print(os.getpid(), os.getpgid(0), os.getsid(0))"
 
     outcome = run_script(python(code), 10.0)
@@ -64,7 +64,7 @@ def test_the_script_leads_its_own_session_and_process_group():
     assert pid == group == session == outcome.pid
 
 
-def test_sigpipe_and_sigxfsz_are_at_their_defaults_in_the_script():
+def test_sigpipe_and_sigxfsz_are_at_their_defaults_in_the_script() -> None:
     # Python ignores both; exec keeps ignored signals ignored unless they are reset.
     outcome = run_script(RenderedCommand(argv=("grep", "SigIgn", "/proc/self/status")), 10.0)
 
@@ -73,7 +73,7 @@ def test_sigpipe_and_sigxfsz_are_at_their_defaults_in_the_script():
         assert not ignored & (1 << (number - 1)), f"{signal.Signals(number).name} is ignored"
 
 
-def test_a_shell_pipeline_ends_its_writer_with_sigpipe():
+def test_a_shell_pipeline_ends_its_writer_with_sigpipe() -> None:
     # With SIGPIPE ignored, `yes` would see EPIPE instead and say so on stderr.
     command = RenderedCommand(argv=("/bin/sh", "-c", "yes | head -n 1"))
 
@@ -82,7 +82,7 @@ def test_a_shell_pipeline_ends_its_writer_with_sigpipe():
     assert (outcome.result.kind, outcome.stdout, outcome.stderr) == ("ok", "y\n", "")
 
 
-def test_a_bare_name_is_found_on_the_scripts_own_path(tmp_path: Path):
+def test_a_bare_name_is_found_on_the_scripts_own_path(tmp_path: Path) -> None:
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "say-hello").write_text("#!/bin/sh\necho hello from tools\n")
@@ -94,7 +94,7 @@ def test_a_bare_name_is_found_on_the_scripts_own_path(tmp_path: Path):
     assert (outcome.result.kind, outcome.stdout) == ("ok", "hello from tools\n")
 
 
-def test_a_bare_name_on_no_path_is_a_clear_missing_file(tmp_path: Path):
+def test_a_bare_name_on_no_path_is_a_clear_missing_file(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path)}
 
     outcome = run_script(RenderedCommand(argv=("no-such-tool-here",), env=env), 10.0)
@@ -103,7 +103,7 @@ def test_a_bare_name_on_no_path_is_a_clear_missing_file(tmp_path: Path):
     assert outcome.result.message == "'no-such-tool-here': no such file"
 
 
-def test_a_bare_name_that_is_not_executable_is_permission_denied(tmp_path: Path):
+def test_a_bare_name_that_is_not_executable_is_permission_denied(tmp_path: Path) -> None:
     (tmp_path / "not-runnable").write_text("#!/bin/sh\necho never\n")
     (tmp_path / "not-runnable").chmod(0o644)
     if os.access(tmp_path / "not-runnable", os.X_OK):
@@ -114,14 +114,14 @@ def test_a_bare_name_that_is_not_executable_is_permission_denied(tmp_path: Path)
     assert (outcome.result.kind, outcome.result.error_type) == ("permanent", "PermissionError")
 
 
-def test_a_nul_byte_in_a_variable_is_refused_without_quoting_it():
+def test_a_nul_byte_in_a_variable_is_refused_without_quoting_it() -> None:
     outcome = run_script(python("print(1)", env={"TOKEN": "s3cret\0value"}), 10.0)
 
     assert (outcome.result.kind, outcome.result.error_type) == ("permanent", "ValueError")
     assert "s3cret" not in outcome.result.message
 
 
-def test_a_timeout_ends_the_whole_group(tmp_path: Path):
+def test_a_timeout_ends_the_whole_group(tmp_path: Path) -> None:
     grandchild = tmp_path / "grandchild.pid"
     code = (
         "import subprocess, sys, time\n"
@@ -143,7 +143,7 @@ def test_a_timeout_ends_the_whole_group(tmp_path: Path):
     assert not _alive(pid)
 
 
-def test_without_a_pidfd_the_exit_is_still_seen(monkeypatch: pytest.MonkeyPatch):
+def test_without_a_pidfd_the_exit_is_still_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_pidfd(pid: int) -> int:
         raise OSError(38, "Function not implemented")
 
@@ -159,7 +159,9 @@ def test_without_a_pidfd_the_exit_is_still_seen(monkeypatch: pytest.MonkeyPatch)
     assert time.monotonic() - started < 0.3 + SLACK
 
 
-def test_the_base_environment_follows_changes_to_os_environ(monkeypatch: pytest.MonkeyPatch):
+def test_the_base_environment_follows_changes_to_os_environ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("SPAWN_TEST_VALUE", "first")
     assert process_environ()["SPAWN_TEST_VALUE"] == "first"
 
@@ -172,7 +174,7 @@ def test_the_base_environment_follows_changes_to_os_environ(monkeypatch: pytest.
     assert "SPAWN_TEST_VALUE" not in process_environ()
 
 
-def test_the_script_sees_os_environ_overlaid_with_its_env(monkeypatch: pytest.MonkeyPatch):
+def test_the_script_sees_os_environ_overlaid_with_its_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPAWN_BASE", "from the agent")
     monkeypatch.setenv("SPAWN_OVER", "from the agent")
     code = "import os; print(os.environ['SPAWN_BASE'], '|', os.environ['SPAWN_OVER'])"
@@ -190,7 +192,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_a_script_starts_when_this_process_has_no_stdin_stdout_or_stderr(tmp_path: Path):
+def test_a_script_starts_when_this_process_has_no_stdin_stdout_or_stderr(tmp_path: Path) -> None:
     # Our pipes then take descriptors 0-2: the child's must still end up on the right ones.
     result = tmp_path / "result.json"
     code = (
