@@ -14,9 +14,9 @@ be ended with it:
   a normal exit such a process is left to run, as without a cgroup, until the confining
   process (the supervisor) ends.
 
-It is started with `os.posix_spawn` (no descriptor but its three pipes, SIGPIPE and SIGXFSZ at
-their defaults, its program looked up on its own PATH: what `subprocess` gives), or with
-`subprocess` when it runs as another user.
+It is started by `subprocess.Popen`: no descriptor but its three pipes, SIGPIPE and SIGXFSZ
+at their defaults, its program looked up on its own PATH, and as another user the drop to that
+user's uid and gid with no supplementary group.
 
 Output: the first `output_limit` bytes of stdout and of stderr are kept (and passed line by
 line to `on_output` as they arrive); anything beyond is read and discarded, so a script that
@@ -25,7 +25,8 @@ writes without end neither blocks on a full pipe nor grows our memory.
 error_type values: `exit.<code>`, `signal.<NAME>` (the script died of a signal it was not sent
 by us), `timeout`, `FileNotFoundError` / `PermissionError` / `OSError` (could not start),
 `UnknownUser`, `ValueError` (empty argv, or a NUL byte in an argument or variable),
-`UnsafeScript` (as root, a file that another user could replace: see `root_guard`). Messages never include output or argv beyond argv[0].
+`UnsafeScript` (as root, a file that another user could replace: see `root_guard`). Messages
+never include output or argv beyond argv[0].
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TypedDict
 
 from .. import confinement
 from ..render import RenderedCommand
@@ -53,6 +54,7 @@ from .root_guard import unsafe_as_root
 __all__ = [
     "CONFINED_CWD",
     "ScriptOutcome",
+    "UserIdentity",
     "confined_env",
     "run_script",
     "unsafe_as_root",
@@ -134,7 +136,7 @@ def run_script(
     if refusal is not None:
         return failed("permanent", "UnsafeScript", refusal)
     group = _execution_group(identity)
-    process_started: _Process | None = None
+    process_started: subprocess.Popen[bytes] | None = None
     try:
         process, pipes = _start(command.argv, env, identity, group, cwd)
         process_started = process
@@ -255,10 +257,17 @@ def _signal_name(number: int) -> str:
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
+
+
+class UserIdentity(TypedDict, total=False):
+    """`subprocess.Popen` arguments that switch user (empty: run as this process): the uid,
+    the primary gid, and no supplementary group."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 class _IdentityError(Exception):
@@ -267,7 +276,7 @@ class _IdentityError(Exception):
         self.error_type = error_type
 
 
-def user_process_options(user: str | None, env: dict[str, str]) -> dict[str, Any]:
+def user_process_options(user: str | None, env: dict[str, str]) -> UserIdentity:
     """`subprocess.Popen` arguments that run a process as `user` (None: as this process).
 
     Updates HOME, USER and LOGNAME in `env` to the user's. Raises `PermissionError` when
@@ -281,32 +290,25 @@ def user_process_options(user: str | None, env: dict[str, str]) -> dict[str, Any
         raise PermissionError(str(exc)) from None
 
 
-def _identity(user: str | None, env: dict[str, str]) -> dict[str, Any]:
+def _identity(user: str | None, env: dict[str, str]) -> UserIdentity:
     """Popen arguments to run as `user`; updates HOME / USER / LOGNAME in `env`."""
     if user is None:
-        return {}
+        return UserIdentity()
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         raise _IdentityError("UnknownUser", f"user {user!r} does not exist") from None
     if os.geteuid() != 0:
         if entry.pw_uid == os.geteuid():
-            return {}
+            return UserIdentity()
         raise _IdentityError(
             "PermissionError", f"cannot run as user {user!r}: this process is not root"
         )
     env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
-    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+    return UserIdentity(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
 
 
 # -- starting the process ----------------------------------------------------------------------
-
-# Python starts with these ignored; a script gets them at their defaults, as subprocess's
-# `restore_signals` gives them (a shell pipeline's `head` must end its writer with SIGPIPE).
-_SIGNALS_RESET = tuple(
-    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
-)
-_CAN_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_DUP2")
 
 
 def process_environ() -> dict[str, str]:
@@ -314,18 +316,7 @@ def process_environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-class _Process(Protocol):
-    """What the pump needs of a started script: `subprocess.Popen` or `_SpawnedProcess`."""
-
-    pid: int
-    returncode: int | None
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-def _execution_group(identity: Mapping[str, Any]) -> confinement.Cgroup | None:
+def _execution_group(identity: UserIdentity) -> confinement.Cgroup | None:
     """A cgroup for one execution, where processes can be confined; None elsewhere, and for a
     script run as another user where no setpriv can drop to that user after it joined."""
     home = confinement.home()
@@ -337,7 +328,7 @@ def _execution_group(identity: Mapping[str, Any]) -> confinement.Cgroup | None:
 def _confined_argv(
     argv: Sequence[str],
     env: Mapping[str, str],
-    identity: dict[str, Any],
+    identity: UserIdentity,
     group: confinement.Cgroup,
 ) -> tuple[list[str], dict[str, str]]:
     """`argv` started through the root stage that joins `group`, then (for `identity`) setpriv
@@ -390,42 +381,37 @@ def _user_may_execute(path: str, uid: int, gid: int) -> bool:
 def _start(
     argv: Sequence[str],
     env: dict[str, str],
-    identity: dict[str, Any],
+    identity: UserIdentity,
     group: confinement.Cgroup | None = None,
     cwd: str | None = None,
-) -> tuple[_Process, tuple[int, int, int]]:
+) -> tuple[subprocess.Popen[bytes], tuple[int, int, int]]:
     """Start `argv` as the leader of a new session (so of its own process group), its stdin,
     stdout and stderr on new pipes: the process, and our ends of those three pipes. With
     `group`, as root through the stage that joins it (`identity` then applied by setpriv).
     Raises OSError when it cannot start, ValueError for a NUL byte in an argument or
     variable."""
     if group is not None:
-        (argv, env), identity = _confined_argv(argv, env, identity, group), {}
+        (argv, env), identity = _confined_argv(argv, env, identity, group), UserIdentity()
     pipes: list[int] = []
     try:
         for _ in range(3):
             pipes.extend(os.pipe())  # close-on-exec, as every descriptor Python opens
         stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write = pipes
         child_ends = (stdin_read, stdout_write, stderr_write)
-        process: _Process
-        # posix_spawn encodes the environment in C and keeps no Popen bookkeeping: the
-        # cheaper start. subprocess remains for switching users, and for the rare process
-        # whose stdin/out/err were closed (a pipe may then sit on 0-2, for dup2 to clobber).
-        # posix_spawn has no working directory: a confined root hook takes this path too.
-        if identity or cwd is not None or not _CAN_SPAWN or min(pipes) <= 2:
-            process = subprocess.Popen(
-                list(argv),
-                stdin=stdin_read,
-                stdout=stdout_write,
-                stderr=stderr_write,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                close_fds=True,
-                **identity,
-            )
-        else:
-            process = _SpawnedProcess.start(argv, env, child_ends, pipes)
+        # Popen's defaults do the rest: close_fds closes every other descriptor in the child,
+        # inherited ones included; restore_signals resets SIGPIPE and SIGXFSZ, which Python
+        # ignores (a shell pipeline's `head` must end its writer with SIGPIPE); the program is
+        # looked up on the PATH of `env`.
+        process = subprocess.Popen(
+            list(argv),
+            stdin=stdin_read,
+            stdout=stdout_write,
+            stderr=stderr_write,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            **identity,
+        )
     except BaseException:
         for fd in pipes:
             os.close(fd)
@@ -435,76 +421,12 @@ def _start(
     return process, (stdin_write, stdout_read, stderr_read)
 
 
-class _SpawnedProcess:
-    """A child started with `os.posix_spawn`, reaped with `waitpid` (the part of
-    `subprocess.Popen` the pump uses)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    @classmethod
-    def start(
-        cls,
-        argv: Sequence[str],
-        env: dict[str, str],
-        child_ends: Sequence[int],
-        ours: Sequence[int],
-    ) -> _SpawnedProcess:
-        """Spawn `argv` in a new session with `child_ends` as its fds 0, 1 and 2. Every other
-        descriptor is closed in the child, as subprocess's `close_fds` does: ours are
-        close-on-exec already; inheritable ones (from our parent) are closed explicitly."""
-        actions: list[tuple[int, ...]] = [
-            (os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds() if fd not in ours
-        ]
-        actions += [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(child_ends)]
-        pid = os.posix_spawn(
-            _executable(argv[0], env),
-            list(argv),
-            env,
-            file_actions=actions,
-            setsid=True,
-            setsigdef=_SIGNALS_RESET,
-        )
-        return cls(pid)
-
-    def poll(self) -> int | None:
-        """The exit code (negative: the signal), or None while it runs."""
-        if self.returncode is None:
-            self._reap(os.WNOHANG)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the exit; `subprocess.TimeoutExpired` after `timeout` seconds."""
-        if timeout is None:
-            while self.returncode is None:
-                self._reap(0)
-            return self.returncode
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while self.poll() is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, _POLL_INTERVAL)
-        assert self.returncode is not None
-        return self.returncode
-
-    def _reap(self, options: int) -> None:
-        try:
-            pid, status = os.waitpid(self.pid, options)
-        except ChildProcessError:
-            # Reaped elsewhere (SIGCHLD ignored): its code is lost. subprocess says 0 too.
-            self.returncode = 0
-            return
-        if pid == self.pid:
-            self.returncode = os.waitstatus_to_exitcode(status)
-
-
 def _executable(program: str, env: Mapping[str, str]) -> str:
     """`program` resolved on the PATH of `env` (the script's, as subprocess resolves it; a
-    name holding "/" is a path). Raises FileNotFoundError or PermissionError as exec would."""
+    name holding "/" is a path). Raises FileNotFoundError or PermissionError as exec would.
+
+    Only a confined start needs it: there the program is an argument of the root stage, and
+    a missing one must fail here, before anything runs, as it fails in Popen unconfined."""
     if "/" in program:
         return program
     denied = False
@@ -517,46 +439,6 @@ def _executable(program: str, env: Mapping[str, str]) -> str:
     if denied:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-
-
-# Descriptors this process was started with that a child would inherit (a shell's or a
-# harness's), listed by the first spawn: listing /proc/self/fd costs about 20 us, too much
-# to pay per script. Python opens every descriptor of its own close-on-exec.
-_inherited_fds: list[int] | None = None
-
-
-def _inheritable_fds() -> list[int]:
-    """Descriptors above 2 to close in a spawned child: those inherited from our parent and
-    still open and inheritable. One the host application makes inheritable later, on
-    purpose (`os.set_inheritable`), is passed on, as to any child spawned without closing
-    descriptors."""
-    global _inherited_fds
-    if _inherited_fds is None:
-        _inherited_fds = _list_inheritable_fds()
-    still_inheritable = []
-    for fd in _inherited_fds:
-        try:
-            if os.get_inheritable(fd):
-                still_inheritable.append(fd)
-        except OSError:
-            pass  # closed since
-    return still_inheritable
-
-
-def _list_inheritable_fds() -> list[int]:
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return []  # no /proc: close-on-exec still covers everything Python opened
-    inheritable = []
-    for name in names:
-        fd = int(name)
-        try:
-            if fd > 2 and os.get_inheritable(fd):
-                inheritable.append(fd)
-        except OSError:
-            pass  # closed since (the listing's own descriptor among them)
-    return inheritable
 
 
 class _Stream:
@@ -607,7 +489,7 @@ class _PipePump:
 
     def __init__(
         self,
-        process: _Process,
+        process: subprocess.Popen[bytes],
         pipes: tuple[int, int, int],
         stdin: bytes,
         limit: int,

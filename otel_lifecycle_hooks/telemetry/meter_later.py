@@ -2,51 +2,58 @@
 readers and their exporters (the metrics SDK, and OTLP's protobuf and HTTP client: about 25 ms
 of imports) once its agent has started, not before.
 
-Meters and instruments are asked for as usual. Until `hand_over(provider)`, the measurements
-of synchronous instruments are held, in order; at the hand-over every instrument is made on
-the real provider (observable ones with their callbacks, which read running totals: nothing
-they count is lost) and the held measurements are recorded into it. After it, meters and
-instruments are the real provider's, reached through one attribute read.
+Meters and instruments are asked for as usual, through every method of the OTel Metrics API's
+`Meter`. Until `hand_over(provider)`, the measurements of synchronous instruments (counter,
+up-down counter, histogram, gauge) are held, in order; at the hand-over every instrument is
+made on the real provider (observable ones with their callbacks, which read running totals:
+nothing they count is lost) and the held measurements are recorded into it. After it, meters
+and instruments are the real provider's.
+
+The API's own proxy provider (what `get_meter_provider()` returns before one is set) does the
+hand-over too, but drops what is measured before it: the metrics of `run`'s pre-start hooks.
 """
 
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Generic, TypeVar
 
+from opentelemetry.context import Context
 from opentelemetry.metrics import (
     CallbackT,
     Counter,
     Histogram,
     Meter,
     MeterProvider,
-    NoOpCounter,
-    NoOpHistogram,
-    NoOpMeter,
     NoOpObservableCounter,
     NoOpObservableGauge,
     NoOpObservableUpDownCounter,
-    NoOpUpDownCounter,
     ObservableCounter,
     ObservableGauge,
     ObservableUpDownCounter,
+    Synchronous,
     UpDownCounter,
 )
+from opentelemetry.metrics import _Gauge as Gauge  # the API exports its Gauge by this name
 from opentelemetry.util.types import Attributes
+
+__all__ = ["MAX_HELD", "MeterProviderLater"]
 
 # Measurements held before the hand-over, across all instruments: `run` makes a handful (its
 # first phases and pre-start hooks); a provider never handed over must not grow without bound.
 MAX_HELD = 100_000
 
-_Held = tuple[float, Attributes, Any]
+_Measurement = tuple[float, Attributes, Context | None]
+_RealT = TypeVar("_RealT", bound=Synchronous)
 
 
 class MeterProviderLater(MeterProvider):
     """Meters of a provider not made yet (see the module docstring). Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the hand-over and every held measurement
         self._real: MeterProvider | None = None
         self._meters: list[_MeterLater] = []
         self.held = 0  # measurements held so far (at most MAX_HELD)
@@ -64,7 +71,9 @@ class MeterProviderLater(MeterProvider):
         schema_url: str | None = None,
         attributes: Attributes | None = None,
     ) -> Meter:
-        with self._lock:
+        """A meter whose instruments are made on the real provider at the hand-over (after
+        it: the real provider's meter)."""
+        with self.lock:
             if self._real is None:
                 meter = _MeterLater(self, name, version, schema_url, attributes)
                 self._meters.append(meter)
@@ -74,7 +83,7 @@ class MeterProviderLater(MeterProvider):
     def hand_over(self, provider: MeterProvider) -> None:
         """Make every instrument asked for so far on `provider`, record what was held into
         it, and send everything after to it. Once; later calls are ignored."""
-        with self._lock:
+        with self.lock:
             if self._real is not None:
                 return
             for meter in self._meters:
@@ -82,24 +91,21 @@ class MeterProviderLater(MeterProvider):
             self._meters = []
             self._real = provider
 
-    def hold(
-        self, instrument: _SyncLater, amount: float, attributes: Attributes, context: Any
-    ) -> bool:
-        """Keep a measurement of `instrument` for the hand-over; False when it has happened
-        meanwhile (the caller records it into the real instrument)."""
-        with self._lock:
-            if instrument.real is not None:
-                return False
-            if self.held >= MAX_HELD:
-                self.dropped += 1
-            else:
-                self.held += 1
-                instrument.held.append((amount, attributes, context))
-            return True
+    def admit(self) -> bool:
+        """Count one more held measurement; False (and counted as dropped) past `MAX_HELD`.
+        Called with `lock` held."""
+        if self.held >= MAX_HELD:
+            self.dropped += 1
+            return False
+        self.held += 1
+        return True
 
 
-class _MeterLater(NoOpMeter):
-    """A meter whose instruments are made on the real provider at the hand-over."""
+class _MeterLater(Meter):
+    """A meter whose instruments are made on the real provider at the hand-over.
+
+    It derives from the abstract `Meter`, not `NoOpMeter`: a method the API adds is then
+    inherited as the API's default, never silently a no-op of ours."""
 
     def __init__(
         self,
@@ -112,38 +118,40 @@ class _MeterLater(NoOpMeter):
         super().__init__(name, version=version, schema_url=schema_url)
         self._provider = provider
         self._attributes = attributes
-        self._instruments: list[_SyncLater | _ObservableLater] = []
+        self._makers: list[Callable[[Meter], object]] = []  # run on the real meter, in order
         self._real: Meter | None = None
 
     def hand_over(self, provider: MeterProvider) -> None:
-        """Called with the provider's lock held."""
+        """Make this meter's instruments on `provider`. Called with the provider's lock held."""
         meter = provider.get_meter(self.name, self.version, self.schema_url, self._attributes)
-        for instrument in self._instruments:
-            instrument.make(meter)
-        self._instruments = []
+        for make in self._makers:
+            make(meter)
+        self._makers = []
         self._real = meter
 
-    def _add(self, instrument: Any) -> Any:
+    def _later(self, make: Callable[[Meter], object]) -> None:
         # An instrument asked of this meter after the hand-over (a library that kept the
         # meter) is made on the real one at once.
-        with self._provider._lock:
+        with self._provider.lock:
             if self._real is None:
-                self._instruments.append(instrument)
-            else:
-                instrument.make(self._real)
-        return instrument
+                self._makers.append(make)
+                return
+            real = self._real
+        make(real)
 
     def create_counter(self, name: str, unit: str = "", description: str = "") -> Counter:
-        made = _CounterLater(self._provider, "create_counter", name, unit, description, {})
-        return self._add(made)  # type: ignore[no-any-return]
+        """A counter whose increments before the hand-over are held."""
+        counter = _CounterLater(self._provider, name, unit, description)
+        self._later(counter.make)
+        return counter
 
     def create_up_down_counter(
         self, name: str, unit: str = "", description: str = ""
     ) -> UpDownCounter:
-        made = _UpDownCounterLater(
-            self._provider, "create_up_down_counter", name, unit, description, {}
-        )
-        return self._add(made)  # type: ignore[no-any-return]
+        """An up-down counter whose changes before the hand-over are held."""
+        counter = _UpDownCounterLater(self._provider, name, unit, description)
+        self._later(counter.make)
+        return counter
 
     def create_histogram(
         self,
@@ -153,11 +161,21 @@ class _MeterLater(NoOpMeter):
         *,
         explicit_bucket_boundaries_advisory: Sequence[float] | None = None,
     ) -> Histogram:
-        advisory = {"explicit_bucket_boundaries_advisory": explicit_bucket_boundaries_advisory}
-        made = _HistogramLater(
-            self._provider, "create_histogram", name, unit, description, advisory
+        """A histogram whose records before the hand-over are held."""
+        histogram = _HistogramLater(
+            self._provider, name, unit, description, explicit_bucket_boundaries_advisory
         )
-        return self._add(made)  # type: ignore[no-any-return]
+        self._later(histogram.make)
+        return histogram
+
+    def create_gauge(self, name: str, unit: str = "", description: str = "") -> Gauge:
+        """A gauge whose values set before the hand-over are held (the last one wins)."""
+        gauge = _GaugeLater(self._provider, name, unit, description)
+        self._later(gauge.make)
+        return gauge
+
+    # Observable instruments have nothing to hold: no reader exists to call their callbacks
+    # before the hand-over. The instrument returned has no method a caller uses.
 
     def create_observable_counter(
         self,
@@ -166,8 +184,10 @@ class _MeterLater(NoOpMeter):
         unit: str = "",
         description: str = "",
     ) -> ObservableCounter:
-        made = _ObservableLater("create_observable_counter", name, callbacks, unit, description)
-        self._add(made)
+        """An observable counter, made with its callbacks at the hand-over."""
+        self._later(
+            lambda meter: meter.create_observable_counter(name, callbacks, unit, description)
+        )
         return NoOpObservableCounter(name, callbacks, unit=unit, description=description)
 
     def create_observable_up_down_counter(
@@ -177,10 +197,12 @@ class _MeterLater(NoOpMeter):
         unit: str = "",
         description: str = "",
     ) -> ObservableUpDownCounter:
-        made = _ObservableLater(
-            "create_observable_up_down_counter", name, callbacks, unit, description
+        """An observable up-down counter, made with its callbacks at the hand-over."""
+        self._later(
+            lambda meter: meter.create_observable_up_down_counter(
+                name, callbacks, unit, description
+            )
         )
-        self._add(made)
         return NoOpObservableUpDownCounter(name, callbacks, unit=unit, description=description)
 
     def create_observable_gauge(
@@ -190,87 +212,133 @@ class _MeterLater(NoOpMeter):
         unit: str = "",
         description: str = "",
     ) -> ObservableGauge:
-        made = _ObservableLater("create_observable_gauge", name, callbacks, unit, description)
-        self._add(made)
+        """An observable gauge, made with its callbacks at the hand-over."""
+        self._later(lambda meter: meter.create_observable_gauge(name, callbacks, unit, description))
         return NoOpObservableGauge(name, callbacks, unit=unit, description=description)
 
 
-class _SyncLater:
+class _SyncLater(Synchronous, Generic[_RealT]):
     """A synchronous instrument made at the hand-over; what it measured before is held."""
 
     def __init__(
-        self,
-        provider: MeterProviderLater,
-        factory: str,
-        name: str,
-        unit: str,
-        description: str,
-        options: dict[str, Any],
+        self, provider: MeterProviderLater, name: str, unit: str, description: str
     ) -> None:
-        super().__init__(name, unit=unit, description=description)  # type: ignore[call-arg]
         self._provider = provider
-        self._make_args = (factory, name, unit, description, options)
-        self.real: Any = None
-        self.held: list[_Held] = []
+        self._name, self._unit, self._description = name, unit, description
+        self._real: _RealT | None = None
+        self._held: list[_Measurement] = []
 
     def make(self, meter: Meter) -> None:
-        factory, name, unit, description, options = self._make_args
-        real = getattr(meter, factory)(name, unit=unit, description=description, **options)
-        for amount, attributes, context in self.held:
-            self._record(real, amount, attributes, context)
-        self.held = []
-        self.real = real
+        """Make the real instrument on `meter` and record what was held into it. Called
+        with the provider's lock held, so no measurement is held meanwhile."""
+        real = self._create(meter)
+        for measurement in self._held:
+            self._record(real, *measurement)
+        self._held = []
+        self._real = real
 
-    def _measure(self, amount: float, attributes: Attributes, context: Any) -> None:
-        if self.real is None and self._provider.hold(self, amount, attributes, context):
-            return
-        self._record(self.real, amount, attributes, context)
+    def _measure(self, amount: float, attributes: Attributes, context: Context | None) -> None:
+        real = self._real
+        if real is None:
+            with self._provider.lock:
+                real = self._real
+                if real is None:
+                    if self._provider.admit():
+                        self._held.append((amount, attributes, context))
+                    return
+        self._record(real, amount, attributes, context)
 
-    _record: Callable[[Any, float, Attributes, Any], None]
-
-
-class _AddLater(_SyncLater):
-    """A counter or up-down counter: measured with `add`."""
+    @abstractmethod
+    def _create(self, meter: Meter) -> _RealT:
+        """The real instrument, made on `meter`."""
 
     @staticmethod
-    def _record(real: Any, amount: float, attributes: Attributes, context: Any) -> None:
+    @abstractmethod
+    def _record(
+        real: _RealT, amount: float, attributes: Attributes, context: Context | None
+    ) -> None:
+        """Record one measurement into the real instrument."""
+
+
+class _CounterLater(_SyncLater[Counter], Counter):
+    def _create(self, meter: Meter) -> Counter:
+        return meter.create_counter(self._name, self._unit, self._description)
+
+    @staticmethod
+    def _record(
+        real: Counter, amount: float, attributes: Attributes, context: Context | None
+    ) -> None:
         real.add(amount, attributes, context)
 
-    def add(self, amount: float, attributes: Attributes = None, context: Any = None) -> None:
+    def add(
+        self, amount: float, attributes: Attributes = None, context: Context | None = None
+    ) -> None:
+        """Add `amount` (held until the hand-over)."""
         self._measure(amount, attributes, context)
 
 
-class _CounterLater(_AddLater, NoOpCounter):
-    pass
+class _UpDownCounterLater(_SyncLater[UpDownCounter], UpDownCounter):
+    def _create(self, meter: Meter) -> UpDownCounter:
+        return meter.create_up_down_counter(self._name, self._unit, self._description)
 
-
-class _UpDownCounterLater(_AddLater, NoOpUpDownCounter):
-    pass
-
-
-class _HistogramLater(_SyncLater, NoOpHistogram):
     @staticmethod
-    def _record(real: Any, amount: float, attributes: Attributes, context: Any) -> None:
-        real.record(amount, attributes, context)
+    def _record(
+        real: UpDownCounter, amount: float, attributes: Attributes, context: Context | None
+    ) -> None:
+        real.add(amount, attributes, context)
 
-    def record(self, amount: float, attributes: Attributes = None, context: Any = None) -> None:
+    def add(
+        self, amount: float, attributes: Attributes = None, context: Context | None = None
+    ) -> None:
+        """Add `amount`, which may be negative (held until the hand-over)."""
         self._measure(amount, attributes, context)
 
 
-class _ObservableLater:
-    """An observable instrument made at the hand-over with its callbacks: nothing is called
-    before, since no reader exists to collect."""
-
+class _HistogramLater(_SyncLater[Histogram], Histogram):
     def __init__(
         self,
-        factory: str,
+        provider: MeterProviderLater,
         name: str,
-        callbacks: Sequence[CallbackT] | None,
         unit: str,
         description: str,
+        boundaries: Sequence[float] | None,
     ) -> None:
-        self._make_args = (factory, name, callbacks, unit, description)
+        super().__init__(provider, name, unit, description)
+        self._boundaries = boundaries
 
-    def make(self, meter: Meter) -> None:
-        factory, name, callbacks, unit, description = self._make_args
-        getattr(meter, factory)(name, callbacks, unit=unit, description=description)
+    def _create(self, meter: Meter) -> Histogram:
+        return meter.create_histogram(
+            self._name,
+            self._unit,
+            self._description,
+            explicit_bucket_boundaries_advisory=self._boundaries,
+        )
+
+    @staticmethod
+    def _record(
+        real: Histogram, amount: float, attributes: Attributes, context: Context | None
+    ) -> None:
+        real.record(amount, attributes, context)
+
+    def record(
+        self, amount: float, attributes: Attributes = None, context: Context | None = None
+    ) -> None:
+        """Record `amount` (held until the hand-over)."""
+        self._measure(amount, attributes, context)
+
+
+class _GaugeLater(_SyncLater[Gauge], Gauge):
+    def _create(self, meter: Meter) -> Gauge:
+        return meter.create_gauge(self._name, self._unit, self._description)
+
+    @staticmethod
+    def _record(
+        real: Gauge, amount: float, attributes: Attributes, context: Context | None
+    ) -> None:
+        real.set(amount, attributes, context)
+
+    def set(
+        self, amount: float, attributes: Attributes = None, context: Context | None = None
+    ) -> None:
+        """Set the current value (held until the hand-over)."""
+        self._measure(amount, attributes, context)

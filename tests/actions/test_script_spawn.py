@@ -1,20 +1,19 @@
-"""How a script is started: posix_spawn where no user switch is asked for, subprocess where one
-is, with the same contract either way (new session, pipes only, signals at their defaults, the
-script's own PATH, clear errors) - real subprocesses throughout."""
+"""How a script is started (by subprocess.Popen): a new session, its three pipes and no other
+descriptor, signals at their defaults, the script's own PATH, clear errors - real subprocesses
+throughout."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.actions import script as script_module
 from otel_lifecycle_hooks.actions.script import process_environ, run_script
 from otel_lifecycle_hooks.render import RenderedCommand
 
@@ -34,26 +33,16 @@ LIST_FDS = (
 )
 
 
-@pytest.fixture(params=["posix_spawn", "subprocess"])
-def spawn_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Each test runs through both ways of starting a script."""
-    monkeypatch.setattr(script_module, "_CAN_SPAWN", request.param == "posix_spawn")
-    yield request.param
-
-
 def python(code: str, env: dict[str, str] | None = None, stdin: bytes = b"") -> RenderedCommand:
     return RenderedCommand(argv=(PY, "-c", code), env=env or {}, stdin=stdin)
 
 
-def test_the_script_gets_its_three_pipes_and_no_other_descriptor(
-    spawn_mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+def test_the_script_gets_its_three_pipes_and_no_other_descriptor(tmp_path: Path) -> None:
     # One descriptor we hold (close-on-exec, as Python opens them), one we were "given by our
-    # parent" (inheritable, present before the first spawn lists them).
+    # parent" (inheritable).
     own = os.open(tmp_path / "ours.txt", os.O_CREAT | os.O_WRONLY, 0o600)
     inherited = os.open(tmp_path / "inherited.txt", os.O_CREAT | os.O_WRONLY, 0o600)
     os.set_inheritable(inherited, True)
-    monkeypatch.setattr(script_module, "_inherited_fds", None)
     try:
         outcome = run_script(python(LIST_FDS), 10.0)
     finally:
@@ -66,7 +55,7 @@ def test_the_script_gets_its_three_pipes_and_no_other_descriptor(
     assert all(target.startswith("pipe:") for target in fds.values())
 
 
-def test_the_script_leads_its_own_session_and_process_group(spawn_mode: str):
+def test_the_script_leads_its_own_session_and_process_group() -> None:
     code = "import os; print(os.getpid(), os.getpgid(0), os.getsid(0))"
 
     outcome = run_script(python(code), 10.0)
@@ -75,7 +64,7 @@ def test_the_script_leads_its_own_session_and_process_group(spawn_mode: str):
     assert pid == group == session == outcome.pid
 
 
-def test_sigpipe_and_sigxfsz_are_at_their_defaults_in_the_script(spawn_mode: str):
+def test_sigpipe_and_sigxfsz_are_at_their_defaults_in_the_script() -> None:
     # Python ignores both; exec keeps ignored signals ignored unless they are reset.
     outcome = run_script(RenderedCommand(argv=("grep", "SigIgn", "/proc/self/status")), 10.0)
 
@@ -84,7 +73,7 @@ def test_sigpipe_and_sigxfsz_are_at_their_defaults_in_the_script(spawn_mode: str
         assert not ignored & (1 << (number - 1)), f"{signal.Signals(number).name} is ignored"
 
 
-def test_a_shell_pipeline_ends_its_writer_with_sigpipe(spawn_mode: str):
+def test_a_shell_pipeline_ends_its_writer_with_sigpipe() -> None:
     # With SIGPIPE ignored, `yes` would see EPIPE instead and say so on stderr.
     command = RenderedCommand(argv=("/bin/sh", "-c", "yes | head -n 1"))
 
@@ -93,7 +82,7 @@ def test_a_shell_pipeline_ends_its_writer_with_sigpipe(spawn_mode: str):
     assert (outcome.result.kind, outcome.stdout, outcome.stderr) == ("ok", "y\n", "")
 
 
-def test_a_bare_name_is_found_on_the_scripts_own_path(spawn_mode: str, tmp_path: Path):
+def test_a_bare_name_is_found_on_the_scripts_own_path(tmp_path: Path) -> None:
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "say-hello").write_text("#!/bin/sh\necho hello from tools\n")
@@ -105,7 +94,7 @@ def test_a_bare_name_is_found_on_the_scripts_own_path(spawn_mode: str, tmp_path:
     assert (outcome.result.kind, outcome.stdout) == ("ok", "hello from tools\n")
 
 
-def test_a_bare_name_on_no_path_is_a_clear_missing_file(spawn_mode: str, tmp_path: Path):
+def test_a_bare_name_on_no_path_is_a_clear_missing_file(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path)}
 
     outcome = run_script(RenderedCommand(argv=("no-such-tool-here",), env=env), 10.0)
@@ -114,7 +103,7 @@ def test_a_bare_name_on_no_path_is_a_clear_missing_file(spawn_mode: str, tmp_pat
     assert outcome.result.message == "'no-such-tool-here': no such file"
 
 
-def test_a_bare_name_that_is_not_executable_is_permission_denied(spawn_mode: str, tmp_path: Path):
+def test_a_bare_name_that_is_not_executable_is_permission_denied(tmp_path: Path) -> None:
     (tmp_path / "not-runnable").write_text("#!/bin/sh\necho never\n")
     (tmp_path / "not-runnable").chmod(0o644)
     if os.access(tmp_path / "not-runnable", os.X_OK):
@@ -125,14 +114,14 @@ def test_a_bare_name_that_is_not_executable_is_permission_denied(spawn_mode: str
     assert (outcome.result.kind, outcome.result.error_type) == ("permanent", "PermissionError")
 
 
-def test_a_nul_byte_in_a_variable_is_refused_without_quoting_it(spawn_mode: str):
+def test_a_nul_byte_in_a_variable_is_refused_without_quoting_it() -> None:
     outcome = run_script(python("print(1)", env={"TOKEN": "s3cret\0value"}), 10.0)
 
     assert (outcome.result.kind, outcome.result.error_type) == ("permanent", "ValueError")
     assert "s3cret" not in outcome.result.message
 
 
-def test_a_timeout_ends_the_whole_group(spawn_mode: str, tmp_path: Path):
+def test_a_timeout_ends_the_whole_group(tmp_path: Path) -> None:
     grandchild = tmp_path / "grandchild.pid"
     code = (
         "import subprocess, sys, time\n"
@@ -154,7 +143,7 @@ def test_a_timeout_ends_the_whole_group(spawn_mode: str, tmp_path: Path):
     assert not _alive(pid)
 
 
-def test_without_a_pidfd_the_exit_is_still_seen(spawn_mode: str, monkeypatch: pytest.MonkeyPatch):
+def test_without_a_pidfd_the_exit_is_still_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_pidfd(pid: int) -> int:
         raise OSError(38, "Function not implemented")
 
@@ -170,7 +159,9 @@ def test_without_a_pidfd_the_exit_is_still_seen(spawn_mode: str, monkeypatch: py
     assert time.monotonic() - started < 0.3 + SLACK
 
 
-def test_the_base_environment_follows_changes_to_os_environ(monkeypatch: pytest.MonkeyPatch):
+def test_the_base_environment_follows_changes_to_os_environ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("SPAWN_TEST_VALUE", "first")
     assert process_environ()["SPAWN_TEST_VALUE"] == "first"
 
@@ -183,9 +174,7 @@ def test_the_base_environment_follows_changes_to_os_environ(monkeypatch: pytest.
     assert "SPAWN_TEST_VALUE" not in process_environ()
 
 
-def test_the_script_sees_os_environ_overlaid_with_its_env(
-    spawn_mode: str, monkeypatch: pytest.MonkeyPatch
-):
+def test_the_script_sees_os_environ_overlaid_with_its_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPAWN_BASE", "from the agent")
     monkeypatch.setenv("SPAWN_OVER", "from the agent")
     code = "import os; print(os.environ['SPAWN_BASE'], '|', os.environ['SPAWN_OVER'])"
@@ -201,3 +190,24 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def test_a_script_starts_when_this_process_has_no_stdin_stdout_or_stderr(tmp_path: Path) -> None:
+    # Our pipes then take descriptors 0-2: the child's must still end up on the right ones.
+    result = tmp_path / "result.json"
+    code = (
+        "import json, os, sys\n"
+        "from otel_lifecycle_hooks.actions.script import run_script\n"
+        "from otel_lifecycle_hooks.render import RenderedCommand\n"
+        "for fd in (0, 1, 2):\n"
+        "    os.close(fd)\n"
+        "command = RenderedCommand(argv=(sys.executable, '-c', 'import sys; "
+        "sys.stdout.write(sys.stdin.read()); sys.stderr.write(\"e\")'), stdin=b'in')\n"
+        "outcome = run_script(command, 10.0)\n"
+        f"open({str(result)!r}, 'w').write(json.dumps("
+        "[outcome.result.kind, outcome.stdout, outcome.stderr]))\n"
+    )
+
+    subprocess.run([PY, "-c", code], check=True, timeout=30)
+
+    assert json.loads(result.read_text()) == ["ok", "in", "e"]
