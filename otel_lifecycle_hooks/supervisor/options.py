@@ -14,13 +14,10 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from ..hooklog import HookLog
-    from ..journal.postgres import PostgresJournal
-    from ..journal.sqlite import Journal as SQLiteJournal
+    from ..journal.base import Journal
 
     # A journal, a path, None for the default (opened at its first use), False for none.
-    JournalOption: TypeAlias = (
-        SQLiteJournal | PostgresJournal | str | os.PathLike[str] | Literal[False] | None
-    )
+    JournalOption: TypeAlias = Journal | str | os.PathLike[str] | Literal[False] | None
 
 DEFAULT_GRACE_PERIOD = 10.0
 

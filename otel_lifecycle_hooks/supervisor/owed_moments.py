@@ -23,11 +23,10 @@ from .recovery import registration_wait
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from ..journal.postgres import PostgresJournal
-    from ..journal.sqlite import Journal as SQLiteJournal
+    from ..journal.base import Journal
 
-    # What the engine journals to: a backend, or the one opened at its first use.
-    JournalLike: TypeAlias = SQLiteJournal | PostgresJournal | DeferredJournal
+    # What the engine journals to: a backend, or the stand-in that opens it at first use.
+    JournalLike: TypeAlias = Journal
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import events as ev
 from ..engine.dispatch import DispatchResult
@@ -45,6 +45,7 @@ from .shutdown import RunInterrupted, Shutdown
 from .watchers import OwedFailures
 
 if TYPE_CHECKING:
+    from ..journal.base import Journal
     from .journaling import SessionJournal
     from .options import JournalOption
     from .owed_moments import JournalLike
@@ -371,11 +372,12 @@ class Supervisor:
         return self._journaling().losses()
 
 
-def _deferred(journal: JournalOption, environ: Mapping[str, str]) -> object:
+def _deferred(journal: JournalOption, environ: Mapping[str, str]) -> Journal | Literal[False]:
     """The journal for the engine: a path or None is opened at its first use (deferred.py),
     not before the agent starts; an instance or False as it is."""
     if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
-        return DeferredJournal(journal, environ)
+        # A stand-in whose every attribute is the journal it opens: typed as that journal.
+        return cast("Journal", DeferredJournal(journal, environ))
     return journal
 
 
