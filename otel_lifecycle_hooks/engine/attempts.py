@@ -96,7 +96,8 @@ class AttemptLoop:
                 if self._interrupted.is_set():  # the operator's doing, not the endpoint's
                     reason = f"run interrupted before attempt {attempt + 1} of "
                     result = result._replace(
-                        message=f"{reason}{policy.max_attempts}: {result.message}"
+                        error_type="interrupted",
+                        message=f"{reason}{policy.max_attempts}: {result.message}",
                     )
                 return self._end(attempt, result)
             waited += delay
