@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from opentelemetry import metrics as metrics_api
 
@@ -57,7 +57,7 @@ class ExecutionWatcher:
     def event_recorded(self, event: LifecycleEvent) -> None: ...
 
 
-def _tell(method: Callable[..., None], *args: Any) -> None:
+def _tell(method: Callable[..., None], *args: object) -> None:
     try:
         method(*args)
     except Exception:  # a broken watcher must not stop a hook
