@@ -137,7 +137,7 @@ class HookEngine:
         self,
         event: str | LifecycleEvent,
         session: SessionInfo,
-        fields: Mapping[str, Any] | None = None,
+        fields: Mapping[str, object] | None = None,
         *,
         deadline: float | None = None,
     ) -> DispatchResult:
@@ -198,7 +198,7 @@ class _Closeable(Protocol):
     def close(self) -> None: ...
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

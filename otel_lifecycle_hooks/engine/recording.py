@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opentelemetry import metrics as metrics_api
 
@@ -53,7 +53,7 @@ class ExecutionWatcher:
     def event_recorded(self, event: LifecycleEvent) -> None: ...
 
 
-def _tell(method: Callable[..., None], *args: Any) -> None:
+def _tell(method: Callable[..., None], *args: object) -> None:
     try:
         method(*args)
     except Exception:  # a broken watcher must not stop a hook
