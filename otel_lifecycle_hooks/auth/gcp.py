@@ -61,12 +61,14 @@ class BoundedRequest(google.auth.transport.requests.Request):
         method: str = "GET",
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout: Any = None,
+        timeout: object = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> google.auth.transport.Response:
         if not isinstance(timeout, (int, float)) or timeout > self.timeout:
             timeout = self.timeout
-        return super().__call__(url, method, body, headers, timeout, **kwargs)
+        # google-auth leaves `__call__` unannotated; its documented result is a Response.
+        send: Callable[..., google.auth.transport.Response] = super().__call__
+        return send(url, method, body, headers, timeout, **kwargs)
 
 
 def load_credentials(

@@ -31,12 +31,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..events import RUNTIME_EVENTS
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
 from .reported import allowed_fields
+
+if TYPE_CHECKING:
+    import yaml
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}
@@ -115,7 +118,7 @@ def load_dialect_file(path: str | Path) -> MappingDialect:
 
     try:
         text = _read_bounded(Path(path))
-        document = yaml.load(text, Loader=_loader_without_aliases(yaml))
+        document = yaml.load(text, Loader=_loader_without_aliases())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise DialectFileError(f"{path}: cannot read dialect file: {exc}") from None
     return parse_dialect(document, str(path))
@@ -137,14 +140,16 @@ def _read_bounded(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _loader_without_aliases(yaml: Any) -> Any:
+def _loader_without_aliases() -> type[yaml.SafeLoader]:
     """yaml.SafeLoader refusing aliases: a few nested aliases expand exponentially once the
     document is walked (a `responses:` value is serialized), and a dialect needs none."""
+    import yaml  # already loaded by the caller; the dialect-free hook path never gets here
 
     class NoAliasLoader(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
+                # Through the class: the stubs leave peek_event untyped, allowed for yaml only.
+                mark = yaml.SafeLoader.peek_event(self).start_mark
                 raise yaml.composer.ComposerError(
                     None, None, "aliases (*name) are not allowed in a dialect file", mark
                 )

@@ -244,7 +244,8 @@ def add_command_hooks(
 ) -> dict[str, Any]:
     """`settings` with `handler` in its own group on every event that does not have one of
     ours yet; the user's groups are left as they are, in their order."""
-    result = json.loads(json.dumps(settings))  # a deep copy; the input stays as read
+    # A deep copy through JSON: the input stays as read, and the result holds only JSON types.
+    result: dict[str, Any] = json.loads(json.dumps(settings))
     hooks = result.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise InstallError(f'{path}: "hooks" is not an object; nothing was changed')
@@ -268,7 +269,7 @@ def remove_command_hooks(
     settings: dict[str, Any], is_ours: Callable[[Mapping[str, Any]], bool]
 ) -> dict[str, Any]:
     """`settings` without our handlers; a group left empty, then an event left empty, go too."""
-    result = json.loads(json.dumps(settings))
+    result: dict[str, Any] = json.loads(json.dumps(settings))
     hooks = result.get("hooks")
     if not isinstance(hooks, dict):
         return result

@@ -1193,7 +1193,7 @@ def _stable_agent_id(slug: str) -> str:
     """`uuid5(NAMESPACE_URL, "agent:" + slug)`, hashed with the `_sha1` module: `uuid.uuid5`
     imports `hashlib`, whose OpenSSL bindings would cost every start-up about 4 ms."""
     try:
-        from _sha1 import sha1
+        from _sha1 import sha1  # type: ignore[import-not-found,unused-ignore]
     except ImportError:  # an interpreter built without it
         return str(uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + slug))
     digest = sha1(uuid.NAMESPACE_URL.bytes + ("agent:" + slug).encode()).digest()

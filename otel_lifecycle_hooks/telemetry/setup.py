@@ -64,7 +64,7 @@ from opentelemetry.trace import TracerProvider
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
     from opentelemetry.sdk.trace.export import SpanExporter
 
 logger = logging.getLogger(__name__)
@@ -755,7 +755,7 @@ def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
 
         return ConsoleSpanExporter()
     if name == "otlp":
-        return _otlp_exporter(otlp_settings("traces", env))
+        return _otlp_span_exporter(otlp_settings("traces", env))
     logger.warning("unknown OTEL_TRACES_EXPORTER %r ignored", name)
     return None
 
@@ -791,13 +791,13 @@ def _metric_readers(
     return readers, closers
 
 
-def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
+def _metric_exporter(name: str, env: Mapping[str, str]) -> MetricExporter | None:
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter()
     if name == "otlp":
-        return _otlp_exporter(otlp_settings("metrics", env))
+        return _otlp_metric_exporter(otlp_settings("metrics", env))
     logger.warning("unknown OTEL_METRICS_EXPORTER %r ignored", name)
     return None
 
@@ -844,13 +844,39 @@ def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[
     return reader, close
 
 
-def _otlp_exporter(settings: OtlpSettings) -> Any:
-    """An OTLP exporter for `settings.signal` over `settings.protocol`."""
+def _otlp_span_exporter(settings: OtlpSettings) -> SpanExporter:
+    """An OTLP span exporter over `settings.protocol`."""
     if settings.protocol == "grpc":
-        return _grpc_exporter(settings)
+        arguments = _grpc_arguments(settings)  # first: it tells when the extra is missing
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(**arguments)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(**_http_arguments(settings))
+
+
+def _otlp_metric_exporter(settings: OtlpSettings) -> MetricExporter:
+    """An OTLP metric exporter over `settings.protocol`."""
+    if settings.protocol == "grpc":
+        arguments = _grpc_arguments(settings)  # first: it tells when the extra is missing
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter(**arguments)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(**_http_arguments(settings))
+
+
+def _http_arguments(settings: OtlpSettings) -> dict[str, Any]:
+    """The http/protobuf exporters' keyword arguments (the same for spans and metrics)."""
     from opentelemetry.exporter.otlp.proto.http import Compression
 
-    kwargs: dict[str, Any] = {
+    return {
         "endpoint": settings.endpoint,
         "headers": settings.headers,
         "timeout": settings.timeout_s,
@@ -861,16 +887,10 @@ def _otlp_exporter(settings: OtlpSettings) -> Any:
         "client_key_file": settings.client_key_file,
         "client_certificate_file": settings.client_certificate_file,
     }
-    if settings.signal == "traces":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    return OTLPMetricExporter(**kwargs)
 
 
-def _grpc_exporter(settings: OtlpSettings) -> Any:
+def _grpc_arguments(settings: OtlpSettings) -> dict[str, Any]:
+    """The gRPC exporters' keyword arguments; tells once when the `grpc` extra is missing."""
     _require_extra(
         "opentelemetry.exporter.otlp.proto.grpc",
         "grpc",
@@ -885,7 +905,7 @@ def _grpc_exporter(settings: OtlpSettings) -> Any:
             private_key=_read_bytes(settings.client_key_file),
             certificate_chain=_read_bytes(settings.client_certificate_file),
         )
-    kwargs: dict[str, Any] = {
+    return {
         "endpoint": settings.endpoint,
         "insecure": settings.insecure,
         "credentials": credentials,
@@ -895,13 +915,6 @@ def _grpc_exporter(settings: OtlpSettings) -> Any:
         if settings.compression == "gzip"
         else grpc.Compression.NoCompression,
     }
-    if settings.signal == "traces":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-    return OTLPMetricExporter(**kwargs)
 
 
 def _read_bytes(path: str | None) -> bytes | None:
