@@ -1,7 +1,8 @@
 """The human-readable hook log (`$HOME/agent.log` by default): one line per execution, and the
-output of scripts, for someone tailing the file.
+output of scripts, for someone tailing the file (the first entry is one line, folded here):
 
-    2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1 duration=12ms status=201
+    2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1
+        duration=12ms status=201
     2026-11-30T10:00:01.456Z [cleanup-credentials stdout] revoked 2 tokens
 
 While `run` (or the in-process `hook`) runs, the package's logged warnings and errors are lines
@@ -19,7 +20,8 @@ follows a link, so a link planted at `agent.log.2` is replaced, not written thro
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
 to every line. Control characters (C0, C1, bidirectional controls: `controls.py`) are escaped,
 so no value can forge, split or reorder a line, nor send escape sequences to a terminal.
-Writing never raises: a failure is reported once through logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
+Writing never raises: a failure is reported once through logging (logger
+`otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ writes without end neither blocks on a full pipe nor grows our memory.
 error_type values: `exit.<code>`, `signal.<NAME>` (the script died of a signal it was not sent
 by us), `timeout`, `FileNotFoundError` / `PermissionError` / `OSError` (could not start),
 `UnknownUser`, `ValueError` (empty argv, or a NUL byte in an argument or variable),
-`UnsafeScript` (as root, a file that another user could replace: see `root_guard`). Messages never include output or argv beyond argv[0].
+`UnsafeScript` (as root, a file that another user could replace: see `root_guard`). Messages never
+include output or argv beyond argv[0].
 """
 
 from __future__ import annotations
@@ -255,10 +256,8 @@ def _signal_name(number: int) -> str:
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
 
 
 class _IdentityError(Exception):

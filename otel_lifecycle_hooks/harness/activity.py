@@ -32,8 +32,8 @@ Completion: a `response-complete` that moves the activity to completed emits `ta
 with TASK_SUMMARY (the assistant's text). An end of turn (`agent-end`) does not, unless the
 tracker was made with `turn_end_completes_task=True` (the setting
 `LIFECYCLE_HOOKS_TURN_END_COMPLETES_TASK`, meant for headless runs whose one turn is the
-task): then a turn that ends without an error completes the task with the turn's final text. Otherwise the agent says a task is done with
-`status task_completed`, as under Scion.
+task): then a turn that ends without an error completes the task with the turn's final text.
+Otherwise the agent says a task is done with `status task_completed`, as under Scion.
 
 Explicit status signals (`signal`): ask_user -> waiting_for_input, blocked -> blocked,
 task_completed -> completed plus `task-completed` (always, with the message as TASK_SUMMARY),

@@ -1,11 +1,12 @@
 """The execution journal: every hook execution and every supervised session.
 
 One URL chooses where it lives, the same for every command (`--journal URL`, else
-`$LIFECYCLE_HOOKS_JOURNAL`, or the older `$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or `sqlite:///path` for the embedded SQLite file (the
-default, `~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a
-database that a fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same
-schema (`schema.py`), migrated on open, and answer the same calls. `views.py` is what readers
-(`history show`, the `ui` page) use; `retention.py` how long rows are kept.
+`$LIFECYCLE_HOOKS_JOURNAL`, or the older `$OTEL_LIFECYCLE_HOOKS_JOURNAL`): a path or
+`sqlite:///path` for the embedded SQLite file (the default,
+`~/.local/state/otel-lifecycle-hooks/journal.sqlite3`), or `postgresql://...` for a database that a
+fleet of supervisors and a reconciler share (docs/fleet.md). Both hold the same schema
+(`schema.py`), migrated on open, and answer the same calls. `views.py` is what readers (`history
+show`, the `ui` page) use; `retention.py` how long rows are kept.
 """
 
 from __future__ import annotations

@@ -365,8 +365,8 @@ class Journal:
         seal: str | None = None,
     ) -> SessionRow | None:
         """Take an unfinished session for recovery: the row, with the moments of its owed
-        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if it is finished, recovered, or held by
-        another claimer whose lease has not run out."""
+        events fixed (and `seal`, when given, as its new seal), if this caller won it; None if it is
+        finished, recovered, or held by another claimer whose lease has not run out."""
         now = _now(at)
         params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
 
@@ -561,7 +561,10 @@ class Journal:
             db.execute("BEGIN")
         values = [execution_values(row) for row, _ in queued]
         db.executemany(INSERT_EXECUTION, values)
-        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False)))
+        ids_and_attempts = (
+            (v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False)
+        )
+        _insert_attempts(db, ids_and_attempts)
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:

@@ -507,7 +507,8 @@ class Supervisor:
     def _fail_transition(self, event: str, result: DispatchResult) -> int:
         failed = result.failed
         name = failed.hook.name if failed else "?"
-        message = f"hook {name!r} failed at {event} with on_error: fail: {failed.message if failed else ''}"
+        detail = failed.message if failed else ""
+        message = f"hook {name!r} failed at {event} with on_error: fail: {detail}"
         print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
         return self._fail(message, (failed.error_type if failed else None) or "HookFailed")
 

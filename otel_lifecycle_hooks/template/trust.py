@@ -42,11 +42,11 @@ from typing import NamedTuple
 
 from ..harness.reported import AGENT_CONTROLLED
 from ..variables import Reference, parse_template
+from .model import HookSpec, Position, Template
+from .validate import Problem
 
 # `HOOK_<NAME>_RESPONSE` / `_STATUS`: what another hook's endpoint answered.
 _CAPTURED = re.compile(r"HOOK_[A-Z0-9_]+_(?:RESPONSE|STATUS)")
-from .model import HookSpec, Position, Template
-from .validate import Problem
 
 MAX_EXPANDED_CHARS = 64 * 1024
 MAX_EXPANSION_DEPTH = 16

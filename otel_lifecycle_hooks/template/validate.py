@@ -804,7 +804,10 @@ def _check_keys_apply(r: _Reporter, action: Located, action_type: str) -> None:
         elif action_type == "webhook" and key == "auth":
             if action.value[key].value == "none":
                 continue
-            message = "a webhook carries no auth (its URL holds the secret); use type: http to authenticate"
+            message = (
+                "a webhook carries no auth (its URL holds the secret); "
+                "use type: http to authenticate"
+            )
         else:
             message = (
                 f"does not apply to {_ARTICLE[action_type]} action; "
@@ -858,7 +861,8 @@ def _read_command(r: _Reporter, located: Located | None, action: Located) -> tup
         r.report(
             located,
             "action.command",
-            f'got {describe(located)}; write a list of arguments, e.g. command: ["/path/to/script.sh"]',
+            f"got {describe(located)}; "
+            'write a list of arguments, e.g. command: ["/path/to/script.sh"]',
         )
         return ()
     if not located.value:

@@ -4,11 +4,11 @@ Hooks (https://developers.openai.com/codex/hooks) send a Claude-shaped object on
 (`hook_event_name`, `session_id`, `turn_id`, `transcript_path`, `model`, ...), translated as the
 claude dialect does, plus `PreModelRequest` (before each model request) as `model-start`.
 `PermissionRequest` is the approval prompt, a `notification` as for Claude. `SessionEnd` is not
-translated, for the reason given in the claude dialect. The legacy `notify = [...]` program instead receives one JSON object as its
-LAST argv element: `{"type": "agent-turn-complete", "thread-id": ..., "turn-id": ...,
-"input-messages": [...], "last-assistant-message": ...}`; that one is the end of the turn
-(`agent-end`, as the Stop hook is), so that a turn ends with the same events as under Claude
-Code and Gemini CLI; told by both Stop and notify, the turn ends once (harness/activity.py).
+translated, for the reason given in the claude dialect. The legacy `notify = [...]` program instead
+receives one JSON object as its LAST argv element: `{"type": "agent-turn-complete", "thread-id":
+..., "turn-id": ..., "input-messages": [...], "last-assistant-message": ...}`; that one is the end
+of the turn (`agent-end`, as the Stop hook is), so that a turn ends with the same events as under
+Claude Code and Gemini CLI; told by both Stop and notify, the turn ends once (harness/activity.py).
 Already-normalized names (`tool-start`, ...) in `type` or `event` pass through.
 """
 
