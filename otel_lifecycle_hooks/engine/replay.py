@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import LifecycleHooksError
 from ..journal import FAILED_OUTCOMES, ExecutionRow, Journal
 from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
 from ..render import (
@@ -66,7 +67,7 @@ log = logging.getLogger("otel_lifecycle_hooks.replay")
 _HINT_PATH_LIMIT = 300
 
 
-class ReplayRefused(Exception):
+class ReplayRefused(LifecycleHooksError):
     """Nothing was sent: the message says why and what to do."""
 
 

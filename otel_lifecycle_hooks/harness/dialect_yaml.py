@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
@@ -47,7 +48,7 @@ _DEFAULT_RESPONSE = "default"
 MAX_DIALECT_BYTES = 256 * 1024
 
 
-class DialectFileError(ValueError):
+class DialectFileError(ValueError, LifecycleHooksError):
     """A dialect file that cannot be read or does not follow the format."""
 
 

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import LifecycleHooksError
 from ..private_files import replace_file
 
 PROGRAM = "otel-lifecycle-hooks"
 HOOK_TIMEOUT_SECONDS = 10  # what a harness allows one hook call; ours take milliseconds
 
 
-class InstallError(Exception):
+class InstallError(LifecycleHooksError):
     """A configuration that cannot be read or changed; the message says which and why."""
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from .reported import admit_fields, safe_text
 
@@ -69,7 +70,7 @@ HARNESS_SESSION_ID = "HARNESS_SESSION_ID"
 _RUNTIME_EVENTS = frozenset(RUNTIME_EVENTS)
 
 
-class WireFormatError(ValueError):
+class WireFormatError(ValueError, LifecycleHooksError):
     """A wire object that is not a valid normalized event."""
 
 

@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
+from ..errors import LifecycleHooksError
 from .normalized import WIRE_VERSION, NormalizedEvent, clip
 
 # The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
@@ -79,7 +80,7 @@ _UNDELIVERED_FLAGS = (
 _EAGAIN, _EWOULDBLOCK = errno.EAGAIN, errno.EWOULDBLOCK
 
 
-class SupervisorUnavailable(OSError):
+class SupervisorUnavailable(OSError, LifecycleHooksError):
     """No supervisor socket is configured, or it did not accept the connection in time."""
 
 

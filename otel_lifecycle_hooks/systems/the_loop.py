@@ -40,6 +40,7 @@ from typing import Any
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..actions.python import call_bounded
+from ..errors import LifecycleHooksError
 from ..template.condition import Condition
 from ..template.model import MAX_TIMEOUT, AuthSpec, HookAction, HookSpec
 from ..template.validate import Located, Problem, describe, did_you_mean, quote
@@ -399,7 +400,7 @@ _instances: dict[tuple[Any, ...], Any] = {}
 _instances_lock = threading.Lock()
 
 
-class ExecutorLoadError(Exception):
+class ExecutorLoadError(LifecycleHooksError):
     """A local executor that cannot be imported, found or constructed."""
 
 

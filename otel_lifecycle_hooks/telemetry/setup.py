@@ -62,6 +62,8 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
+from ..errors import LifecycleHooksError
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
@@ -805,7 +807,7 @@ def _metric_exporter(name: str, env: Mapping[str, str]) -> MetricExporter | None
 _missing_extras_told: set[str] = set()
 
 
-class MissingExtra(Exception):
+class MissingExtra(LifecycleHooksError):
     """An exporter the configuration asks for needs a package extra that is not installed."""
 
 

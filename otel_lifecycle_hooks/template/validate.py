@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ..errors import LifecycleHooksError
 from ..events import ALL_EVENTS, DEBOUNCEABLE_EVENTS, RUNTIME_EVENTS, TEMPLATE_EVENTS
 from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host
 from .durations import DurationError, parse_duration
@@ -224,7 +225,7 @@ class Problem:
         return view
 
 
-class TemplateError(Exception):
+class TemplateError(LifecycleHooksError):
     """Every problem of every file of a template that failed to load."""
 
     def __init__(self, problems: Sequence[Problem]) -> None:

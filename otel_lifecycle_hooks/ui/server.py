@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ..errors import LifecycleHooksError
 from ..journal import views as journal_views
 from ..journal.rows import RUNNING
 from ..loopback import is_loopback_host
@@ -47,7 +48,7 @@ _REDELIVER = re.compile(r"^/api/deliveries/([0-9]{1,18})/redeliver$")
 IDLE_TIMEOUT = 10.0
 
 
-class NotLoopback(ValueError):
+class NotLoopback(ValueError, LifecycleHooksError):
     """The page is served on loopback addresses only."""
 
 

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
+from ...errors import LifecycleHooksError
 from ..normalized import NormalizedEvent
 
 # `typing`, `dataclasses` and `pathlib` cost milliseconds to import, paid on every harness
@@ -40,7 +41,7 @@ _GEMINI_ONLY = frozenset(
 )
 
 
-class UnknownDialectError(LookupError):
+class UnknownDialectError(LookupError, LifecycleHooksError):
     """No built-in dialect and no dialect file has this name."""
 
 
