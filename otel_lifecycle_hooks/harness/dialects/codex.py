@@ -21,11 +21,6 @@ from ..normalized import ASSISTANT_TEXT, MESSAGE, NOTIFICATION_TYPE, TOOL_NAME, 
 from ._common import event, text
 from .claude import translate_hook_payload
 
-# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 NAME = "codex"
 
 _NOTIFY_TYPES: dict[str, str] = {
@@ -35,7 +30,7 @@ _NOTIFY_TYPES: dict[str, str] = {
 }
 
 
-def notify_payload(argv_extra: list[str]) -> dict[str, Any] | None:
+def notify_payload(argv_extra: list[str]) -> dict[str, object] | None:
     """The JSON object Codex's `notify` passes as the last argument, if there is one."""
     if not argv_extra:
         return None
@@ -46,7 +41,7 @@ def notify_payload(argv_extra: list[str]) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+def translate(payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
     """Codex hook payload (stdin) or notify payload (last argv element) -> normalized events."""
     notified = notify_payload(argv_extra)
     if notified is not None:

@@ -20,15 +20,10 @@ from ..normalized import (
 )
 from ._common import event, text
 
-# The hook command runs this on every harness event: `typing` (milliseconds) is for checkers.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 NAME = "core-agent"
 
 
-def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+def translate(payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
     """core-agent envelope -> the normalized event it names."""
     raw = text(payload, "hook_event_name")
     if raw not in RUNTIME_EVENTS:
