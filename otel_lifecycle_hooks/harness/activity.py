@@ -193,7 +193,7 @@ class ActivityTracker:
             derived.append(Derived(LIMITS_EXCEEDED, {MESSAGE: message, "ACTIVITY": self.activity}))
         return derived
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """The tracker's state as plain JSON values (see `from_snapshot`)."""
         return {
             "activity": self.activity,
@@ -208,7 +208,7 @@ class ActivityTracker:
     @classmethod
     def from_snapshot(
         cls,
-        snapshot: Mapping[str, Any],
+        snapshot: Mapping[str, object],
         clock: Callable[[], float] = time.time,
         *,
         turn_end_completes_task: bool = False,

@@ -69,7 +69,7 @@ class MappingDialect:
     mappings: Mapping[str, EventMapping]
     responses: Mapping[str, str] = field(default_factory=dict)
 
-    def raw_event(self, payload: Mapping[str, Any]) -> str:
+    def raw_event(self, payload: Mapping[str, object]) -> str:
         """The payload's raw event name: the first non-empty string among the name fields."""
         for path in self.event_name_fields:
             value = resolve(payload, path)
@@ -77,7 +77,7 @@ class MappingDialect:
                 return value
         return ""
 
-    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+    def translate(self, payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
         """Raw payload -> the mapped normalized event, or none when the event is unmapped."""
         raw = self.raw_event(payload)
         mapping = self.mappings.get(raw)
@@ -95,7 +95,7 @@ class MappingDialect:
             )
         ]
 
-    def response(self, payload: Mapping[str, Any]) -> str | None:
+    def response(self, payload: Mapping[str, object]) -> str | None:
         """What to print on stdout for this payload, if the dialect asks for anything."""
         raw = self.raw_event(payload)
         return self.responses.get(raw, self.responses.get(_DEFAULT_RESPONSE))
@@ -180,7 +180,7 @@ def _path(text: Any, where: str) -> tuple[str, ...]:
     return tuple(text.strip().lstrip(".").split("."))
 
 
-def _name_fields(document: dict[str, Any], source: str) -> tuple[tuple[str, ...], ...]:
+def _name_fields(document: dict[str, object], source: str) -> tuple[tuple[str, ...], ...]:
     several = document.get("event_name_fields")
     if several is not None:
         if not isinstance(several, list) or not several:
@@ -216,7 +216,7 @@ def _mappings(raw_mappings: Any, source: str) -> dict[str, EventMapping]:
     return result
 
 
-def _check_reportable(event: str, mapped: Mapping[str, Any], where: str) -> None:
+def _check_reportable(event: str, mapped: Mapping[str, object], where: str) -> None:
     """A dialect file maps only the fields its event may carry (harness/reported.py): an
     agent's payload must never fill PHASE, AGENT_ID, metadata or a template's `env:` name."""
     allowed = allowed_fields(event)

@@ -144,7 +144,7 @@ class NormalizedEvent:
             f"fields={dict(self.fields)!r})"
         )
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         """The JSON object sent to the supervisor (see docs/harness-protocol.md)."""
         return {
             "v": WIRE_VERSION,
@@ -157,7 +157,7 @@ class NormalizedEvent:
         }
 
     @classmethod
-    def from_wire(cls, obj: Mapping[str, Any]) -> NormalizedEvent:
+    def from_wire(cls, obj: Mapping[str, object]) -> NormalizedEvent:
         """Parse a wire object; raises `WireFormatError` naming what is wrong."""
         if obj.get("kind") != "event":
             raise WireFormatError("kind must be 'event'")
