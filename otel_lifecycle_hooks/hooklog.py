@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from .controls import escape_controls
 from .private_files import open_directory_path
@@ -148,11 +148,34 @@ def format_execution(
     return body
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     text = str(value)
     if text and _needs_quotes().search(text) is None:
         return text
     return json.dumps(text, ensure_ascii=False)
+
+
+class ReportedExecution(Protocol):
+    """What the hook log reads of one execution (the engine's `Execution`)."""
+
+    @property
+    def hook(self) -> object: ...  # a HookSpec (its `name` is shown) or a name
+    @property
+    def event(self) -> object: ...  # a LifecycleEvent (its `name` is shown) or a name
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def status_code(self) -> int | None: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def error_type(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
 
 
 class HookLog:
@@ -209,7 +232,7 @@ class HookLog:
         )  # fmt: skip
         self.write(body, at=at)
 
-    def record_execution(self, execution: Any) -> None:
+    def record_execution(self, execution: ReportedExecution) -> None:
         """One line for the engine's execution record (a sink for the executor)."""
         hook = getattr(execution.hook, "name", execution.hook)
         event = getattr(execution.event, "name", execution.event)

@@ -72,7 +72,7 @@ class BoundedRequest(google.auth.transport.requests.Request):
 
 
 def load_credentials(
-    auth: AuthSpec, environ: Mapping[str, str], request: Any
+    auth: AuthSpec, environ: Mapping[str, str], request: google.auth.transport.Request
 ) -> RefreshableCredentials:
     """The google-auth credentials for `auth`, not yet refreshed.
 

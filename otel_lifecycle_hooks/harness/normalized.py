@@ -42,11 +42,6 @@ from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from .reported import admit_fields, safe_text
 
-# `typing` and `dataclasses` cost several milliseconds to import, paid on every harness event.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 WIRE_VERSION = 1
 MAX_FIELD_CHARS = 16 * 1024
 
@@ -87,6 +82,7 @@ class NormalizedEvent:
     Empty fields are dropped and long ones clipped.
     """
 
+    # Not a dataclass: `dataclasses` costs milliseconds to import, paid on every harness event.
     __slots__ = ("dialect", "dropped", "event", "fields", "raw_event", "session_id")
 
     event: str

@@ -16,7 +16,6 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 STATE_ENV = "OTEL_LIFECYCLE_HOOKS_STATE"
 STATE_VERSION = 1
