@@ -51,7 +51,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from opentelemetry import metrics, trace
@@ -68,6 +68,8 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
     from opentelemetry.sdk.trace.export import SpanExporter
+
+    from .meter_later import MeterProviderLater
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +306,7 @@ def build_resource(
 ) -> Resource:
     """Resource from `OTEL_RESOURCE_ATTRIBUTES`, the caller's agent metadata (which wins over
     it) and the service name (`OTEL_SERVICE_NAME` wins over both)."""
-    attributes: dict[str, Any] = {
+    attributes: dict[str, str] = {
         "telemetry.sdk.language": "python",
         "telemetry.sdk.name": "opentelemetry",
         "telemetry.sdk.version": sdk_version,
@@ -332,7 +334,7 @@ class Telemetry:
         otel_env: dict[str, str] | None = None,
         disabled: bool = False,
         _closers: list[Callable[[], None]] | None = None,
-        _exporters: list[Any] | None = None,
+        _exporters: list[SpanExporter | MetricExporter] | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -344,7 +346,9 @@ class Telemetry:
         self.disabled = disabled
         self._closers: list[Callable[[], None]] = [] if _closers is None else _closers
         # The exporters this package made, told to stop retrying when the exit bound passes.
-        self._exporters: list[Any] = [] if _exporters is None else _exporters
+        self._exporters: list[SpanExporter | MetricExporter] = (
+            [] if _exporters is None else _exporters
+        )
         self._closed = False
         self._lock = threading.Lock()
         self._session_failures: _SessionExportFailures | None = None
@@ -352,7 +356,7 @@ class Telemetry:
         # configure_telemetry(metrics_later=True): makes the readers and the SDK's meter
         # provider, which `meter_provider` (a MeterProviderLater) hands over to.
         self._make_metrics: Callable[[], MeterProvider] | None = None
-        self._meter_later: Any = None  # that MeterProviderLater
+        self._meter_later: MeterProviderLater | None = None
 
     @property
     def trace_file(self) -> Path | None:
@@ -573,7 +577,7 @@ def configure_telemetry(
     )
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
-    exporters: list[Any] = []
+    exporters: list[SpanExporter | MetricExporter] = []
     later: _ExportLater | None = None
     if not disabled:
         trace_names = exporter_names("traces", env)
@@ -583,10 +587,12 @@ def configure_telemetry(
         if not metrics_later:
             readers, closers = _metric_readers(env, exporters)
     make_metrics: Callable[[], MeterProvider] | None = None
+    meter_later: MeterProviderLater | None = None
     if metrics_later and not disabled and _wants_metrics(env):
         from .meter_later import MeterProviderLater
 
-        meter_provider: MeterProvider = MeterProviderLater()
+        meter_later = MeterProviderLater()
+        meter_provider: MeterProvider = meter_later
 
         def make_metrics() -> MeterProvider:
             made, made_closers = _metric_readers(env, exporters)
@@ -607,8 +613,7 @@ def configure_telemetry(
         telemetry._trace_file_later = file_path
         telemetry._export_later = later
     telemetry._make_metrics = make_metrics
-    if make_metrics is not None:
-        telemetry._meter_later = meter_provider
+    telemetry._meter_later = meter_later
     atexit.register(telemetry.shutdown)
     return telemetry
 
@@ -645,7 +650,11 @@ class _ExportLater(SpanProcessor):
     exporter's (protobuf, its HTTP client) imported. The exporters made are added to
     `exporters` (the Telemetry's, stopped at a bounded exit)."""
 
-    def __init__(self, make: Callable[[], list[SpanExporter]], exporters: list[Any]) -> None:
+    def __init__(
+        self,
+        make: Callable[[], list[SpanExporter]],
+        exporters: list[SpanExporter | MetricExporter],
+    ) -> None:
         self._make = make
         self._exporters = exporters
         self._processors: list[SpanProcessor] | None = None
@@ -763,7 +772,7 @@ def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
 
 
 def _metric_readers(
-    env: Mapping[str, str], exporters: list[Any]
+    env: Mapping[str, str], exporters: list[SpanExporter | MetricExporter]
 ) -> tuple[list[MetricReader], list[Callable[[], None]]]:
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
@@ -926,7 +935,10 @@ def _read_bytes(path: str | None) -> bytes | None:
         return handle.read()
 
 
-def _guarded(name: str, build: Callable[[], Any]) -> Any:
+_Built = TypeVar("_Built")
+
+
+def _guarded(name: str, build: Callable[[], _Built | None]) -> _Built | None:
     """Build an exporter, or log why it could not be built: telemetry set-up never fails the
     agent."""
     try:
