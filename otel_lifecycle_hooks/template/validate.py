@@ -208,10 +208,10 @@ class Problem:
         parts.append(self.message)
         return ": ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """A JSON-ready view, for `validate --json`; `index` only for a problem about an entry
         of `lifecycle_hooks`."""
-        view: dict[str, Any] = {
+        view: dict[str, object] = {
             "file": self.position.file,
             "line": self.position.line,
             "column": self.position.column,
