@@ -23,10 +23,16 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
+# ruff's rules, mypy --strict and the import layers: all configured in pyproject.toml.
+LINTED := otel_lifecycle_hooks tests benchmarks examples
+
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
-	$(BIN)/ruff check otel_lifecycle_hooks tests
-	$(BIN)/mypy otel_lifecycle_hooks
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+	# The layers contract, once pyproject.toml holds one.
+	if grep -q '^\[tool.importlinter\]' pyproject.toml; then $(BIN)/lint-imports; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -106,7 +106,10 @@ class Figure:
         if self.target is not None:
             verdict = f"  target {self.target_text}: {'MET' if self.met else 'MISSED'}"
         detail = f"  [{self.detail}]" if self.detail else ""
-        return f"  {self.name}: {format_number(self.value)} {self.unit}; baseline {baseline}; ratio {ratio}{verdict}{detail}"
+        return (
+            f"  {self.name}: {format_number(self.value)} {self.unit}; baseline {baseline}; "
+            f"ratio {ratio}{verdict}{detail}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -223,7 +226,10 @@ class Samples:
         return max(self.values)
 
     def summary(self) -> str:
-        return f"median {self.median:.1f} min {self.low:.1f} max {self.high:.1f} ms, n={len(self.values)}"
+        return (
+            f"median {self.median:.1f} min {self.low:.1f} max {self.high:.1f} ms, "
+            f"n={len(self.values)}"
+        )
 
 
 def paired_ratio(subject: Samples, baseline: Samples) -> float:
@@ -345,7 +351,10 @@ def running_supervisor(template: Path, home: Path, timeout: float = 30.0) -> Ite
     """`python -m otel_lifecycle_hooks run --template T -- sh -c '...; exec sleep 600'`,
     stopped with SIGTERM (pre-stop and session-end fire) when the block ends."""
     socket_file = home / "socket-path"
-    child = f'printf %s "$OTEL_LIFECYCLE_HOOKS_SOCKET" > {shlex.quote(str(socket_file))}; exec sleep 600'
+    child = (
+        f'printf %s "$OTEL_LIFECYCLE_HOOKS_SOCKET" > {shlex.quote(str(socket_file))}; '
+        "exec sleep 600"
+    )
     argv = [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template)]
     process = subprocess.Popen(
         [*argv, "--", "sh", "-c", child],

@@ -177,7 +177,10 @@ def import_profile(env: dict[str, str]) -> str:
     extra = sorted(((us, name) for name, us in hook.items() if name not in empty), reverse=True)
     total = sum(us for us, _ in extra) / 1000.0
     shown = ", ".join(f"{name} {us / 1000:.1f}" for us, name in extra[:8])
-    return f"{len(extra)} modules, {total:.1f} ms self time under -X importtime (costliest: {shown} ms)"
+    return (
+        f"{len(extra)} modules, {total:.1f} ms self time under -X importtime "
+        f"(costliest: {shown} ms)"
+    )
 
 
 if __name__ == "__main__":

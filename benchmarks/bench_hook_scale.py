@@ -12,6 +12,7 @@ must hold a row for every delivery.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -150,10 +151,8 @@ class Origin:
 
     def close(self) -> None:
         assert self._process.stdin is not None
-        try:
+        with contextlib.suppress(BrokenPipeError):  # it already exited
             self._process.stdin.close()
-        except BrokenPipeError:  # it already exited
-            pass
         try:
             self._process.wait(10)
         except Exception:  # noqa: BLE001 - a server that does not end is killed

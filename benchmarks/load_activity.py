@@ -56,13 +56,16 @@ def main() -> int:
         debounced = [r for r in target.requests if r.path == "/debounced"]
         lifecycle = [b["event"] for b in every if b["event"] != "activity-change"]
         print(
-            f"offered      {args.rate:,.0f}/s for {args.seconds:g}s; handed to the socket at {achieved:,.0f}/s"
+            f"offered      {args.rate:,.0f}/s for {args.seconds:g}s; "
+            f"handed to the socket at {achieved:,.0f}/s"
         )
         print(
-            f"processed    {supervisor.sent:,} changes in {took:.1f}s ({supervisor.sent / took:,.0f}/s)"
+            f"processed    {supervisor.sent:,} changes in {took:.1f}s "
+            f"({supervisor.sent / took:,.0f}/s)"
         )
         print(
-            f"memory       {warm_kib / 1024:.1f} MiB after warm-up, {end_kib / 1024:.1f} MiB at the end"
+            f"memory       {warm_kib / 1024:.1f} MiB after warm-up, "
+            f"{end_kib / 1024:.1f} MiB at the end"
         )
         print(f"debounced    {len(debounced):,} requests; last state delivered: {caught_up}")
         print(f"every-change {len(every):,} requests; {dropped:,.0f} dropped (queue_full)")

@@ -1,7 +1,8 @@
 """The human-readable hook log (`$HOME/agent.log` by default): one line per execution, and the
-output of scripts, for someone tailing the file.
+output of scripts, for someone tailing the file (the first entry is one line, folded here):
 
-    2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1 duration=12ms status=201
+    2026-11-30T10:00:00.123Z hook=register-agent event=post-start outcome=success attempts=1
+        duration=12ms status=201
     2026-11-30T10:00:01.456Z [cleanup-credentials stdout] revoked 2 tokens
 
 While `run` (or the in-process `hook`) runs, the package's logged warnings and errors are lines
@@ -19,7 +20,8 @@ follows a link, so a link planted at `agent.log.2` is replaced, not written thro
 Callers pass redacted text; the optional `redact` callable is a last line of defence applied
 to every line. Control characters (C0, C1, bidirectional controls: `controls.py`) are escaped,
 so no value can forge, split or reorder a line, nor send escape sequences to a terminal.
-Writing never raises: a failure is reported once through logging (logger `otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
+Writing never raises: a failure is reported once through logging (logger
+`otel_lifecycle_hooks.hooklog`) and later lines are attempted again.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from .controls import escape_controls
 from .private_files import open_directory_path
@@ -141,11 +143,34 @@ def format_execution(
     return body
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     text = str(value)
     if text and _NEEDS_QUOTES.search(text) is None:
         return text
     return json.dumps(text, ensure_ascii=False)
+
+
+class ReportedExecution(Protocol):
+    """What the hook log reads of one execution (the engine's `Execution`)."""
+
+    @property
+    def hook(self) -> object: ...  # a HookSpec (its `name` is shown) or a name
+    @property
+    def event(self) -> object: ...  # a LifecycleEvent (its `name` is shown) or a name
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def status_code(self) -> int | None: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def error_type(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
 
 
 class HookLog:
@@ -202,7 +227,7 @@ class HookLog:
         )  # fmt: skip
         self.write(body, at=at)
 
-    def record_execution(self, execution: Any) -> None:
+    def record_execution(self, execution: ReportedExecution) -> None:
         """One line for the engine's execution record (a sink for the executor)."""
         hook = getattr(execution.hook, "name", execution.hook)
         event = getattr(execution.event, "name", execution.event)

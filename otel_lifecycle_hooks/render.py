@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 from urllib.parse import quote, quote_plus, urlsplit
 
+from .errors import LifecycleHooksError
 from .harness.reported import AGENT_CONTROLLED
 from .template.model import HookAction
 from .variables import Reference, Resolved, Variables, parse_template
@@ -81,7 +82,7 @@ class RenderedCommand(NamedTuple):
     stdin: bytes = b""
 
 
-class RenderError(ValueError):
+class RenderError(ValueError, LifecycleHooksError):
     """A rendered value would change the request's shape (e.g. CR/LF in a header)."""
 
 

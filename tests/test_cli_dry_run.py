@@ -407,7 +407,8 @@ def test_execute_sends_for_real_and_reports_each_outcome(
     template.write_text(
         "lifecycle_hooks:\n"
         "  - name: register\n    on: [post-start]\n"
-        f'    action: {{type: http, method: POST, url: "{target_server.url("/ok")}/${{AGENT_SLUG}}"}}\n'
+        "    action: {type: http, method: POST, "
+        f'url: "{target_server.url("/ok")}/${{AGENT_SLUG}}"}}\n'
         "  - name: notify\n    on: [post-start]\n"
         f'    action: {{type: webhook, url: "{target_server.url("/broken")}"}}\n'
     )

@@ -156,8 +156,8 @@ def test_list_fits_80_columns_with_the_hook_names_whole(journaled: Path) -> None
     result = _cli(journaled, "list", str(FIXTURE), COLUMNS="80")
     assert result.returncode == 0, result.stderr
     assert max(_widths(result.stdout)) <= 80, result.stdout
-    names = [hook["name"] for hook in json.loads(_cli(journaled, "list", "--json",
-                                                           str(FIXTURE)).stdout)["hooks"]]  # fmt: skip
+    listed = json.loads(_cli(journaled, "list", "--json", str(FIXTURE)).stdout)
+    names = [hook["name"] for hook in listed["hooks"]]
     lines = result.stdout.splitlines()
     for name in names:  # each hook on a line of its own, its name whole
         assert any(line.split()[:1] == [name] for line in lines), name

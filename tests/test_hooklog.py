@@ -204,7 +204,8 @@ def test_record_execution_reads_the_engines_record(tmp_path: Path):
 
     (line,) = lines_of(tmp_path / "agent.log")
     assert line.endswith(
-        " hook=notify event=task-completed outcome=timeout attempts=4 duration=12000ms error=timeout"
+        " hook=notify event=task-completed outcome=timeout attempts=4 duration=12000ms"
+        " error=timeout"
     )
 
 

@@ -111,6 +111,7 @@ def test_a_captured_value_is_rendered_safely_wherever_it_stands(
     target_server: TargetServer,
 ) -> None:
     hostile = 'a"b/../c?d#e'
+    name = "${HOOK_REGISTER_RESPONSE.name}"
     target_server.on("/register", Reply.json(200, json.dumps({"name": hostile})))
     _, outcomes = _fire_all(
         f"""
@@ -124,8 +125,8 @@ def test_a_captured_value_is_rendered_safely_wherever_it_stands(
             blocking: true
             action:
               type: http
-              url: "{target_server.url("/items")}/${{HOOK_REGISTER_RESPONSE.name}}?q=${{HOOK_REGISTER_RESPONSE.name}}"
-              body: '{{"name": "${{HOOK_REGISTER_RESPONSE.name}}", "whole": ${{HOOK_REGISTER_RESPONSE}}}}'
+              url: "{target_server.url("/items")}/{name}?q={name}"
+              body: '{{"name": "{name}", "whole": ${{HOOK_REGISTER_RESPONSE}}}}'
         """,
         "post-start",
     )
@@ -207,6 +208,7 @@ def test_a_failed_response_keeps_the_last_good_capture(target_server: TargetServ
     target_server.on(
         "/lease", Reply.json(200, '{"lease": "one"}'), Reply.json(409, '{"lease": "x"}')
     )
+    release = target_server.url("/release")
     _, outcomes = _fire_all(
         f"""
         lifecycle_hooks:
@@ -219,7 +221,7 @@ def test_a_failed_response_keeps_the_last_good_capture(target_server: TargetServ
             blocking: true
             action:
               type: http
-              url: "{target_server.url("/release")}/${{HOOK_LEASE_RESPONSE.lease}}/${{HOOK_LEASE_STATUS}}"
+              url: "{release}/${{HOOK_LEASE_RESPONSE.lease}}/${{HOOK_LEASE_STATUS}}"
         """,
         "activity-change",
         "activity-change",

@@ -35,6 +35,7 @@ contain the URL's path, query or userinfo, or a header value: they may hold secr
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import heapq
 import itertools
@@ -633,10 +634,8 @@ _WATCHDOG = _Watchdog()
 
 
 def _shut(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):  # already closed: nothing left to stop
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:  # already closed: nothing left to stop
-        pass
 
 
 # -- classification ----------------------------------------------------------------------------

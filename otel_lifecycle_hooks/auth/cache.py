@@ -11,9 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from .errors import AuthError
+
+if TYPE_CHECKING:
+    from google.auth.transport import Request
 
 # Tokens are renewed when they expire within this margin (the product contract says 5 minutes).
 REFRESH_MARGIN = dt.timedelta(minutes=5)
@@ -27,7 +30,7 @@ class RefreshableCredentials(Protocol):
     token: str | None
     expiry: dt.datetime | None
 
-    def refresh(self, request: Any) -> None: ...
+    def refresh(self, request: Request) -> None: ...
 
 
 def utc_now() -> dt.datetime:
@@ -68,7 +71,7 @@ class TokenCache:
     def __init__(
         self,
         load: Callable[[], RefreshableCredentials],
-        request: Any,
+        request: Request,
         describe_failure: Callable[[Exception], AuthError],
         *,
         clock: Callable[[], dt.datetime] = utc_now,

@@ -9,13 +9,16 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..template.model import AuthSpec, HookAction
 from . import static
 from .cache import REFRESH_MARGIN, TokenCache, utc_now
 from .guard import check_transport
 from .signing import parse_secret, sign_request
+
+if TYPE_CHECKING:
+    from .gcp import BoundedRequest, CacheKey
 
 _GCP_TYPES = ("gcp-default", "gcp-service-account")
 
@@ -38,8 +41,8 @@ class Credentials:
         self._clock = clock
         self._refresh_margin = refresh_margin
         self._lock = threading.Lock()
-        self._caches: dict[tuple[Any, ...], TokenCache] = {}
-        self._requests: list[Any] = []
+        self._caches: dict[CacheKey, TokenCache] = {}
+        self._requests: list[BoundedRequest] = []
         self._secrets: set[str] = set()
 
     def headers_for(self, auth: AuthSpec, url: str, environ: Mapping[str, str]) -> dict[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..errors import LifecycleHooksError
+
 # error.type values, so the engine can tell a refused transport from a missing secret.
 TRANSPORT_REFUSED = "auth.transport_refused"
 # The rendered URL leads elsewhere than the origin the template's own text fixed.
@@ -31,7 +33,7 @@ _CREDENTIAL_SHAPES = (
 )
 
 
-class AuthError(Exception):
+class AuthError(LifecycleHooksError):
     """Credentials for a hook could not be provided; the message says what is wrong and how to
     fix it, and never holds a secret value.
 

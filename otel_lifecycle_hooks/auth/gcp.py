@@ -61,16 +61,18 @@ class BoundedRequest(google.auth.transport.requests.Request):
         method: str = "GET",
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout: Any = None,
+        timeout: object = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> google.auth.transport.Response:
         if not isinstance(timeout, (int, float)) or timeout > self.timeout:
             timeout = self.timeout
-        return super().__call__(url, method, body, headers, timeout, **kwargs)
+        # google-auth leaves `__call__` unannotated; its documented result is a Response.
+        send: Callable[..., google.auth.transport.Response] = super().__call__
+        return send(url, method, body, headers, timeout, **kwargs)
 
 
 def load_credentials(
-    auth: AuthSpec, environ: Mapping[str, str], request: Any
+    auth: AuthSpec, environ: Mapping[str, str], request: google.auth.transport.Request
 ) -> RefreshableCredentials:
     """The google-auth credentials for `auth`, not yet refreshed.
 

@@ -12,6 +12,7 @@ Exit codes: 0 rendered; 1 the templates do not load or a hook does not render; 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -458,10 +459,9 @@ def _pretty_body(request: RenderedRequest, redactor: Redactor) -> str | None:
     text = request.body.decode("utf-8", "replace")
     content_type = next((v for k, v in request.headers.items() if k.lower() == "content-type"), "")
     if "json" in content_type.lower():
-        try:
+        # Shown as written when the template's own JSON is malformed.
+        with contextlib.suppress(ValueError):
             text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-        except ValueError:
-            pass  # shown as written: the template's own JSON is malformed
     return redactor.redact_text(text)
 
 

@@ -557,7 +557,11 @@ def describe(
         + (" (recovered)" if row.recovered else ""),
         f"  outcome     {outcome} after {row.attempts} attempt{'s' if row.attempts != 1 else ''}"
         f" in {row.duration_ms / 1000:.3f}s"
-        + (f", {_result(row.http_status, row.exit_code)}" if row.http_status or row.exit_code is not None else "")
+        + (
+            f", {_result(row.http_status, row.exit_code)}"
+            if row.http_status or row.exit_code is not None
+            else ""
+        )
         + (f", {e(row.error_type)}" if row.error_type else ""),
     ]  # fmt: skip
     if row.message:
@@ -578,7 +582,8 @@ def describe(
     for attempt in attempts:
         status = paint(e(attempt.outcome), OUTCOME_COLOURS.get(attempt.outcome, DIM), colour)
         head = (
-            f"attempt {attempt.attempt} of {row.attempts}  {_moment(attempt.started_at, millis=True)}"
+            f"attempt {attempt.attempt} of {row.attempts}"
+            f"  {_moment(attempt.started_at, millis=True)}"
             f"  {status}  {attempt.duration_ms:.0f} ms"
         )
         if attempt.error_type:

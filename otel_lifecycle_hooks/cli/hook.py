@@ -2,11 +2,12 @@
 
     otel-lifecycle-hooks hook [--dialect NAME | --dialect-file PATH] [--template PATH]... [ARG]...
 
-Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`, within `STDIN_DEADLINE`) on stdin, or from the last argument when
-that is a JSON object (Codex's `notify` passes it so), translates it with the dialect, and sends
-the normalized events to the supervisor's socket (`$LIFECYCLE_HOOKS_SOCKET`, else the one named
-by the pointer file its supervisor wrote). Without a reachable supervisor and with a template, it
-tracks activity in a state file and runs the hooks in-process. Without `--dialect` the dialect is guessed from the payload's shape.
+Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`, within `STDIN_DEADLINE`) on stdin, or from the
+last argument when that is a JSON object (Codex's `notify` passes it so), translates it with the
+dialect, and sends the normalized events to the supervisor's socket (`$LIFECYCLE_HOOKS_SOCKET`, else
+the one named by the pointer file its supervisor wrote). Without a reachable supervisor and with a
+template, it tracks activity in a state file and runs the hooks in-process. Without `--dialect` the
+dialect is guessed from the payload's shape.
 
 It always exits 0: a hook must never break its harness. Failures go to stderr in one line and
 to the hook log (`$LIFECYCLE_HOOKS_LOG`, else `$HOME/agent.log`); payload content never
@@ -44,7 +45,7 @@ hooks in-process.
 Always exits 0; failures are logged to stderr and to $LIFECYCLE_HOOKS_LOG ($HOME/agent.log).
 
 examples:
-  echo '{"hook_event_name": "PreToolUse", "tool_name": "Bash"}' | otel-lifecycle-hooks hook --dialect claude
+  echo '{"hook_event_name": "Stop"}' | otel-lifecycle-hooks hook --dialect claude
   otel-lifecycle-hooks hook --dialect codex '{"type": "agent-turn-complete"}'
 """
 _VALUE_OPTIONS = {

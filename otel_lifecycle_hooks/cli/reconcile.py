@@ -22,9 +22,10 @@ needing one this environment does not set is left alone, naming it. Secrets come
 process's environment, as they did from the agent's. Exactly once across any number of
 reconcilers at once: each session is taken by one atomic claim. --dry-run lists what would be
 sent, and sends nothing. Up to --concurrency sessions (default 8) are recovered at once, each by
-one thread: a fleet's lost pods are not recovered one after another. As root on a machine with cgroup v2, each pass also kills what the
-agents of supervisors that died on this machine left running (their cgroups). Exit 0; 1 when
-the journal or template cannot be read; 2 on a bad option or no template named.
+one thread: a fleet's lost pods are not recovered one after another. As root on a machine with
+cgroup v2, each pass also kills what the agents of supervisors that died on this machine left
+running (their cgroups). Exit 0; 1 when the journal or template cannot be read; 2 on a bad option or
+no template named.
 """
 
 from __future__ import annotations
@@ -382,7 +383,8 @@ def _planned(row: Any, template: Any) -> list[str]:
 
 
 def _line(report: dict[str, Any]) -> str:
-    head = f"{report['action']}: session {report['session']} of {report['agent'] or report['agent_id']}"
+    agent = report["agent"] or report["agent_id"]
+    head = f"{report['action']}: session {report['session']} of {agent}"
     if "reason" in report:
         return f"{head} ({report['reason']})"
     hooks = report.get("hooks") or []

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
-from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
 from ..supervisor.options import SupervisorOptions
+from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
 from ..supervisor.run import Supervisor, agent_metadata
 from ..supervisor.running import RunningFile
 from ..template.durations import DurationError, parse_duration

@@ -1,4 +1,4 @@
-"""The variables that decide where a hook's request goes, for deliveries made again from the journal.
+"""The variables deciding where a hook's request goes, for deliveries sent again from the journal.
 
 `replay`, the page's Redeliver, `reconcile` and a later `run`'s recovery send a delivery again
 from what the journal holds: the session's metadata (AGENT_NAME, GROVE_NAME, ...) and, for
@@ -41,7 +41,8 @@ from ..variables import (
 JOURNALED_EVENT_VALUES = frozenset({"EVENT", "TIMESTAMP"})
 # Names whose journaled value would change the recoverer's own behaviour.
 _OWN_SETTINGS = ("OTEL_", "LIFECYCLE_HOOKS_", "SCION_", "GOOGLE_", "HTTP_PROXY", "HTTPS_PROXY",
-                 "ALL_PROXY", "NO_PROXY", "SSL_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # fmt: skip
+                 "ALL_PROXY", "NO_PROXY", "SSL_", "REQUESTS_CA_BUNDLE",
+                 "CURL_CA_BUNDLE")  # fmt: skip
 _CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
 
 
@@ -68,7 +69,10 @@ class Unsupplied(NamedTuple):
             return "it is the event's own value, which only the journal records: write it literally"
         setting = METADATA_ENV.get(self.name)
         if setting is not None:
-            return f"set {setting} in this command's environment (or {self.name} in the template's metadata:)"
+            return (
+                f"set {setting} in this command's environment "
+                f"(or {self.name} in the template's metadata:)"
+            )
         return f"set {self.name} in this command's environment"
 
     def message(self) -> str:

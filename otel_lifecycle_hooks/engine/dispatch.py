@@ -8,8 +8,8 @@ non-blocking ones are queued and the call returns at once. A blocking call witho
 that finds its hook idle (nothing queued, pending or running) runs on the caller's own thread
 instead, holding the queue as running meanwhile: the caller would only wait for the worker,
 and two thread hand-offs are a visible share of a short script hook. A debounced hook keeps
-only the latest event of its window. Queues are bounded: past the bound the oldest runtime event of a
-non-blocking hook is dropped and counted, never a lifecycle event or a blocking one.
+only the latest event of its window. Queues are bounded: past the bound the oldest runtime event of
+a non-blocking hook is dropped and counted, never a lifecycle event or a blocking one.
 
 A rate-limited hook (`rate_limit:`, and `hook_rate_limit:` for HTTP hooks) keeps at most one
 runtime event of a non-blocking hook waiting for its token: a newer one replaces it (the newest

@@ -25,7 +25,7 @@ from .workers import workers_from
 if TYPE_CHECKING:
     from ..actions.http import HttpClient
     from ..auth.credentials import Credentials
-    from .recording import JournalBackend
+    from ..journal.base import Journal as JournalBackend
 
 # Where a journal or hook log is: a path (None: the environment's or the default location).
 Location: TypeAlias = str | os.PathLike[str] | None

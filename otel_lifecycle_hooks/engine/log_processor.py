@@ -21,9 +21,11 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from opentelemetry import trace
+from opentelemetry.trace import SpanContext
+from opentelemetry.util.types import Attributes
 
 from .. import events as ev
 from ..telemetry.logs_api import sdk_logs
@@ -39,12 +41,20 @@ from .processor import (
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
+if TYPE_CHECKING:
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+else:
+    # At run time the SDK's base is looked up wherever this release keeps its logs module.
+    LogRecordProcessor = sdk_logs().LogRecordProcessor
+
 _METADATA_BY_ATTRIBUTE = {attr: name for name, attr in ev.METADATA_ATTRIBUTES.items()}
-_LogRecordProcessor: Any = sdk_logs().LogRecordProcessor
 _NAMED_SESSIONS_LIMIT = 256
 
 
-class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
+class LifecycleHookLogProcessor(LogRecordProcessor):
     """Runs a template's hooks for the log-based lifecycle events of any LoggerProvider::
 
         provider.add_log_record_processor(
@@ -72,7 +82,7 @@ class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
 
     # -- LogRecordProcessor --
 
-    def on_emit(self, log_record: Any) -> None:
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
         try:
             self._on_emit(log_record)
         except Exception:  # never raise into the code that emitted the record
@@ -86,9 +96,9 @@ class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
 
     # -- records --
 
-    def _on_emit(self, log_record: Any) -> None:
-        # The SDK hands a ReadWriteLogRecord holding the API record; older ones the record.
-        record = getattr(log_record, "log_record", log_record)
+    def _on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        # The SDK hands a ReadWriteLogRecord holding the API record (the package needs 1.45+).
+        record = log_record.log_record
         attributes: Mapping[str, Any] = record.attributes or {}
         event_name = _lifecycle_event(attributes, getattr(record, "event_name", None))
         if event_name is None:
@@ -119,7 +129,7 @@ class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
             )
 
     def _session_for(
-        self, record: Any, attributes: Mapping[str, Any], resource: Any
+        self, record: LogRecord, attributes: Mapping[str, Any], resource: Resource | None
     ) -> SessionInfo | None:
         span_id = getattr(record, "span_id", 0) or 0
         if span_id:
@@ -129,7 +139,7 @@ class LifecycleHookLogProcessor(_LogRecordProcessor):  # type: ignore[misc]
         context = getattr(record, "context", None)
         current = trace.get_current_span(context)
         if _is_session_span(current):
-            return session_from_span(current)  # type: ignore[arg-type]  # an SDK span
+            return session_from_span(current)
         agent_name = attributes.get(ev.ATTR_AGENT_NAME)
         if not isinstance(agent_name, str) or not agent_name:
             return None
@@ -157,15 +167,17 @@ def _lifecycle_event(attributes: Mapping[str, Any], event_name: str | None) -> s
     return ev.event_from_span_event_name(event_name) if event_name else None
 
 
-def _is_session_span(span: Any) -> bool:
-    attributes = getattr(span, "attributes", None)
+def _is_session_span(span: trace.Span) -> TypeGuard[ReadableSpan]:
+    # Only an SDK span has readable attributes; the API's NonRecordingSpan has none.
+    attributes: Attributes = getattr(span, "attributes", None)
     if not attributes:
         return False
-    return attributes.get(ev.ATTR_OPERATION_NAME) == ev.OPERATION_INVOKE_AGENT
+    operation: object = attributes.get(ev.ATTR_OPERATION_NAME)
+    return operation == ev.OPERATION_INVOKE_AGENT
 
 
 def _session_from_attributes(
-    attributes: Mapping[str, Any], resource: Any, span_context: Any
+    attributes: Mapping[str, Any], resource: Resource | None, span_context: SpanContext | None
 ) -> SessionInfo:
     """A session named only by a record: its agent metadata, from the resource then the record."""
     metadata: dict[str, str] = {}

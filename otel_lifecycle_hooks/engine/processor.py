@@ -187,7 +187,7 @@ class LifecycleHookProcessor(SpanProcessor):
             processor._observe(session, event.name, event.attributes, event.timestamp)
 
         try:
-            span._add_event = add_event_and_observe  # type: ignore[method-assign]
+            span._add_event = add_event_and_observe
         except (AttributeError, TypeError):
             return
         with self._lock:

@@ -25,8 +25,8 @@ from .model import Execution, LifecycleEvent
 from .observers import ExecutionObserver, Retry
 
 if TYPE_CHECKING:
-    from ..journal.in_flight import InFlight
     from ..journal.base import Journal as JournalBackend
+    from ..journal.in_flight import InFlight
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 

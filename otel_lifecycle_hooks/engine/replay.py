@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import LifecycleHooksError
 from ..journal import FAILED_OUTCOMES, ExecutionRow
 from ..journal.base import Journal
 from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
@@ -67,7 +68,7 @@ log = logging.getLogger("otel_lifecycle_hooks.replay")
 _HINT_PATH_LIMIT = 300
 
 
-class ReplayRefused(Exception):
+class ReplayRefused(LifecycleHooksError):
     """Nothing was sent: the message says why and what to do."""
 
 
@@ -299,14 +300,16 @@ class Replayer:
         request = row.request or {}
         if "argv" in request:
             raise ReplayRefused(
-                f"hook {row.hook!r} is a script: scripts are not replayed, as the event they read on "
-                "stdin is not journaled; fire the event again with `otel-lifecycle-hooks test --execute`"
+                f"hook {row.hook!r} is a script: scripts are not replayed, as the event they read "
+                "on stdin is not journaled; fire the event again with "
+                "`otel-lifecycle-hooks test --execute`"
             )
         if "method" not in request or "url" not in request:
             raise ReplayRefused(f"execution {row.id} has no journaled HTTP request to re-send")
         if not row.idempotency_key:
             raise ReplayRefused(
-                f"execution {row.id} has no idempotency key; a replay could not be told from a new delivery"
+                f"execution {row.id} has no idempotency key; "
+                "a replay could not be told from a new delivery"
             )
 
     def _hook_for(self, row: ExecutionRow) -> tuple[HookSpec, Template]:
@@ -367,7 +370,8 @@ class Replayer:
         hook, template = found
         if not hook.action.is_http:
             raise ReplayRefused(
-                f"hook {row.hook!r} is now a {hook.action.type} action; only http and webhook deliveries are replayed"
+                f"hook {row.hook!r} is now a {hook.action.type} action; "
+                "only http and webhook deliveries are replayed"
             )
         from .destination import journaled_metadata, operator_metadata, unsupplied
 
@@ -378,7 +382,8 @@ class Replayer:
         if missing:
             raise ReplayRefused(
                 "; ".join(item.message() for item in missing)
-                + f". Nothing was sent; execution {row.id} stays journaled, to replay once it is set."
+                + f". Nothing was sent; execution {row.id} stays journaled, "
+                "to replay once it is set."
             )
         metadata = journaled_metadata(self._session_metadata(row), operator, template)
 
@@ -499,7 +504,8 @@ def _restore_secrets(
             )
             if template is None:
                 raise ReplayRefused(
-                    f"hook {hook.name!r}: header {name} is no longer in its template. Nothing was sent."
+                    f"hook {hook.name!r}: header {name} is no longer in its template. "
+                    "Nothing was sent."
                 )
             headers[name] = _rebuild(
                 f"header {name}", value, _header_renderer(name, template), variables, hook
@@ -508,7 +514,8 @@ def _restore_secrets(
         content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
         body_text = _rebuild(
             "body", body_text,
-            lambda v: render_body(action.body or "", v, content_type=content_type).decode("utf-8", "replace"),
+            lambda v: render_body(action.body or "", v, content_type=content_type).decode(
+                "utf-8", "replace"),
             variables, hook,
         )  # fmt: skip
     body = body_text.encode("utf-8") if body_text is not None else None
@@ -570,7 +577,8 @@ def _check_template_shape(request: RenderedRequest, hook: HookSpec, variables: V
     if not _could_render(action.url or "", request.url, "url", variables,
                          lambda t: render_url(t, variables)):  # fmt: skip
         raise ReplayRefused(
-            f"hook {hook.name!r}: the journal's url is not one its template makes. Nothing was sent."
+            f"hook {hook.name!r}: the journal's url is not one its template makes. "
+            "Nothing was sent."
         )
     content_type = next((v for k, v in fresh.headers.items() if k.lower() == "content-type"), None)
     body = (request.body or b"").decode("utf-8", "replace")
@@ -709,16 +717,18 @@ def _rebuild(
     if local.unresolved:
         names = ", ".join(f"${{{name}}}" for name in sorted(local.unresolved))
         raise ReplayRefused(
-            f"hook {hook.name!r}: its journaled {part} holds redacted values, and rendering it again needs "
-            f"{names}, which the journal does not keep and the current environment does not set. Nothing was sent."
+            f"hook {hook.name!r}: its journaled {part} holds redacted values, and rendering it "
+            f"again needs {names}, which the journal does not keep and the current environment "
+            "does not set. Nothing was sent."
         )
     redacted = redactor.redact_url(fresh) if is_url else redactor.redact_text(fresh)
     if part.startswith("header ") and redactor.is_secret_header(part.split(" ", 1)[1]):
         redacted = REDACTED
     if redacted != stored:
         raise ReplayRefused(
-            f"hook {hook.name!r}: its {part} renders differently now than when it was journaled (its "
-            "template changed since), so the original request cannot be rebuilt. Nothing was sent."
+            f"hook {hook.name!r}: its {part} renders differently now than when it was journaled "
+            "(its template changed since), so the original request cannot be rebuilt. "
+            "Nothing was sent."
         )
     return fresh
 

@@ -32,8 +32,8 @@ Completion: a `response-complete` that moves the activity to completed emits `ta
 with TASK_SUMMARY (the assistant's text). An end of turn (`agent-end`) does not, unless the
 tracker was made with `turn_end_completes_task=True` (the setting
 `LIFECYCLE_HOOKS_TURN_END_COMPLETES_TASK`, meant for headless runs whose one turn is the
-task): then a turn that ends without an error completes the task with the turn's final text. Otherwise the agent says a task is done with
-`status task_completed`, as under Scion.
+task): then a turn that ends without an error completes the task with the turn's final text.
+Otherwise the agent says a task is done with `status task_completed`, as under Scion.
 
 Explicit status signals (`signal`): ask_user -> waiting_for_input, blocked -> blocked,
 task_completed -> completed plus `task-completed` (always, with the message as TASK_SUMMARY),
@@ -193,7 +193,7 @@ class ActivityTracker:
             derived.append(Derived(LIMITS_EXCEEDED, {MESSAGE: message, "ACTIVITY": self.activity}))
         return derived
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """The tracker's state as plain JSON values (see `from_snapshot`)."""
         return {
             "activity": self.activity,
@@ -208,7 +208,7 @@ class ActivityTracker:
     @classmethod
     def from_snapshot(
         cls,
-        snapshot: Mapping[str, Any],
+        snapshot: Mapping[str, object],
         clock: Callable[[], float] = time.time,
         *,
         turn_end_completes_task: bool = False,

@@ -31,12 +31,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
 from .reported import allowed_fields
+
+if TYPE_CHECKING:
+    import yaml
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}
@@ -44,7 +48,7 @@ _DEFAULT_RESPONSE = "default"
 MAX_DIALECT_BYTES = 256 * 1024
 
 
-class DialectFileError(ValueError):
+class DialectFileError(ValueError, LifecycleHooksError):
     """A dialect file that cannot be read or does not follow the format."""
 
 
@@ -65,7 +69,7 @@ class MappingDialect:
     mappings: Mapping[str, EventMapping]
     responses: Mapping[str, str] = field(default_factory=dict)
 
-    def raw_event(self, payload: Mapping[str, Any]) -> str:
+    def raw_event(self, payload: Mapping[str, object]) -> str:
         """The payload's raw event name: the first non-empty string among the name fields."""
         for path in self.event_name_fields:
             value = resolve(payload, path)
@@ -73,7 +77,7 @@ class MappingDialect:
                 return value
         return ""
 
-    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+    def translate(self, payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
         """Raw payload -> the mapped normalized event, or none when the event is unmapped."""
         raw = self.raw_event(payload)
         mapping = self.mappings.get(raw)
@@ -91,7 +95,7 @@ class MappingDialect:
             )
         ]
 
-    def response(self, payload: Mapping[str, Any]) -> str | None:
+    def response(self, payload: Mapping[str, object]) -> str | None:
         """What to print on stdout for this payload, if the dialect asks for anything."""
         raw = self.raw_event(payload)
         return self.responses.get(raw, self.responses.get(_DEFAULT_RESPONSE))
@@ -115,7 +119,7 @@ def load_dialect_file(path: str | Path) -> MappingDialect:
 
     try:
         text = _read_bounded(Path(path))
-        document = yaml.load(text, Loader=_loader_without_aliases(yaml))
+        document = yaml.load(text, Loader=_loader_without_aliases())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise DialectFileError(f"{path}: cannot read dialect file: {exc}") from None
     return parse_dialect(document, str(path))
@@ -137,14 +141,16 @@ def _read_bounded(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _loader_without_aliases(yaml: Any) -> Any:
+def _loader_without_aliases() -> type[yaml.SafeLoader]:
     """yaml.SafeLoader refusing aliases: a few nested aliases expand exponentially once the
     document is walked (a `responses:` value is serialized), and a dialect needs none."""
+    import yaml  # already loaded by the caller; the dialect-free hook path never gets here
 
     class NoAliasLoader(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
+                # Through the class: the stubs leave peek_event untyped, allowed for yaml only.
+                mark = yaml.SafeLoader.peek_event(self).start_mark
                 raise yaml.composer.ComposerError(
                     None, None, "aliases (*name) are not allowed in a dialect file", mark
                 )
@@ -174,7 +180,7 @@ def _path(text: Any, where: str) -> tuple[str, ...]:
     return tuple(text.strip().lstrip(".").split("."))
 
 
-def _name_fields(document: dict[str, Any], source: str) -> tuple[tuple[str, ...], ...]:
+def _name_fields(document: dict[str, object], source: str) -> tuple[tuple[str, ...], ...]:
     several = document.get("event_name_fields")
     if several is not None:
         if not isinstance(several, list) or not several:
@@ -210,7 +216,7 @@ def _mappings(raw_mappings: Any, source: str) -> dict[str, EventMapping]:
     return result
 
 
-def _check_reportable(event: str, mapped: Mapping[str, Any], where: str) -> None:
+def _check_reportable(event: str, mapped: Mapping[str, object], where: str) -> None:
     """A dialect file maps only the fields its event may carry (harness/reported.py): an
     agent's payload must never fill PHASE, AGENT_ID, metadata or a template's `env:` name."""
     allowed = allowed_fields(event)

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import LifecycleHooksError
 from ..private_files import replace_file
 
 PROGRAM = "otel-lifecycle-hooks"
 HOOK_TIMEOUT_SECONDS = 10  # what a harness allows one hook call; ours take milliseconds
 
 
-class InstallError(Exception):
+class InstallError(LifecycleHooksError):
     """A configuration that cannot be read or changed; the message says which and why."""
 
 
@@ -98,7 +99,7 @@ class InstallPlan:
             else:
                 write_text_atomically(change.path, change.after)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "harness": self.harness,
             "action": self.action,
@@ -123,7 +124,7 @@ def read_text(path: Path) -> str | None:
         raise InstallError(f"{path}: cannot be read ({reason}); nothing was changed") from None
 
 
-def read_json_object(path: Path) -> tuple[str | None, dict[str, Any]]:
+def read_json_object(path: Path) -> tuple[str | None, dict[str, object]]:
     """The file's text and its JSON object ({} for a missing or empty file)."""
     text = read_text(path)
     if text is None or not text.strip():
@@ -145,7 +146,7 @@ def read_json_object(path: Path) -> tuple[str | None, dict[str, Any]]:
     return text, value
 
 
-def json_text(value: Mapping[str, Any]) -> str:
+def json_text(value: Mapping[str, object]) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -219,7 +220,7 @@ def is_our_command(command: object, dialect: str) -> bool:
     return False
 
 
-def is_our_handler(handler: Mapping[str, Any], dialect: str) -> bool:
+def is_our_handler(handler: Mapping[str, object], dialect: str) -> bool:
     """Whether a Claude-shaped hook handler is a command hook an install of `dialect` wrote."""
     return handler.get("type") == "command" and is_our_command(handler.get("command"), dialect)
 
@@ -236,15 +237,16 @@ class HookEvent:
 
 
 def add_command_hooks(
-    settings: dict[str, Any],
+    settings: dict[str, object],
     path: Path,
     events: Iterable[HookEvent],
-    handler: dict[str, Any],
-    is_ours: Callable[[Mapping[str, Any]], bool],
-) -> dict[str, Any]:
+    handler: dict[str, object],
+    is_ours: Callable[[Mapping[str, object]], bool],
+) -> dict[str, object]:
     """`settings` with `handler` in its own group on every event that does not have one of
     ours yet; the user's groups are left as they are, in their order."""
-    result = json.loads(json.dumps(settings))  # a deep copy; the input stays as read
+    # A deep copy through JSON: the input stays as read, and the result holds only JSON types.
+    result: dict[str, object] = json.loads(json.dumps(settings))
     hooks = result.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise InstallError(f'{path}: "hooks" is not an object; nothing was changed')
@@ -256,7 +258,7 @@ def add_command_hooks(
             )
         if any(_group_has(group, is_ours) for group in groups):
             continue
-        group: dict[str, Any] = {}
+        group: dict[str, object] = {}
         if event.matcher is not None:
             group["matcher"] = event.matcher
         group["hooks"] = [dict(handler)]
@@ -265,10 +267,10 @@ def add_command_hooks(
 
 
 def remove_command_hooks(
-    settings: dict[str, Any], is_ours: Callable[[Mapping[str, Any]], bool]
-) -> dict[str, Any]:
+    settings: dict[str, object], is_ours: Callable[[Mapping[str, object]], bool]
+) -> dict[str, object]:
     """`settings` without our handlers; a group left empty, then an event left empty, go too."""
-    result = json.loads(json.dumps(settings))
+    result: dict[str, object] = json.loads(json.dumps(settings))
     hooks = result.get("hooks")
     if not isinstance(hooks, dict):
         return result
@@ -293,14 +295,14 @@ def remove_command_hooks(
     return result
 
 
-def _group_has(group: object, is_ours: Callable[[Mapping[str, Any]], bool]) -> bool:
+def _group_has(group: object, is_ours: Callable[[Mapping[str, object]], bool]) -> bool:
     if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
         return False
     return any(isinstance(h, dict) and is_ours(h) for h in group["hooks"])
 
 
 def json_settings_change(
-    path: Path, transform: Callable[[dict[str, Any]], dict[str, Any]]
+    path: Path, transform: Callable[[dict[str, object]], dict[str, object]]
 ) -> FileChange:
     """The change `transform` makes to the JSON object in `path`; a file whose content would
     not change keeps its text byte for byte."""
@@ -324,7 +326,7 @@ def plan_settings_install(
     `timeout` in the harness's own unit."""
     handler = {"type": "command", "command": command, "timeout": timeout}
 
-    def is_ours(found: Mapping[str, Any]) -> bool:
+    def is_ours(found: Mapping[str, object]) -> bool:
         return is_our_handler(found, dialect)
 
     change = json_settings_change(
@@ -336,7 +338,7 @@ def plan_settings_install(
 def plan_settings_uninstall(dialect: str, scope: Scope, path: Path) -> InstallPlan:
     """The settings.json without the command hooks an install of `dialect` wrote."""
 
-    def is_ours(found: Mapping[str, Any]) -> bool:
+    def is_ours(found: Mapping[str, object]) -> bool:
         return is_our_handler(found, dialect)
 
     change = json_settings_change(path, lambda settings: remove_command_hooks(settings, is_ours))

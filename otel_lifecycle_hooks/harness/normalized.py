@@ -38,16 +38,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from .reported import admit_fields, safe_text
 
 # On the hook path, so a plain class and no `typing`: importing `dataclasses` (with `inspect`)
 # costs 7 ms, `typing` 3 ms (-X importtime), of a hook process of 14.7 ms whose target is 2x
 # `python -c pass`, 17 ms (bench_hook_path.py).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 WIRE_VERSION = 1
 MAX_FIELD_CHARS = 16 * 1024
 
@@ -71,7 +68,7 @@ HARNESS_SESSION_ID = "HARNESS_SESSION_ID"
 _RUNTIME_EVENTS = frozenset(RUNTIME_EVENTS)
 
 
-class WireFormatError(ValueError):
+class WireFormatError(ValueError, LifecycleHooksError):
     """A wire object that is not a valid normalized event."""
 
 
@@ -88,6 +85,7 @@ class NormalizedEvent:
     Empty fields are dropped and long ones clipped.
     """
 
+    # Not a dataclass: `dataclasses` costs milliseconds to import, paid on every harness event.
     __slots__ = ("dialect", "dropped", "event", "fields", "raw_event", "session_id")
 
     event: str
@@ -145,7 +143,7 @@ class NormalizedEvent:
             f"fields={dict(self.fields)!r})"
         )
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         """The JSON object sent to the supervisor (see docs/harness-protocol.md)."""
         return {
             "v": WIRE_VERSION,
@@ -158,7 +156,7 @@ class NormalizedEvent:
         }
 
     @classmethod
-    def from_wire(cls, obj: Mapping[str, Any]) -> NormalizedEvent:
+    def from_wire(cls, obj: Mapping[str, object]) -> NormalizedEvent:
         """Parse a wire object; raises `WireFormatError` naming what is wrong."""
         if obj.get("kind") != "event":
             raise WireFormatError("kind must be 'event'")

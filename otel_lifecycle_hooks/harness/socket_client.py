@@ -9,7 +9,8 @@ client, it finds its supervisor through the pointer file that supervisor wrote f
 (`_check_server`). Protocol, version 1:
 
 - A client connects (timeout `CONNECT_TIMEOUT`, 200 ms; a full backlog is retried within
-  it), writes one or more lines and closes its end. No reply is sent or awaited; the server reads until end of file.
+  it), writes one or more lines and closes its end. No reply is sent or awaited; the server reads
+  until end of file.
 - Each line is one JSON object, UTF-8, ending in `\\n`, at most `MAX_LINE_BYTES`. Every object
   has `"v": 1` and a `"kind"`:
   - `{"v": 1, "kind": "event", "event": "tool-start", "dialect": "claude",
@@ -43,6 +44,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
+from ..errors import LifecycleHooksError
 from .normalized import WIRE_VERSION, NormalizedEvent, clip
 
 # On the hook path: `typing` (3 ms to import) is for checkers (bench_hook_path.py, 14.7 ms).
@@ -78,7 +80,7 @@ _UNDELIVERED_FLAGS = (
 _EAGAIN, _EWOULDBLOCK = errno.EAGAIN, errno.EWOULDBLOCK
 
 
-class SupervisorUnavailable(OSError):
+class SupervisorUnavailable(OSError, LifecycleHooksError):
     """No supervisor socket is configured, or it did not accept the connection in time."""
 
 

@@ -16,7 +16,6 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 STATE_ENV = "OTEL_LIFECYCLE_HOOKS_STATE"
 STATE_VERSION = 1
@@ -32,7 +31,7 @@ def state_path(environ: Mapping[str, str] | None = None) -> Path:
     return home / ".local" / "state" / "otel-lifecycle-hooks" / "activity.json"
 
 
-def load_state(path: Path) -> dict[str, Any]:
+def load_state(path: Path) -> dict[str, object]:
     """The saved state, or {} when there is none or it cannot be read."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
@@ -43,7 +42,7 @@ def load_state(path: Path) -> dict[str, Any]:
     return value
 
 
-def save_state(path: Path, state: Mapping[str, Any]) -> None:
+def save_state(path: Path, state: Mapping[str, object]) -> None:
     """Write `state` atomically (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=".activity-", dir=path.parent)

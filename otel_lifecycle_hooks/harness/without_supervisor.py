@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import LifecycleHooksError
 from . import state as state_file
 from .activity import ActivityTracker, Derived, turn_end_completes_task
 from .normalized import NormalizedEvent
@@ -29,7 +30,7 @@ TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
 MAX_SESSIONS = 64
 
 
-class EngineMissing(RuntimeError):
+class EngineMissing(RuntimeError, LifecycleHooksError):
     """The in-process engine (`engine.standalone`) cannot be imported."""
 
 

@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
+from ..errors import LifecycleHooksError
+
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
 RETENTION_ENV = "LIFECYCLE_HOOKS_JOURNAL_RETENTION"
@@ -48,7 +50,7 @@ _ROWS = re.compile(r"(\d+)\s*rows?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-class RetentionError(ValueError):
+class RetentionError(ValueError, LifecycleHooksError):
     """A retention setting that cannot be read; the message says what would be valid."""
 
 

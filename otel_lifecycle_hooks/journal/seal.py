@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import LifecycleHooksError
 from ..variables import JOURNAL_KEY_ENV as KEY_ENV
 from ..variables import JOURNAL_KEY_FILE_ENV as KEY_FILE_ENV
 from .rows import SessionRow
@@ -40,7 +41,7 @@ MIN_KEY_BYTES = 16
 _SEAL_VERSION = "v1"
 
 
-class JournalKeyError(ValueError):
+class JournalKeyError(ValueError, LifecycleHooksError):
     """The journal key's setting names something unusable (too short, unreadable, shared)."""
 
 

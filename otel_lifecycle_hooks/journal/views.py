@@ -163,7 +163,7 @@ def visible_execution(
     journal: Journal, execution_id: int, retention: Retention | None = None
 ) -> ExecutionRow | None:
     """The execution with this id, unless it is beyond retention."""
-    row = journal.get(execution_id)
+    row: ExecutionRow | None = journal.get(execution_id)
     if row is None:
         return None
     since, after_id = visible_filters(journal, _retention(retention))

@@ -423,10 +423,8 @@ class HttpIngest:
     # -- serving (one thread: every connection, through a selector) ---------------------------
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # already awake (the buffer is full), or closed
             self._wake_w.send(b"w")
-        except OSError:
-            pass  # already awake (the buffer is full), or closed
 
     def _serve(self) -> None:
         try:

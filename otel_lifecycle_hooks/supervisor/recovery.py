@@ -556,7 +556,8 @@ def _failed_passes(journaled: Iterable[Any], failed: Sequence[str]) -> int:
 
 def claimer_name() -> str:
     """Who claims: where pids mean something, this pid and its start time."""
-    return f"{socket.gethostname()} {os.getpid()} {process_start_time(os.getpid())} {process_namespace()}"
+    pid = os.getpid()
+    return f"{socket.gethostname()} {pid} {process_start_time(pid)} {process_namespace()}"
 
 
 def claimer_gone(claimed_by: str | None, here: str) -> bool:

@@ -41,7 +41,10 @@ def read_core_agent_hooks(section: Located, file: str) -> tuple[list[HookSpec], 
     for event, handlers in section.value.items():
         where = f"hooks.{event}"
         if event not in ALL_EVENTS:
-            message = f"unknown event{did_you_mean(event, sorted(ALL_EVENTS))}; core-agent fires tool-start, tool-end, model-start and agent-end"
+            message = (
+                f"unknown event{did_you_mean(event, sorted(ALL_EVENTS))}; "
+                "core-agent fires tool-start, tool-end, model-start and agent-end"
+            )
             problems.append(Problem(section.key_positions[event], None, where, message))
             continue
         if handlers.value is None:
@@ -96,7 +99,10 @@ def _read_timeout(located: Located | None, name: str, problems: list[Problem]) -
         problems.append(Problem(located.position, name, "timeout_seconds", message))
         return DEFAULT_TIMEOUT_SECONDS
     if value < 0:
-        message = f"got {value}; a timeout cannot be negative (0 or absent means {DEFAULT_TIMEOUT_SECONDS})"
+        message = (
+            f"got {value}; a timeout cannot be negative "
+            f"(0 or absent means {DEFAULT_TIMEOUT_SECONDS})"
+        )
         problems.append(Problem(located.position, name, "timeout_seconds", message))
     return value or DEFAULT_TIMEOUT_SECONDS
 

@@ -388,7 +388,10 @@ def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list
                 )
                 continue
             if not 0 < timeout <= MAX_TIMEOUT:
-                message = f"got {timeout_located.text()}; write a duration above 0, at most {MAX_TIMEOUT:g}s"
+                message = (
+                    f"got {timeout_located.text()}; "
+                    f"write a duration above 0, at most {MAX_TIMEOUT:g}s"
+                )
                 problems.append(
                     Problem(timeout_located.position, None, f"{where}.timeout", message)
                 )

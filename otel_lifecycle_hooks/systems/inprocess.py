@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from .. import events as ev
+from ..errors import LifecycleHooksError
 
 log = logging.getLogger("otel_lifecycle_hooks.systems.inprocess")
 
@@ -127,7 +128,7 @@ class LifecycleHookError:
 ErrorListener = Callable[[LifecycleHookError], None]
 
 
-class HookRegistrationError(ValueError):
+class HookRegistrationError(ValueError, LifecycleHooksError):
     """A hook refused at registration: a bad or duplicate name, or no `on_event`."""
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..actions.python import call_bounded
+from ..errors import LifecycleHooksError
 from ..template.condition import Condition
 from ..template.model import MAX_TIMEOUT, AuthSpec, HookAction, HookSpec
 from ..template.validate import Located, Problem, describe, did_you_mean, quote
@@ -114,7 +115,10 @@ def read_the_loop_hooks(section: Located, file: str) -> tuple[list[HookSpec], li
     base = Path(file).resolve().parent
     for index, located in enumerate(section.value):
         if not located.is_mapping:
-            message = f"got {describe(located)}; each entry is a mapping with name and one of module, path or url"
+            message = (
+                f"got {describe(located)}; "
+                "each entry is a mapping with name and one of module, path or url"
+            )
             problems.append(Problem(located.position, None, f"hooks[{index}]", message))
             continue
         entry = _Entry(located, index, problems)
@@ -224,7 +228,8 @@ def _read_points(entry: _Entry) -> tuple[str, ...]:
             entry.report(
                 item,
                 "on",
-                f"got {describe(item)}, not a hook point{hint}; valid points are {', '.join(POINTS)}",
+                f"got {describe(item)}, not a hook point{hint}; "
+                f"valid points are {', '.join(POINTS)}",
             )
     return tuple(p for p in POINTS if p in points)
 
@@ -302,7 +307,8 @@ def _read_remote(entry: _Entry, points: tuple[str, ...]) -> tuple[HookAction | N
         entry.report(
             located,
             "url",
-            "plain http to a non-loopback host with tokenEnv set; a bearer token never travels in clear: use https",
+            "plain http to a non-loopback host with tokenEnv set; "
+            "a bearer token never travels in clear: use https",
         )
     headers = _read_headers(entry)
     timeout = DEFAULT_TIMEOUT
@@ -317,7 +323,8 @@ def _read_remote(entry: _Entry, points: tuple[str, ...]) -> tuple[HookAction | N
             entry.report(
                 timeout_located,
                 "timeoutSeconds",
-                f"got {describe(timeout_located)}; write a number of seconds above 0, at most {MAX_TIMEOUT:g}",
+                f"got {describe(timeout_located)}; "
+                f"write a number of seconds above 0, at most {MAX_TIMEOUT:g}",
             )
         else:
             timeout = float(value)
@@ -393,7 +400,7 @@ _instances: dict[tuple[Any, ...], Any] = {}
 _instances_lock = threading.Lock()
 
 
-class ExecutorLoadError(Exception):
+class ExecutorLoadError(LifecycleHooksError):
     """A local executor that cannot be imported, found or constructed."""
 
 
@@ -433,7 +440,8 @@ def _build(action: HookAction) -> Any:
         if len(classes) != 1:
             found = ", ".join(sorted(c.__name__ for c in classes)) or "none"
             raise ExecutorLoadError(
-                f"{module.__name__} defines {len(classes)} executor classes ({found}); name one with executor"
+                f"{module.__name__} defines {len(classes)} executor classes ({found}); "
+                "name one with executor"
             )
         target = classes[0]
     if not inspect.isclass(target):
@@ -520,7 +528,10 @@ def decide(answers: list[tuple[str, Any]], duration: float) -> AttemptResult:
                 "permanent",
                 duration,
                 error_type="BadAnswer",
-                message=f"{point} answered {type(answer).__name__}; expected null or an object of decisions",
+                message=(
+                    f"{point} answered {type(answer).__name__}; "
+                    "expected null or an object of decisions"
+                ),
             )
         decisions.update(answer)
         if answer.get("proceed") is False:

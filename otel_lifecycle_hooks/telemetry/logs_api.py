@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 
 def _first(*names: str) -> ModuleType:
@@ -23,9 +23,15 @@ def _first(*names: str) -> ModuleType:
 
 _api = _first("opentelemetry.logs", "opentelemetry._logs")
 
-LogRecord: Any = _api.LogRecord
-SeverityNumber: Any = _api.SeverityNumber
-get_logger_provider: Any = _api.get_logger_provider
+__all__ = ["LogRecord", "SeverityNumber", "get_logger_provider", "sdk_logs"]
+
+if TYPE_CHECKING:
+    # The names as 1.45 keeps them; at run time they come from whichever module is installed.
+    from opentelemetry._logs import LogRecord, SeverityNumber, get_logger_provider
+else:
+    LogRecord = _api.LogRecord
+    SeverityNumber = _api.SeverityNumber
+    get_logger_provider = _api.get_logger_provider
 
 
 def sdk_logs() -> ModuleType:

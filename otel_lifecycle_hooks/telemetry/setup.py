@@ -52,7 +52,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from opentelemetry import metrics, trace
@@ -63,10 +63,14 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
+from ..errors import LifecycleHooksError
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
     from opentelemetry.sdk.trace.export import SpanExporter
+
+    from .meter_later import MeterProviderLater
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +280,7 @@ def build_resource(
 ) -> Resource:
     """Resource from `OTEL_RESOURCE_ATTRIBUTES`, the caller's agent metadata (which wins over
     it) and the service name (`OTEL_SERVICE_NAME` wins over both)."""
-    attributes: dict[str, Any] = {
+    attributes: dict[str, str] = {
         "telemetry.sdk.language": "python",
         "telemetry.sdk.name": "opentelemetry",
         "telemetry.sdk.version": sdk_version,
@@ -304,7 +308,7 @@ class Telemetry:
         otel_env: dict[str, str] | None = None,
         disabled: bool = False,
         _closers: list[Callable[[], None]] | None = None,
-        _exporters: list[Any] | None = None,
+        _exporters: list[SpanExporter | MetricExporter] | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -316,7 +320,9 @@ class Telemetry:
         self.disabled = disabled
         self._closers: list[Callable[[], None]] = [] if _closers is None else _closers
         # The exporters this package made, told to stop retrying when the exit bound passes.
-        self._exporters: list[Any] = [] if _exporters is None else _exporters
+        self._exporters: list[SpanExporter | MetricExporter] = (
+            [] if _exporters is None else _exporters
+        )
         self._closed = False
         self._lock = threading.Lock()
         self._session_failures: _SessionExportFailures | None = None
@@ -324,7 +330,7 @@ class Telemetry:
         # configure_telemetry(metrics_later=True): makes the readers and the SDK's meter
         # provider, which `meter_provider` (a MeterProviderLater) hands over to.
         self._make_metrics: Callable[[], MeterProvider] | None = None
-        self._meter_later: Any = None  # that MeterProviderLater
+        self._meter_later: MeterProviderLater | None = None
 
     @property
     def trace_file(self) -> Path | None:
@@ -545,7 +551,7 @@ def configure_telemetry(
     )
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
-    exporters: list[Any] = []
+    exporters: list[SpanExporter | MetricExporter] = []
     later: _ExportLater | None = None
     if not disabled:
         trace_names = exporter_names("traces", env)
@@ -555,10 +561,12 @@ def configure_telemetry(
         if not metrics_later:
             readers, closers = _metric_readers(env, exporters)
     make_metrics: Callable[[], MeterProvider] | None = None
+    meter_later: MeterProviderLater | None = None
     if metrics_later and not disabled and _wants_metrics(env):
         from .meter_later import MeterProviderLater
 
-        meter_provider: MeterProvider = MeterProviderLater()
+        meter_later = MeterProviderLater()
+        meter_provider: MeterProvider = meter_later
 
         def make_metrics() -> MeterProvider:
             made, made_closers = _metric_readers(env, exporters)
@@ -579,8 +587,7 @@ def configure_telemetry(
         telemetry._trace_file_later = file_path
         telemetry._export_later = later
     telemetry._make_metrics = make_metrics
-    if make_metrics is not None:
-        telemetry._meter_later = meter_provider
+    telemetry._meter_later = meter_later
     atexit.register(telemetry.shutdown)
     return telemetry
 
@@ -617,7 +624,11 @@ class _ExportLater(SpanProcessor):
     exporter's (protobuf, its HTTP client) imported. The exporters made are added to
     `exporters` (the Telemetry's, stopped at a bounded exit)."""
 
-    def __init__(self, make: Callable[[], list[SpanExporter]], exporters: list[Any]) -> None:
+    def __init__(
+        self,
+        make: Callable[[], list[SpanExporter]],
+        exporters: list[SpanExporter | MetricExporter],
+    ) -> None:
         self._make = make
         self._exporters = exporters
         self._processors: list[SpanProcessor] | None = None
@@ -729,13 +740,13 @@ def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
 
         return ConsoleSpanExporter()
     if name == "otlp":
-        return _otlp_exporter(otlp_settings("traces", env))
+        return _otlp_span_exporter(otlp_settings("traces", env))
     logger.warning("unknown OTEL_TRACES_EXPORTER %r ignored", name)
     return None
 
 
 def _metric_readers(
-    env: Mapping[str, str], exporters: list[Any]
+    env: Mapping[str, str], exporters: list[SpanExporter | MetricExporter]
 ) -> tuple[list[MetricReader], list[Callable[[], None]]]:
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
@@ -765,13 +776,13 @@ def _metric_readers(
     return readers, closers
 
 
-def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
+def _metric_exporter(name: str, env: Mapping[str, str]) -> MetricExporter | None:
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter()
     if name == "otlp":
-        return _otlp_exporter(otlp_settings("metrics", env))
+        return _otlp_metric_exporter(otlp_settings("metrics", env))
     logger.warning("unknown OTEL_METRICS_EXPORTER %r ignored", name)
     return None
 
@@ -779,7 +790,7 @@ def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
 _missing_extras_told: set[str] = set()
 
 
-class MissingExtra(Exception):
+class MissingExtra(LifecycleHooksError):
     """An exporter the configuration asks for needs a package extra that is not installed."""
 
 
@@ -818,13 +829,39 @@ def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[
     return reader, close
 
 
-def _otlp_exporter(settings: OtlpSettings) -> Any:
-    """An OTLP exporter for `settings.signal` over `settings.protocol`."""
+def _otlp_span_exporter(settings: OtlpSettings) -> SpanExporter:
+    """An OTLP span exporter over `settings.protocol`."""
     if settings.protocol == "grpc":
-        return _grpc_exporter(settings)
+        arguments = _grpc_arguments(settings)  # first: it tells when the extra is missing
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(**arguments)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(**_http_arguments(settings))
+
+
+def _otlp_metric_exporter(settings: OtlpSettings) -> MetricExporter:
+    """An OTLP metric exporter over `settings.protocol`."""
+    if settings.protocol == "grpc":
+        arguments = _grpc_arguments(settings)  # first: it tells when the extra is missing
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter(**arguments)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(**_http_arguments(settings))
+
+
+def _http_arguments(settings: OtlpSettings) -> dict[str, Any]:
+    """The http/protobuf exporters' keyword arguments (the same for spans and metrics)."""
     from opentelemetry.exporter.otlp.proto.http import Compression
 
-    kwargs: dict[str, Any] = {
+    return {
         "endpoint": settings.endpoint,
         "headers": settings.headers,
         "timeout": settings.timeout_s,
@@ -835,16 +872,10 @@ def _otlp_exporter(settings: OtlpSettings) -> Any:
         "client_key_file": settings.client_key_file,
         "client_certificate_file": settings.client_certificate_file,
     }
-    if settings.signal == "traces":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    return OTLPMetricExporter(**kwargs)
 
 
-def _grpc_exporter(settings: OtlpSettings) -> Any:
+def _grpc_arguments(settings: OtlpSettings) -> dict[str, Any]:
+    """The gRPC exporters' keyword arguments; tells once when the `grpc` extra is missing."""
     _require_extra(
         "opentelemetry.exporter.otlp.proto.grpc",
         "grpc",
@@ -859,7 +890,7 @@ def _grpc_exporter(settings: OtlpSettings) -> Any:
             private_key=_read_bytes(settings.client_key_file),
             certificate_chain=_read_bytes(settings.client_certificate_file),
         )
-    kwargs: dict[str, Any] = {
+    return {
         "endpoint": settings.endpoint,
         "insecure": settings.insecure,
         "credentials": credentials,
@@ -869,13 +900,6 @@ def _grpc_exporter(settings: OtlpSettings) -> Any:
         if settings.compression == "gzip"
         else grpc.Compression.NoCompression,
     }
-    if settings.signal == "traces":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-    return OTLPMetricExporter(**kwargs)
 
 
 def _read_bytes(path: str | None) -> bytes | None:
@@ -885,7 +909,10 @@ def _read_bytes(path: str | None) -> bytes | None:
         return handle.read()
 
 
-def _guarded(name: str, build: Callable[[], Any]) -> Any:
+_Built = TypeVar("_Built")
+
+
+def _guarded(name: str, build: Callable[[], _Built | None]) -> _Built | None:
     """Build an exporter, or log why it could not be built: telemetry set-up never fails the
     agent."""
     try:

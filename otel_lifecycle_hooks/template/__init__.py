@@ -7,7 +7,14 @@ harness hook command do) never pays for PyYAML and the rules.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the real names, for type checkers
+    from .durations import DurationError, format_duration, parse_duration
+    from .loader import load_template_text, load_templates, merge_templates
+    from .model import AuthSpec, HookAction, HookSpec, Position, Template
+    from .schema import lifecycle_hooks_schema, template_file_schema
+    from .validate import Problem, TemplateError
 
 _EXPORTS: dict[str, str] = {
     "AuthSpec": "model",
@@ -46,7 +53,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module when first asked for."""
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,8 @@ not references, names that differ from a known variable only by case or a typo, 
 that is not JSON once rendered, a script that is not there.
 
 Malformed references, JSON bodies that do not parse and conditions on a misspelt variable are
-errors (reported with file:line:col); the rest are warnings, since the template is still usable (a variable may
-come from the environment, a script may be installed later), and `test` turns a missing
+errors (reported with file:line:col); the rest are warnings, since the template is still usable (a
+variable may come from the environment, a script may be installed later), and `test` turns a missing
 script into an error.
 """
 
@@ -320,7 +320,7 @@ class _SampleValues(Mapping[str, str]):
     def __len__(self) -> int:
         return 0
 
-    def get(self, name: str, default: object = None) -> str:  # type: ignore[override]
+    def get(self, name: str, default: object = None) -> str:
         return "1"
 
 

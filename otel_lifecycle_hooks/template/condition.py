@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import LifecycleHooksError
+
 # Deep enough for any hand-written condition, shallow enough to never hit Python's recursion limit.
 MAX_NESTING = 32
 
@@ -32,7 +34,7 @@ _KEYWORDS = ("and", "or")
 Lookup = Callable[[str], "str | None"] | Mapping[str, str]
 
 
-class ConditionSyntaxError(ValueError):
+class ConditionSyntaxError(ValueError, LifecycleHooksError):
     """A condition that does not parse; `offset` is the 0-based column in the source text."""
 
     def __init__(self, message: str, offset: int = 0) -> None:

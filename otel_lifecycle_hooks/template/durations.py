@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import re
 
+from ..errors import LifecycleHooksError
+
 _UNIT_SECONDS: dict[str, float] = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
@@ -16,7 +18,7 @@ _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
 _LOOKS_LIKE_MILLISECONDS = 1000
 
 
-class DurationError(ValueError):
+class DurationError(ValueError, LifecycleHooksError):
     """A value that is not a duration; the message says what would be valid."""
 
 

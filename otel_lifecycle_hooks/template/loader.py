@@ -3,8 +3,8 @@
 The YAML is read from libyaml's parse events (or, when libyaml is missing or the document
 needs PyYAML's own words, from PyYAML's composed node graph) rather than constructed, so that
 every key and value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean
-`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
-hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
+`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that
+matter to hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ..errors import LifecycleHooksError
 from ..events import ALL_EVENTS, DEBOUNCEABLE_EVENTS, RUNTIME_EVENTS, TEMPLATE_EVENTS
 from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host
 from .durations import DurationError, parse_duration
@@ -171,10 +172,10 @@ class Problem:
         parts.append(self.message)
         return ": ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """A JSON-ready view, for `validate --json`; `index` only for a problem about an entry
         of `lifecycle_hooks`."""
-        view: dict[str, Any] = {
+        view: dict[str, object] = {
             "file": self.position.file,
             "line": self.position.line,
             "column": self.position.column,
@@ -188,7 +189,7 @@ class Problem:
         return view
 
 
-class TemplateError(Exception):
+class TemplateError(LifecycleHooksError):
     """Every problem of every file of a template that failed to load."""
 
     def __init__(self, problems: Sequence[Problem]) -> None:
@@ -768,7 +769,10 @@ def _check_keys_apply(r: _Reporter, action: Located, action_type: str) -> None:
         elif action_type == "webhook" and key == "auth":
             if action.value[key].value == "none":
                 continue
-            message = "a webhook carries no auth (its URL holds the secret); use type: http to authenticate"
+            message = (
+                "a webhook carries no auth (its URL holds the secret); "
+                "use type: http to authenticate"
+            )
         else:
             message = (
                 f"does not apply to {_ARTICLE[action_type]} action; "
@@ -822,7 +826,8 @@ def _read_command(r: _Reporter, located: Located | None, action: Located) -> tup
         r.report(
             located,
             "action.command",
-            f'got {describe(located)}; write a list of arguments, e.g. command: ["/path/to/script.sh"]',
+            f"got {describe(located)}; "
+            'write a list of arguments, e.g. command: ["/path/to/script.sh"]',
         )
         return ()
     if not located.value:

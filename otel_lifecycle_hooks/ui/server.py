@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ..errors import LifecycleHooksError
 from ..journal import views as journal_views
 from ..journal.base import Journal
 from ..journal.rows import RUNNING
@@ -48,7 +49,7 @@ _REDELIVER = re.compile(r"^/api/deliveries/([0-9]{1,18})/redeliver$")
 IDLE_TIMEOUT = 10.0
 
 
-class NotLoopback(ValueError):
+class NotLoopback(ValueError, LifecycleHooksError):
     """The page is served on loopback addresses only."""
 
 

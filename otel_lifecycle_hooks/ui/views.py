@@ -9,7 +9,7 @@ no need of them. Headers always travel as [name, value] pairs, in the order sent
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..journal import FAILED_OUTCOMES, SessionRow
 from ..journal.rows import RUNNING
@@ -22,6 +22,11 @@ DELIVERIES_SHOWN = 1000
 # delivery (bodies are journaled cut at 16 KiB; the journal file may hold anything).
 LIST_TEXT_LIMIT = 1024
 TEXT_LIMIT = 20 * 1024
+
+# What `json.dumps` takes without a custom encoder: what the page is sent is made of these.
+JsonValue: TypeAlias = (
+    None | bool | int | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
+)
 
 
 def bounded(value: Any, limit: int) -> Any:
@@ -51,7 +56,7 @@ def session_state(session: Mapping[str, Any]) -> str:
 
 def session_entry(session: Mapping[str, Any]) -> dict[str, Any]:
     """One line of the sessions list (`journal.views.list_sessions`' dict)."""
-    return {**json_ready(session), "state": session_state(session)}
+    return {**json_object(session), "state": session_state(session)}
 
 
 def session_header(
@@ -114,7 +119,7 @@ def delivery_entry(
     without its request for a list (the page polls lists, and shows requests per attempt).
     A delivery journaled as running (retrying: `journal.in_flight`) is `in_flight`, unless
     its session is over: then its run was killed mid-retry, and it is shown `unfinished`."""
-    shown = json_ready({k: v for k, v in delivery.items() if k != "request"})
+    shown = json_object({k: v for k, v in delivery.items() if k != "request"})
     running = delivery.get("outcome") == RUNNING
     shown["in_flight"] = running and not session_over
     if running and session_over:
@@ -186,7 +191,7 @@ def request_entry(request: Any) -> dict[str, Any] | None:
     them as a mapping, an attempt row as pairs)."""
     if not isinstance(request, Mapping):
         return None
-    shown = json_ready(request)
+    shown = json_object(request)
     if "headers" in shown:
         shown["headers"] = header_pairs(request.get("headers"))
     return shown
@@ -199,14 +204,19 @@ def header_pairs(headers: Any) -> list[list[str]] | None:
     return [[str(pair[0]), str(pair[1])] for pair in items if len(pair) == 2]
 
 
-def json_ready(value: Any) -> Any:
+def json_ready(value: object) -> JsonValue:
     """A JSON-ready copy: mappings and sequences rebuilt, anything else as text."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Mapping):
-        return {str(key): json_ready(item) for key, item in value.items()}
+        return json_object(value)
     if isinstance(value, (list, tuple)):
         return [json_ready(item) for item in value]
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
+
+
+def json_object(mapping: Mapping[Any, object]) -> dict[str, JsonValue]:
+    """`json_ready` of a mapping: its keys as text, its values JSON-ready."""
+    return {str(key): json_ready(item) for key, item in mapping.items()}

@@ -1,8 +1,8 @@
 """A loopback OAuth 2.0 token endpoint standing in for oauth2.googleapis.com/token.
 
 It VERIFIES what google-auth sends: a service account's RS256 JWT assertion (signature against
-the key pair's public key, audience = Google's token endpoint), or an authorized user's refresh token,
-and answers with access tokens whose lifetimes the test chooses.
+the key pair's public key, audience = Google's token endpoint), or an authorized user's refresh
+token, and answers with access tokens whose lifetimes the test chooses.
 """
 
 from __future__ import annotations

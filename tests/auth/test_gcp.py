@@ -98,7 +98,8 @@ def test_gcp_default_reads_a_workload_identity_federation_file(
             json.dumps(
                 {
                     "type": "external_account",
-                    "audience": "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k8s",
+                    "audience": "//iam.googleapis.com/projects/1/locations/global/"
+                    "workloadIdentityPools/p/providers/k8s",
                     "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
                     "token_url": sts.url,
                     "credential_source": {"file": str(subject)},

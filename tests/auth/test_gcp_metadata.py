@@ -33,7 +33,8 @@ except AuthError as exc:
     sys.exit(0)
 again = credentials.headers_for(auth, target, os.environ)
 httpx.post(target, headers=headers, content=b"{}")
-print(json.dumps({"headers": headers, "again": again, "secrets": sorted(credentials.secret_values())}))
+secrets = sorted(credentials.secret_values())
+print(json.dumps({"headers": headers, "again": again, "secrets": secrets}))
 credentials.close()
 """
 

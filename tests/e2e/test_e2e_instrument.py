@@ -54,7 +54,8 @@ lifecycle_hooks:
       url: "{url}"
       headers:
         Content-Type: application/json
-      body: '{{"agent": "${{AGENT_NAME}}", "activity": "${{ACTIVITY}}", "previous": "${{PREVIOUS_ACTIVITY}}"}}'
+      body: '{{"agent": "${{AGENT_NAME}}", "activity": "${{ACTIVITY}}",
+        "previous": "${{PREVIOUS_ACTIVITY}}"}}'
     timeout: 5s
 """
 

@@ -35,7 +35,8 @@ def write_template(tmp_path: Path, url: str) -> Path:
                   type: http
                   method: POST
                   url: "{url}"
-                  body: '{{"agent": "${{AGENT_NAME}}", "event": "${{EVENT}}", "tool": "${{TOOL_NAME}}"}}'
+                  body: '{{"agent": "${{AGENT_NAME}}", "event": "${{EVENT}}",
+                    "tool": "${{TOOL_NAME}}"}}'
             """
         )
     )

@@ -59,7 +59,8 @@ def test_postgres_down_mid_session_delays_no_hook_and_loses_no_row(
         tools = deliveries(receiver, "/tool")
         phases = [tools[:PER_PHASE], tools[PER_PHASE : 2 * PER_PHASE], tools[2 * PER_PHASE :]]
         print("\nsend-to-receipt latency of tool-start hooks:")
-        for name, requests in zip(("database up", "database down", "database back"), phases, strict=False):
+        names = ("database up", "database down", "database back")
+        for name, requests in zip(names, phases, strict=False):
             print(f"  {name:14} {summary(latencies_ms(requests))}")
         session = body(tools[0])["session"]
         assert [d for d in deliveries(receiver, "/deregister") if body(d)["session"] == session]

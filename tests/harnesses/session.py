@@ -169,7 +169,9 @@ def finish(process: subprocess.Popen[str], timeout: float) -> tuple[int, str, st
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             out, err = process.communicate()
-        raise AssertionError(f"run did not finish in {timeout}s:\n{out[-2000:]}\n{err[-4000:]}")
+        raise AssertionError(
+            f"run did not finish in {timeout}s:\n{out[-2000:]}\n{err[-4000:]}"
+        ) from None
     return process.returncode, out, err
 
 

@@ -93,7 +93,8 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(route: Any) -> None:
     with socket.create_connection((host, int(port)), timeout=10) as connection:
         connection.sendall(
             f"POST /claude HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ingest.token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode()
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode()
         )
         status_line = connection.makefile("rb").readline()
     assert status_line.split()[1] == b"413"

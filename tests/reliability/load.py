@@ -108,8 +108,10 @@ class LoadedSupervisor:
         self.stderr_path = self.workdir / "supervisor.stderr"
         with self.stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template), "--", *agent],
-                env=env, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--template", str(template),
+                 "--", *agent],
+                env=env, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=stderr,
+                start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while not (path_file.exists() and path_file.read_text()):
@@ -172,7 +174,7 @@ class LoadedSupervisor:
             conn.sendall(json.dumps(line).encode() + b"\n")
 
     def dropped(self, hook: str) -> float:
-        """agent.lifecycle_hook.dropped for `hook` (reason queue_full), from the Prometheus endpoint."""
+        """agent.lifecycle_hook.dropped for `hook` (reason queue_full), read from /metrics."""
         text = (
             urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
             .read()

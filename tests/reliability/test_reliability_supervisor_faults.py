@@ -98,7 +98,8 @@ def test_a_full_disk_under_the_journal_is_reported_once_and_hooks_still_run(
             target_server.url("/hook"), events=("post-start", "task-completed", "session-end")
         )
     )
-    argv = [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--agent-name", "full-disk", "--template", str(template),
+    argv = [sys.executable, "-m", "otel_lifecycle_hooks", "run", "--agent-name", "full-disk",
+            "--template", str(template),
             "--", *space.agent_command(status=[["task_completed", "done"]], exit=0)]  # fmt: skip
 
     def full_disk() -> None:

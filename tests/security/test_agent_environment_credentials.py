@@ -1,4 +1,4 @@
-"""The agent's environment holds none of the supervisor's credentials, unless the template shares one.
+"""The agent's environment holds none of the supervisor's credentials unless the template shares it.
 
 The supervisor runs as root and the agent as `nobody`, with the operator's environment holding
 the journal's location and key, the bearer token a hook's `auth:` reads, a webhook's signing

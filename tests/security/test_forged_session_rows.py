@@ -57,7 +57,8 @@ HOOKS = """\
       method: DELETE
       url: "{base}/services/${{AGENT_SLUG}}"
       auth: {{type: bearer-token, token_env: REGISTRY_TOKEN}}
-      body: '{{"grove": "${{GROVE_NAME}}", "name": "${{AGENT_NAME}}", "note": "${{NOTE}}", "session": "${{SESSION_ID}}"}}'
+      body: '{{"grove": "${{GROVE_NAME}}", "name": "${{AGENT_NAME}}", "note": "${{NOTE}}",
+        "session": "${{SESSION_ID}}"}}'
   - name: farewell
     on: [session-end]
     timeout: 10s

@@ -77,7 +77,8 @@ child = subprocess.Popen([sys.executable, "-c", sleeper])
 write("child.pid", str(child.pid))
 daemonize = (
     "import subprocess, sys\n"
-    "daemon = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True, env={})\n"
+    "daemon = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+    "start_new_session=True, env={})\n"
     "open(sys.argv[2], 'w').write(str(daemon.pid))\n"
 )
 subprocess.run(

@@ -25,7 +25,8 @@ HOOK = """\
     action:
       type: http
       url: "{url}"
-      body: '{{"callback": "${{CALLBACK_URL}}", "mirror": "${{MIRROR_PASSWORD}}", "region": "${{REGION}}"}}'
+      body: '{{"callback": "${{CALLBACK_URL}}", "mirror": "${{MIRROR_PASSWORD}}",
+        "region": "${{REGION}}"}}'
 """
 
 

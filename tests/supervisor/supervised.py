@@ -82,8 +82,15 @@ if plan.get("detach"):
 if plan.get("touch"):
     write(plan["touch"], "started")
 for payload in plan.get("claude", []):
-    payload = {"session_id": "claude-session-1", "transcript_path": "", "cwd": os.getcwd(), **payload}
-    subprocess.run(cli + ["hook", "--dialect", "claude"], input=json.dumps(payload).encode(), check=False)
+    payload = {
+        "session_id": "claude-session-1",
+        "transcript_path": "",
+        "cwd": os.getcwd(),
+        **payload,
+    }
+    subprocess.run(
+        cli + ["hook", "--dialect", "claude"], input=json.dumps(payload).encode(), check=False
+    )
 for status, message in plan.get("status", []):
     subprocess.run(cli + ["status", status, message], check=False)
 if plan.get("ready_file"):

@@ -135,7 +135,9 @@ def test_legacy_hook_directories_run_first_in_order_and_only_executable_files(
     template_record = [
         "sh",
         "-c",
-        f'echo "template $(cat | python3 -c \'import json,sys; print(json.load(sys.stdin)["hook_event_name"])\')" >> "{order_log}"',
+        'echo "template $(cat | python3 -c '
+        '\'import json,sys; print(json.load(sys.stdin)["hook_event_name"])\')" '
+        f'>> "{order_log}"',
     ]
     template = workspace.template(
         script_hook("template", ["pre-start", "session-end"], template_record, blocking="true")

@@ -60,7 +60,8 @@ def test_a_failing_hook_gets_a_line_per_retry_a_final_line_and_the_summary(
             f"hook notify-slack (session-end) attempt {attempt} of 4 failed: HTTP 503" in stderr
         ), stderr
     assert re.search(
-        rf"hook notify-slack \(session-end\) failed after 4 attempts in \S+ \(history {history_id}\): .*503",
+        r"hook notify-slack \(session-end\) failed after 4 attempts in \S+ "
+        rf"\(history {history_id}\): .*503",
         stderr,
     ), stderr
     summary = stderr.strip().splitlines()[-1]
@@ -96,7 +97,8 @@ def test_a_refused_hook_and_a_missing_script_are_reported_on_the_terminal(
 ) -> None:
     needs_token = _http_hook("needs-token", "post-start", target_server.url("/x")).replace(
         "      type: http\n",
-        "      type: http\n      auth:\n        type: bearer-token\n        token_env: NO_SUCH_TOKEN\n",
+        "      type: http\n"
+        "      auth:\n        type: bearer-token\n        token_env: NO_SUCH_TOKEN\n",
     )
     template = workspace.template(
         needs_token

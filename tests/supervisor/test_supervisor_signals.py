@@ -30,7 +30,8 @@ def appender_then_sleep(path: str, seconds: float) -> list[str]:
     """argv of a script that appends its event name to `path`, then sleeps."""
     code = (
         "import json, sys, time; e = json.load(sys.stdin); "
-        f"open({path!r}, 'a').write(json.dumps({{'hook_event_name': e['hook_event_name']}}) + '\\n'); "
+        f"open({path!r}, 'a')"
+        ".write(json.dumps({'hook_event_name': e['hook_event_name']}) + '\\n'); "
         f"time.sleep({seconds})"
     )
     return [sys.executable, "-c", code]
@@ -178,7 +179,8 @@ def test_an_agent_that_exits_while_pre_stop_runs_ends_the_session_without_waitin
     kill_agent = [
         sys.executable,
         "-c",
-        f"import os, signal, time; os.kill(int(open({str(pid_file)!r}).read()), signal.SIGKILL); time.sleep(0.5)",
+        "import os, signal, time; "
+        f"os.kill(int(open({str(pid_file)!r}).read()), signal.SIGKILL); time.sleep(0.5)",
     ]
     template = workspace.template(
         recorder_hook(target_server.url("/events"), ["pre-stop", "error", "session-end"])

@@ -41,7 +41,7 @@ def fire(config: Path, events: list[tuple[str, dict[str, str]]], provider: Any =
 def test_the_seed_line_with_our_hook_command_delivers_tool_start_to_the_supervisor_socket(
     tmp_path: Path, supervisor_socket: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Seed 001: {"tool-start": [{"command": "sciontool hook --dialect=core-agent"}]}, ours in its place.
+    # Seed 001: {"tool-start": [{"command": "sciontool hook --dialect=core-agent"}]}, ours instead.
     socket_path, inbox = supervisor_socket
     monkeypatch.setenv("OTEL_LIFECYCLE_HOOKS_SOCKET", socket_path)
     command = f"{shlex.quote(sys.executable)} -m otel_lifecycle_hooks hook --dialect=core-agent"
@@ -70,7 +70,8 @@ def test_handlers_get_the_envelope_on_stdin_through_sh_and_run_one_after_the_oth
             "agent-end": [
                 # A pipe and a redirection: the command is shell text, as in core-agent.
                 {
-                    "command": f"sleep 0.3; cat | tee {tmp_path}/envelope.json > /dev/null; echo first >> {out}"
+                    "command": f"sleep 0.3; cat | tee {tmp_path}/envelope.json > /dev/null; "
+                    f"echo first >> {out}"
                 },
                 {"command": f"echo second >> {out}"},
             ]
@@ -147,8 +148,8 @@ def test_negative_timeouts_and_unknown_events_are_refused_together_with_their_po
     assert len(caught.value.problems) == 3, text
     assert 'field "hooks.tool-strat": unknown event (did you mean "tool-start"?)' in text
     assert (
-        'hook "core-agent.tool-end.1": field "timeout_seconds": got -1; a timeout cannot be negative'
-        in text
+        'hook "core-agent.tool-end.1": field "timeout_seconds": '
+        "got -1; a timeout cannot be negative" in text
     )
     assert 'hook "core-agent.tool-end.2": field "command": missing' in text
     assert all(

@@ -249,7 +249,8 @@ def test_plugins_are_discovered_from_entry_points_and_only_enabled_ones_load_and
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: audit-pack\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[otel_lifecycle_hooks.hooks]\naudit-pack = audit_pack:apply\nother-pack = other_pack:Hook\n"
+        "[otel_lifecycle_hooks.hooks]\n"
+        "audit-pack = audit_pack:apply\nother-pack = other_pack:Hook\n"
     )
     for name in ("audit_pack", "other_pack"):
         (site / f"{name}.py").write_text(PLUGIN.format(name=name))

@@ -158,8 +158,10 @@ def test_a_missing_or_not_executable_script_warns_at_validate_and_fails_test(
     path = tmp_path / "scion-agent.yaml"
     path.write_text(
         "lifecycle_hooks:\n"
-        f'  - {{name: gone, on: [pre-start], action: {{type: script, command: ["{tmp_path}/no.sh"]}}}}\n'
-        f'  - {{name: plain, on: [pre-start], action: {{type: script, command: ["{not_executable}"]}}}}\n'
+        "  - {name: gone, on: [pre-start], "
+        f'action: {{type: script, command: ["{tmp_path}/no.sh"]}}}}\n'
+        "  - {name: plain, on: [pre-start], "
+        f'action: {{type: script, command: ["{not_executable}"]}}}}\n'
         '  - {name: later, on: [pre-start], action: {type: script, command: ["${HOOKS}/x.sh"]}}\n'
     )
     template = load_templates([path])  # loads: these are warnings

@@ -117,7 +117,8 @@ def refusal(text: str) -> str:
 
 def test_recursive_aliases_and_alias_bombs_are_answered() -> None:
     assert refusal("lifecycle_hooks: &a [*a]\n") == (
-        "f.yaml:1:18: lifecycle_hooks[0]: got a list; each hook is a mapping with name, on and action"
+        "f.yaml:1:18: lifecycle_hooks[0]: got a list; "
+        "each hook is a mapping with name, on and action"
     )
     assert 'f.yaml:2:5: hook "x": field "on": missing' in refusal(
         "lifecycle_hooks:\n  - &h {name: x, <<: *h}\n"

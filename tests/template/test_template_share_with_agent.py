@@ -14,7 +14,10 @@ HOOK = """\
 lifecycle_hooks:
   - name: comment
     on: [session-end]
-    action: {type: http, url: "https://api.example.com/c", auth: {type: bearer-token, token_env: GITHUB_TOKEN}}
+    action:
+      type: http
+      url: "https://api.example.com/c"
+      auth: {type: bearer-token, token_env: GITHUB_TOKEN}
 """
 
 

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
+from ...errors import LifecycleHooksError
 from ..normalized import NormalizedEvent
 
 # On the hook path (14.7 ms, target 17 ms: bench_hook_path.py), which loads neither `typing`
@@ -18,7 +19,7 @@ from ..normalized import NormalizedEvent
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any, Protocol
+    from typing import Protocol
 
 DIALECTS_ENV = "OTEL_LIFECYCLE_HOOKS_DIALECTS"
 
@@ -40,12 +41,12 @@ _GEMINI_ONLY = frozenset(
 )
 
 
-class UnknownDialectError(LookupError):
+class UnknownDialectError(LookupError, LifecycleHooksError):
     """No built-in dialect and no dialect file has this name."""
 
 
 if TYPE_CHECKING:
-    Translate = Callable[[dict[str, Any], list[str]], list[NormalizedEvent]]
+    Translate = Callable[[dict[str, object], list[str]], list[NormalizedEvent]]
 
     class Dialect(Protocol):
         """What the `hook` command needs of a dialect (for type checkers only)."""
@@ -56,12 +57,12 @@ if TYPE_CHECKING:
             ...
 
         def translate(
-            self, payload: dict[str, Any], argv_extra: list[str]
+            self, payload: dict[str, object], argv_extra: list[str]
         ) -> list[NormalizedEvent]:
             """Raw payload (and any extra argv) -> normalized events, usually one."""
             ...
 
-        def response(self, payload: Mapping[str, Any]) -> str | None:
+        def response(self, payload: Mapping[str, object]) -> str | None:
             """Text to print on stdout for the harness, or None for nothing."""
             ...
 
@@ -78,10 +79,10 @@ class BuiltinDialect:
     def __repr__(self) -> str:
         return f"BuiltinDialect(name={self.name!r})"
 
-    def translate(self, payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+    def translate(self, payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
         return self.translate_fn(payload, argv_extra)
 
-    def response(self, payload: Mapping[str, Any]) -> str | None:
+    def response(self, payload: Mapping[str, object]) -> str | None:
         return None
 
 
@@ -127,7 +128,7 @@ def shipped_dialect_names() -> list[str]:
     return sorted(p.stem for p in Path(__file__).parent.glob("*.yaml"))
 
 
-def detect_dialect(payload: Mapping[str, Any], argv_extra: list[str]) -> str:
+def detect_dialect(payload: Mapping[str, object], argv_extra: list[str]) -> str:
     """Guess the built-in dialect from a payload's shape, for `hook` without `--dialect`."""
     from ...events import RUNTIME_EVENTS
 

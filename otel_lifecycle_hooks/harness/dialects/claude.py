@@ -36,7 +36,6 @@ from ._common import as_text, event, text
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
     # (path, at most this many bytes) -> (the file's last bytes, whether its start was cut),
     # or None when it cannot be read. The `hook` process reads with its own rights (it is the
@@ -64,13 +63,13 @@ _SIMPLE: dict[str, str] = {
 }
 
 
-def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+def translate(payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
     """Claude Code hook payload -> normalized events (none for events we do not use)."""
     return translate_hook_payload(payload, NAME)
 
 
 def translate_hook_payload(
-    payload: Mapping[str, Any], dialect: str, read: TailReader | None = None
+    payload: Mapping[str, object], dialect: str, read: TailReader | None = None
 ) -> list[NormalizedEvent]:
     """The Claude-shaped hook payload that Claude Code and Codex both send; `read` reads the
     transcript's tail (default: `read_tail`, with this process's rights)."""
@@ -109,7 +108,7 @@ def translate_hook_payload(
     return [event(name, dialect, raw, payload, **fields)]
 
 
-def final_assistant_text(payload: Mapping[str, Any], read: TailReader | None = None) -> str:
+def final_assistant_text(payload: Mapping[str, object], read: TailReader | None = None) -> str:
     """The turn's final text: `last_assistant_message` if given, else the transcript's tail
     (read by `read`)."""
     given = payload.get("last_assistant_message")
@@ -167,7 +166,7 @@ def transcript_final_text(
     return "\n\n".join(parts).strip()
 
 
-def _json_object(line: bytes) -> dict[str, Any] | None:
+def _json_object(line: bytes) -> dict[str, object] | None:
     if not line.strip():
         return None
     try:
@@ -177,7 +176,7 @@ def _json_object(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     if isinstance(content, str):
         return content.strip()
     if not isinstance(content, list):

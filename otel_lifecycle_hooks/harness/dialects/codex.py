@@ -4,11 +4,11 @@ Hooks (https://developers.openai.com/codex/hooks) send a Claude-shaped object on
 (`hook_event_name`, `session_id`, `turn_id`, `transcript_path`, `model`, ...), translated as the
 claude dialect does, plus `PreModelRequest` (before each model request) as `model-start`.
 `PermissionRequest` is the approval prompt, a `notification` as for Claude. `SessionEnd` is not
-translated, for the reason given in the claude dialect. The legacy `notify = [...]` program instead receives one JSON object as its
-LAST argv element: `{"type": "agent-turn-complete", "thread-id": ..., "turn-id": ...,
-"input-messages": [...], "last-assistant-message": ...}`; that one is the end of the turn
-(`agent-end`, as the Stop hook is), so that a turn ends with the same events as under Claude
-Code and Gemini CLI; told by both Stop and notify, the turn ends once (harness/activity.py).
+translated, for the reason given in the claude dialect. The legacy `notify = [...]` program instead
+receives one JSON object as its LAST argv element: `{"type": "agent-turn-complete", "thread-id":
+..., "turn-id": ..., "input-messages": [...], "last-assistant-message": ...}`; that one is the end
+of the turn (`agent-end`, as the Stop hook is), so that a turn ends with the same events as under
+Claude Code and Gemini CLI; told by both Stop and notify, the turn ends once (harness/activity.py).
 Already-normalized names (`tool-start`, ...) in `type` or `event` pass through.
 """
 
@@ -21,11 +21,6 @@ from ..normalized import ASSISTANT_TEXT, MESSAGE, NOTIFICATION_TYPE, TOOL_NAME, 
 from ._common import event, text
 from .claude import translate_hook_payload
 
-# On the hook path: `typing` (3 ms to import) is for checkers (bench_hook_path.py, 14.7 ms).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 NAME = "codex"
 
 _NOTIFY_TYPES: dict[str, str] = {
@@ -35,7 +30,7 @@ _NOTIFY_TYPES: dict[str, str] = {
 }
 
 
-def notify_payload(argv_extra: list[str]) -> dict[str, Any] | None:
+def notify_payload(argv_extra: list[str]) -> dict[str, object] | None:
     """The JSON object Codex's `notify` passes as the last argument, if there is one."""
     if not argv_extra:
         return None
@@ -46,7 +41,7 @@ def notify_payload(argv_extra: list[str]) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
+def translate(payload: dict[str, object], argv_extra: list[str]) -> list[NormalizedEvent]:
     """Codex hook payload (stdin) or notify payload (last argv element) -> normalized events."""
     notified = notify_payload(argv_extra)
     if notified is not None:
