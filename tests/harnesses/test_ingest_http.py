@@ -42,7 +42,7 @@ class Delivered:
 
     def wait_for(self, count: int) -> list[dict[str, Any]]:
         with self.arrived:
-            self.arrived.wait_for(lambda: len(self.messages) >= count, timeout=10)
+            self.arrived.wait_for(lambda: len(self.messages) >= count, timeout=60)
         return self.messages
 
 

@@ -21,7 +21,7 @@ from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 from otel_lifecycle_hooks.template.model import Template
 
 SUBPROCESS_TIMEOUT = 60  # a hang check only
-HANG_BOUND = 8.0
+HANG_BOUND = 30.0
 
 POLICY = """
 import json, os, time
