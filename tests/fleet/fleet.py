@@ -82,6 +82,12 @@ def body(request: RecordedRequest) -> dict[str, str]:
     return dict(json.loads(request.body))
 
 
+def sessions_at(receiver: TargetServer, path: str) -> set[str]:
+    """The sessions that sent to `path`: on a busy machine a hook may be retried after a slow
+    answer, so waits count sessions, not requests."""
+    return {body(request)["session"] for request in deliveries(receiver, path)}
+
+
 def hook_ids(receiver: TargetServer, path: str, session: str) -> list[str]:
     return [
         r.headers["x-scion-hook-id"]

@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 from otel_lifecycle_hooks.variables import format_unix_timestamp
-from tests.fleet.fleet import deliveries, fleet_template, hook_ids, kill_with_agent, query
+from tests.fleet.fleet import (
+    deliveries,
+    fleet_template,
+    hook_ids,
+    kill_with_agent,
+    query,
+    sessions_at,
+)
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 
@@ -63,7 +70,7 @@ def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
         "alpha",
     )
     alive = workspace.start(template, workspace.agent_command(on_term=0), "--agent-name", "beta")
-    wait_until(lambda: len(deliveries(receiver, "/register")) == 2, what="both registrations")
+    wait_until(lambda: len(sessions_at(receiver, "/register")) == 2, what="both registrations")
     lost = session_of_agent(receiver, "alpha")
     live = session_of_agent(receiver, "beta")
     kill_with_agent(workspace, killed, agent_pid)  # its pod goes
