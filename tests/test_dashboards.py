@@ -220,10 +220,10 @@ def _stop(process: subprocess.Popen[Any]) -> None:
     if process.poll() is None:
         os.kill(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+            process.wait(timeout=120)
 
 
 def _get_json(url: str) -> Any:

@@ -129,7 +129,7 @@ def kill_with_agent(workspace: Workspace, run: Any, pid_file: Path) -> None:
 
     wait_until(pid_file.exists, what="the agent to have started")
     run.signal(signal.SIGKILL)
-    run.wait(timeout=10)
+    run.wait(timeout=120)
     pid = int(pid_file.read_text())
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)

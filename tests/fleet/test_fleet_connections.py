@@ -380,7 +380,7 @@ def test_reconcile_recovers_a_thousand_stale_sessions_each_once(
         for process in reconcilers:  # none outlives a failed test
             if process.poll() is None:
                 process.kill()
-                process.communicate(timeout=30)
+                process.communicate(timeout=120)
     elapsed = time.monotonic() - started
     print(
         f"\nreconcile over {stale} stale sessions, two reconcilers at once (default"

@@ -82,7 +82,7 @@ def kill_namespace(run: Run) -> None:
     """The pod is lost: `unshare` SIGKILLed takes its namespace (supervisor and agent) along."""
     init = namespace_init(run.process.pid)
     run.signal(signal.SIGKILL)
-    run.wait(timeout=10)
+    run.wait(timeout=120)
     wait_until(lambda: not agent_alive(init, None), what="the namespace's end")
 
 

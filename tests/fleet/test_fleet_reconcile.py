@@ -99,7 +99,7 @@ def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
     assert hook_ids(receiver, "/deregister", live) == []  # alive: never reconciled
 
     alive.signal(signal.SIGTERM)
-    assert alive.wait(timeout=30) == 0, alive.stderr
+    assert alive.wait(timeout=120) == 0, alive.stderr
     assert len(hook_ids(receiver, "/deregister", live)) == 1  # its own, once
     recovered_rows = query(
         postgres_url,
@@ -115,7 +115,7 @@ def test_history_and_replay_read_every_agent_of_the_shared_journal(
     template = fleet_template(workspace, receiver)
     for name in ("alpha", "beta"):
         run = workspace.start(template, workspace.agent_command(exit=0), "--agent-name", name)
-        assert run.wait(timeout=30) == 0, run.stderr
+        assert run.wait(timeout=120) == 0, run.stderr
     history = subprocess.run(
         [sys.executable, "-m", "otel_lifecycle_hooks", "history", "--json", "--limit", "50"],
         env=workspace.env, capture_output=True, text=True, timeout=60, check=True,
@@ -193,7 +193,7 @@ def test_replay_resends_one_agents_failed_delivery_from_the_shared_journal(
     receiver.on("/farewell", Reply(503), Reply(503))  # alpha's and beta's session-end fail
     for name in ("alpha", "beta"):
         run = workspace.start(template, workspace.agent_command(exit=0), "--agent-name", name)
-        assert run.wait(timeout=30) == 0, run.stderr
+        assert run.wait(timeout=120) == 0, run.stderr
     alpha = session_of_agent(receiver, "alpha")
     (alpha_id,) = {
         json.loads(s["metadata"])["AGENT_ID"]

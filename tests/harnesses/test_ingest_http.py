@@ -535,5 +535,5 @@ def test_out_of_descriptors_the_route_waits_instead_of_spinning_and_then_serves(
     finally:
         route.stdin.write("done\n")
         route.stdin.close()
-        route.wait(timeout=30)
+        route.wait(timeout=120)
         route.stdout.close()

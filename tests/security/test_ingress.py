@@ -172,7 +172,7 @@ def test_a_client_trickling_a_byte_every_1_5s_does_not_hold_up_100_events_of_ano
     try:
         for n in range(100):
             socket_client.send_lines(events.path, [tool_start(f"tool-{n}")])
-        wait_until(lambda: len(inbox.tools()) >= 100, timeout=30, what="100 events")
+        wait_until(lambda: len(inbox.tools()) >= 100, timeout=60, what="100 events")
         assert inbox.tools() == [f"tool-{n}" for n in range(100)]
     finally:
         stop.set()

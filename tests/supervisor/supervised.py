@@ -276,7 +276,7 @@ class Workspace:
         for run in self.runs:
             if run.process.poll() is None:
                 run.process.kill()
-                run.process.wait(timeout=10)
+                run.process.wait(timeout=120)
             run.stderr_file.close()
         # Agents orphaned by a killed supervisor (their own session: out of its group), and
         # the processes they detached.

@@ -29,7 +29,7 @@ def test_the_agent_is_stopped_at_max_turns_and_the_run_exits_10(
     )
     run = workspace.start(template, command, "--grace-period", "2s", env=env)
 
-    assert run.wait(timeout=30) == 10, run.stderr
+    assert run.wait(timeout=120) == 10, run.stderr
 
     events = [
         e
@@ -57,7 +57,7 @@ def test_max_duration_stops_the_agent_and_the_run_exits_10(
         env={"SCION_MAX_DURATION": "1s"},
     )
 
-    assert run.wait(timeout=30) == 10, run.stderr
+    assert run.wait(timeout=120) == 10, run.stderr
 
     events = recorded(target_server)
     assert [e["EVENT"] for e in events] == [

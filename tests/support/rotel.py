@@ -133,10 +133,10 @@ class RotelReceiver:
             return
         os.kill(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+            process.wait(timeout=120)
 
     def stop_and_read(self) -> str:
         """Stop rotel (SIGTERM: it drains its pipelines and prints what it holds) and return

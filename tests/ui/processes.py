@@ -69,7 +69,7 @@ def stop(
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.kill(process.pid, signal.SIGKILL)
-        out, err = process.communicate(timeout=10)
+        out, err = process.communicate(timeout=120)
     return out or "", err or ""
 
 
@@ -98,10 +98,10 @@ class UiProcess:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=120)
         return int(self.process.returncode)
 
 
