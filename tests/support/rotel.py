@@ -61,7 +61,7 @@ class RotelReceiver:
     def __init__(
         self,
         workdir: Path,
-        startup_timeout: float = 10.0,
+        startup_timeout: float = 60.0,
         exporter: Sequence[str] = BLACKHOLE,
     ) -> None:
         binary = rotel_binary()
@@ -117,7 +117,7 @@ class RotelReceiver:
         except FileNotFoundError:
             return ""
 
-    def wait_for(self, text: str, timeout: float = 10.0) -> str:
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
         """Rotel's output once it contains `text`; AssertionError after `timeout`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
