@@ -170,7 +170,7 @@ def _counter(reader: InMemoryMetricReader, name: str) -> dict[tuple[Any, ...], i
     return values
 
 
-def _wait_until(condition: Any, timeout: float = 10.0) -> None:
+def _wait_until(condition: Any, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"

@@ -188,7 +188,7 @@ class Run:
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
-    def wait(self, timeout: float = 30.0) -> int:
+    def wait(self, timeout: float = 120.0) -> int:
         return self.process.wait(timeout=timeout)
 
     @property
@@ -285,7 +285,7 @@ class Workspace:
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
     """Poll `condition` until it returns something truthy; AssertionError after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -105,7 +105,7 @@ class UiProcess:
         return int(self.process.returncode)
 
 
-def start_ui(env: dict[str, str], *args: str, timeout: float = 30) -> UiProcess:
+def start_ui(env: dict[str, str], *args: str, timeout: float = 120) -> UiProcess:
     """Start `ui` and read the first line it prints (its URL); AssertionError if it exits or
     prints nothing within `timeout`."""
     process = subprocess.Popen(
