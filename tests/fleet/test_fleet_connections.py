@@ -105,7 +105,7 @@ def start_fleet(
     # answer, and a second request of one session must not hide the last session's first.
     wait_until(
         lambda: len({body(r)["session"] for r in deliveries(receiver, "/register")}) == count,
-        timeout=240,
+        timeout=600,  # a hang guard: a hundred supervisors start slowly on a busy 2-core machine
         what="every supervisor's registration",
     )
     return runs
@@ -135,10 +135,12 @@ def budget_run(workspace: Workspace, receiver: TargetServer, url: str, superviso
     database = url.rsplit("/", 1)[1]
     server_url = url.rsplit("/", 1)[0] + "/postgres"
     counter = ConnectionCounter(server_url, database)
-    runs = start_fleet(workspace, receiver, supervisors, url)
-    time.sleep(2)  # a few heartbeats: the steady state, not only the start
-    stop_fleet(runs)
-    most = counter.stop()
+    try:
+        runs = start_fleet(workspace, receiver, supervisors, url)
+        time.sleep(2)  # a few heartbeats: the steady state, not only the start
+        stop_fleet(runs)
+    finally:  # a failed start must not leave the sampler querying a server being removed
+        most = counter.stop()
     print(f"\n{supervisors} supervisors: at most {most} connections ({counter.samples} samples)")
     assert counter.samples > 0
     assert most <= supervisors  # two each at start before: up to twice as many
