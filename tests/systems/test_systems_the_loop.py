@@ -330,7 +330,7 @@ def test_a_remote_executor_that_fails_hangs_or_answers_garbage_stops_nothing_unl
           - name: compliance
             url: {jsonrpc_server.url}
             on: [session_spawn, session_spawned]
-            timeoutSeconds: 0.5
+            timeoutSeconds: 3  # room for a loaded machine to answer; the hang is cut
             required: {str(required).lower()}
         """,
     )
