@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-slow test-all bench lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/demo/run_demo.py
 
+# The default tier (pyproject's addopts leave out tests marked `slow`).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Only the scale and soak tests marked `slow` (many supervisors, thousands of sessions).
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+test-all: test test-slow
 
 # A wheel of this checkout in a clean venv under build/bench, every script from there, three
 # interleaved rounds; judged on the medians. BENCH_ARGS passes more (`--runs 5`, `--only S`).

@@ -32,7 +32,7 @@ def test_a_benchmark_runs_quick_and_reports_figures_against_a_baseline(
         [sys.executable, str(BENCHMARKS / script), "--quick", "--json", str(results)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a hang guard: a quick run takes seconds, minutes on a loaded machine
         check=False,
         cwd=tmp_path,
     )
@@ -57,7 +57,7 @@ def test_a_full_run_from_the_source_tree_is_refused_before_it_measures(tmp_path:
         [sys.executable, str(BENCHMARKS / "bench_hook_path.py"), "--json", "figures.json"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
         check=False,
         cwd=tmp_path,
     )
@@ -82,7 +82,7 @@ def test_run_all_measures_the_wheel_installed_in_a_clean_venv(tmp_path: Path) ->
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # a hang guard: it builds a wheel and a venv
         check=False,
         cwd=tmp_path,
     )

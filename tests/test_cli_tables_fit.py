@@ -135,7 +135,7 @@ def test_history_follow_fits_80_columns(journaled: Path) -> None:
             lines.append(line.rstrip("\n"))
     finally:
         process.kill()
-        process.wait(timeout=10)
+        process.wait(timeout=120)
     assert max(len(line) for line in lines) <= 80, lines
     assert lines[0].split()[:2] == ["ID", "STARTED"]
 

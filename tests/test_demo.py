@@ -86,4 +86,4 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
         assert outcome["id"] is not None  # journaled as a replay of the failed delivery
     finally:
         os.kill(ui.pid, signal.SIGTERM)
-        ui.wait(timeout=30)
+        ui.wait(timeout=120)

@@ -238,7 +238,7 @@ def test_the_hook_commands_own_lines_carry_milliseconds_like_the_supervisors(tmp
         capture_output=True,
         env=env,
         check=True,
-        timeout=30,
+        timeout=120,
     )
     [line] = lines_of(log_path)
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[hook\] ", line), line

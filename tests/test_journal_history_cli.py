@@ -173,7 +173,7 @@ def read_lines(stream: object, into: queue.Queue[str]) -> None:
 
 def next_line(lines: queue.Queue[str], what: str) -> str:
     try:
-        return lines.get(timeout=30)
+        return lines.get(timeout=120)
     except queue.Empty:
         raise AssertionError(f"history --follow printed no line for {what}") from None
 
@@ -202,7 +202,7 @@ def test_history_follow_prints_new_rows_as_they_are_journaled_until_ctrl_c(
         journal.close()
         new = next_line(lines, "the row journaled while it followed")
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=120) == 0
         assert process.stderr is not None and process.stderr.read() == ""
     finally:
         if process.poll() is None:
@@ -240,7 +240,7 @@ def test_history_follow_lines_its_rows_up_under_its_header(journal_path: Path) -
         journal.close()
         rows.append(next_line(lines, "the row journaled while it followed"))
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=120) == 0
     finally:
         if process.poll() is None:
             process.kill()

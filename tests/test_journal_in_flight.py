@@ -169,12 +169,12 @@ def test_history_follow_prints_a_running_delivery_again_when_it_ends(tmp_path: P
     stdout = process.stdout
     threading.Thread(target=lambda: [lines.put(line) for line in stdout or ()], daemon=True).start()
     try:
-        first = json.loads(lines.get(timeout=30))
+        first = json.loads(lines.get(timeout=120))
         finished = running._replace(outcome="success", attempts=2, http_status=200)
         journal.update_execution(finished, [AttemptRow(2, time.time(), "success")])
-        again = json.loads(lines.get(timeout=30))
+        again = json.loads(lines.get(timeout=120))
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=120) == 0
     finally:
         if process.poll() is None:
             process.kill()

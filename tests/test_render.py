@@ -291,7 +291,7 @@ def test_a_script_receives_a_hostile_value_as_exactly_one_argument() -> None:
         "after",
     ]
     argv = render_argv(command, _event(TOOL_NAME=value), agent_values_in_args=True)
-    completed = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+    completed = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(completed.stdout) == ["--", value, "after"]
 
 

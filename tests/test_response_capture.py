@@ -76,7 +76,7 @@ def test_register_capture_and_reuse_the_service_name_end_to_end_under_run(
         what="the activity update",
     )
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 0, run.stderr
+    assert run.wait(timeout=120) == 0, run.stderr
 
     calls = [(r.method, r.path) for r in target_server.requests]
     # The name holds a "/": it is encoded as one path segment, never a path of its own.

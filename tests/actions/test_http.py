@@ -19,7 +19,9 @@ from otel_lifecycle_hooks.actions.http import HttpClient, make_client, parse_ret
 from otel_lifecycle_hooks.render import RenderedRequest
 from tests.support.target_server import Reply, TargetServer, self_signed_certificate
 
-SLACK = 1.5  # seconds allowed past a timeout for a hang check (thread scheduling, teardown)
+# A hang guard, not a timing claim: far above a loaded machine's scheduling delay, far below
+# the 30 s a dripping reply below would take to finish.
+SLACK = 10.0
 
 
 @pytest.fixture
@@ -151,7 +153,7 @@ def test_a_dripping_body_cannot_stretch_the_attempt_past_its_timeout(
     client: HttpClient, target_server: TargetServer
 ):
     # Each byte arrives well within any per-read timeout; only a total deadline stops it.
-    target_server.on("/drip", Reply.drip(b"x" * 200, interval=0.05))
+    target_server.on("/drip", Reply.drip(b"x" * 600, interval=0.05))
 
     started = time.monotonic()
     result = send(client, post(target_server.url("/drip")), 0.6)
@@ -165,7 +167,7 @@ def test_a_dripping_body_cannot_stretch_the_attempt_past_its_timeout(
 def test_dripping_headers_cannot_stretch_the_attempt_past_its_timeout(
     client: HttpClient, target_server: TargetServer
 ):
-    target_server.on("/drip", Reply.drip_all(b"x" * 50, interval=0.05))
+    target_server.on("/drip", Reply.drip_all(b"x" * 600, interval=0.05))
 
     started = time.monotonic()
     result = send(client, post(target_server.url("/drip")), 0.6)

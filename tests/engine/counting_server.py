@@ -52,7 +52,7 @@ class CountingServer:
         self._listener.close()
         self._stop_writer.close()
 
-    def wait_for(self, count: int, timeout: float = 30.0) -> list[Arrival]:
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[Arrival]:
         """Every arrival so far, once there are at least `count` (a hang check, not timing)."""
         with self._lock:
             if not self._lock.wait_for(lambda: len(self.arrivals) >= count, timeout):

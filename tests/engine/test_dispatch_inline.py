@@ -23,7 +23,7 @@ from otel_lifecycle_hooks.engine.ratelimit import RateGate, TokenBucket
 from otel_lifecycle_hooks.template.loader import load_template_text
 from otel_lifecycle_hooks.template.model import HookSpec, RateLimit, Template
 
-WAIT = 5.0  # seconds: a bound for hang checks only
+WAIT = 60.0  # seconds: a bound for hang checks only
 
 
 def blocking_template(extra: str = "") -> Template:

@@ -168,7 +168,7 @@ def test_a_target_hanging_past_the_timeout_ends_in_timeout(spans, target_server)
     target_server.always("/hook", Reply.hang())
     started = time.monotonic()
     _, result = run_once(http_hook(target_server.url("/hook"), timeout="500ms"), provider)
-    assert time.monotonic() - started < 5  # bounded by the 0.5s timeout, not the hang
+    assert time.monotonic() - started < 20  # a hang guard: the 0.5s timeout, not the hang
     assert result.executions[0].outcome == "timeout"
     assert hook_span(exporter).attributes["agent.lifecycle_hook.outcome"] == "timeout"
 
@@ -286,7 +286,7 @@ def test_a_hanging_script_is_ended_at_its_timeout(spans):
     _, result = run_once(
         script_hook("import time; time.sleep(60)", timeout="500ms"), provider, event="pre-stop"
     )
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # a hang guard: the 500ms timeout, not the 60 s
     assert result.executions[0].outcome == "timeout"
     assert hook_span(exporter).attributes["agent.lifecycle_hook.outcome"] == "timeout"
 

@@ -82,6 +82,12 @@ def body(request: RecordedRequest) -> dict[str, str]:
     return dict(json.loads(request.body))
 
 
+def sessions_at(receiver: TargetServer, path: str) -> set[str]:
+    """The sessions that sent to `path`: on a busy machine a hook may be retried after a slow
+    answer, so waits count sessions, not requests."""
+    return {body(request)["session"] for request in deliveries(receiver, path)}
+
+
 def hook_ids(receiver: TargetServer, path: str, session: str) -> list[str]:
     return [
         r.headers["x-scion-hook-id"]
@@ -123,7 +129,7 @@ def kill_with_agent(workspace: Workspace, run: Any, pid_file: Path) -> None:
 
     wait_until(pid_file.exists, what="the agent to have started")
     run.signal(signal.SIGKILL)
-    run.wait(timeout=10)
+    run.wait(timeout=120)
     pid = int(pid_file.read_text())
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)

@@ -1,13 +1,14 @@
 """Fleet-sized use of one PostgreSQL: connections, growth and recovery at scale.
 
-- Supervisors starting together hold one connection each at most (their start-up recovery
-  read and their writer share it), counted in `pg_stat_activity` throughout; and behind a real
-  PgBouncer in transaction mode the database sees no more than its pool, while every row,
-  claim and read still goes through.
+- Supervisors starting together (8; 40 and 100 in the `slow` tier) hold one connection each
+  at most (their start-up recovery read and their writer share it), counted in
+  `pg_stat_activity` throughout; and behind a real PgBouncer in transaction mode (8 supervisors;
+  30 in the `slow` tier) the database sees no more than its pool, while every row, claim and
+  read still goes through.
 - The sessions table stays bounded under the default retention, an unfinished owed session
   is never pruned, and a pass stopped between chunks is resumed by the next.
 - The unfinished-sessions query is served by its index (EXPLAIN).
-- `reconcile` over 1,000 stale sessions (200 outside the `slow` tier) recovers each exactly
+- `reconcile` over 1,000 stale sessions (50 outside the `slow` tier) recovers each exactly
   once, two reconcilers at once, each recovering several sessions side by side; the time it
   takes is printed (docs/fleet.md states it), never asserted.
 """
@@ -104,7 +105,7 @@ def start_fleet(
     # answer, and a second request of one session must not hide the last session's first.
     wait_until(
         lambda: len({body(r)["session"] for r in deliveries(receiver, "/register")}) == count,
-        timeout=240,
+        timeout=600,  # a hang guard: a hundred supervisors start slowly on a busy 2-core machine
         what="every supervisor's registration",
     )
     return runs
@@ -134,16 +135,25 @@ def budget_run(workspace: Workspace, receiver: TargetServer, url: str, superviso
     database = url.rsplit("/", 1)[1]
     server_url = url.rsplit("/", 1)[0] + "/postgres"
     counter = ConnectionCounter(server_url, database)
-    runs = start_fleet(workspace, receiver, supervisors, url)
-    time.sleep(2)  # a few heartbeats: the steady state, not only the start
-    stop_fleet(runs)
-    most = counter.stop()
+    try:
+        runs = start_fleet(workspace, receiver, supervisors, url)
+        time.sleep(2)  # a few heartbeats: the steady state, not only the start
+        stop_fleet(runs)
+    finally:  # a failed start must not leave the sampler querying a server being removed
+        most = counter.stop()
     print(f"\n{supervisors} supervisors: at most {most} connections ({counter.samples} samples)")
     assert counter.samples > 0
     assert most <= supervisors  # two each at start before: up to twice as many
     assert_every_session_journaled(url, runs, supervisors)
 
 
+def test_a_few_supervisors_hold_one_connection_each_at_most(
+    workspace: Workspace, receiver: TargetServer, postgres_url: str
+) -> None:
+    budget_run(workspace, receiver, postgres_url, 8)
+
+
+@pytest.mark.slow
 def test_forty_supervisors_hold_one_connection_each_at_most(
     workspace: Workspace, receiver: TargetServer, postgres_url: str
 ) -> None:
@@ -168,10 +178,15 @@ def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncer]:
         bouncer.remove()
 
 
+@pytest.mark.parametrize("supervisors", [8, pytest.param(30, marks=pytest.mark.slow)])
 def test_through_pgbouncer_in_transaction_mode_the_database_sees_only_its_pool(
-    workspace: Workspace, receiver: TargetServer, postgres_url: str, pgbouncer: PgBouncer
+    workspace: Workspace,
+    receiver: TargetServer,
+    postgres_url: str,
+    pgbouncer: PgBouncer,
+    supervisors: int,
 ) -> None:
-    supervisors = 30
+    # More supervisors than the pool's 5 connections, or the bound would hold trivially.
     database = postgres_url.rsplit("/", 1)[1]
     pooled = pgbouncer.url(database)
     counter = ConnectionCounter(postgres_url.rsplit("/", 1)[0] + "/postgres", database)
@@ -328,7 +343,7 @@ def clone_lost_session(url: str, session_id: str, copies: int) -> list[str]:
     return ids
 
 
-@pytest.mark.parametrize("stale", [200, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("stale", [50, pytest.param(1000, marks=pytest.mark.slow)])
 def test_reconcile_recovers_a_thousand_stale_sessions_each_once(
     workspace: Workspace, receiver: TargetServer, postgres_url: str, stale: int
 ) -> None:
@@ -380,7 +395,7 @@ def test_reconcile_recovers_a_thousand_stale_sessions_each_once(
         for process in reconcilers:  # none outlives a failed test
             if process.poll() is None:
                 process.kill()
-                process.communicate(timeout=30)
+                process.communicate(timeout=120)
     elapsed = time.monotonic() - started
     print(
         f"\nreconcile over {stale} stale sessions, two reconcilers at once (default"

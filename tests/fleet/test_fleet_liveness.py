@@ -20,7 +20,7 @@ import pytest
 from otel_lifecycle_hooks.journal.liveness import CLOCK_OFFSET_ENV
 from otel_lifecycle_hooks.journal.postgres import PostgresJournal
 from otel_lifecycle_hooks.supervisor.recovery import agent_alive
-from tests.fleet.fleet import body, deliveries, fleet_template, hook_ids, query
+from tests.fleet.fleet import body, deliveries, fleet_template, hook_ids, query, sessions_at
 from tests.supervisor.supervised import Run, Workspace, wait_until
 from tests.support.postgres import PostgresServer
 from tests.support.target_server import TargetServer
@@ -82,7 +82,7 @@ def kill_namespace(run: Run) -> None:
     """The pod is lost: `unshare` SIGKILLed takes its namespace (supervisor and agent) along."""
     init = namespace_init(run.process.pid)
     run.signal(signal.SIGKILL)
-    run.wait(timeout=10)
+    run.wait(timeout=120)
     wait_until(lambda: not agent_alive(init, None), what="the namespace's end")
 
 
@@ -142,7 +142,7 @@ def test_an_outage_longer_than_stale_after_deregisters_no_live_agent(
         for name in names
     ]
     doomed = start_in_namespace(workspace, template, workspace.agent_command(on_term=0), "doomed")
-    wait_until(lambda: len(deliveries(receiver, "/register")) == 5, what="five registrations")
+    wait_until(lambda: len(sessions_at(receiver, "/register")) == 5, what="five registrations")
     live = [session_of(receiver, name) for name in names]
     lost = session_of(receiver, "doomed")
     watcher = reconcile_in_namespace(
@@ -193,7 +193,7 @@ def test_a_reconciler_whose_clock_is_wrong_judges_on_the_databases(
     template = fleet_template(workspace, receiver)
     alive = start_in_namespace(workspace, template, workspace.agent_command(on_term=0), "alive")
     doomed = start_in_namespace(workspace, template, workspace.agent_command(on_term=0), "doomed")
-    wait_until(lambda: len(deliveries(receiver, "/register")) == 2, what="both registrations")
+    wait_until(lambda: len(sessions_at(receiver, "/register")) == 2, what="both registrations")
     live, lost = session_of(receiver, "alive"), session_of(receiver, "doomed")
     wait_until(lambda: database_age(postgres_url, live) < 5, what="the live one's heartbeat")
 

@@ -1,7 +1,8 @@
-"""Load: 50 supervisors, each sending 10 tool-start deliveries a second, all journaling to one
-PostgreSQL. Printed side by side with the same load journaled to a SQLite file per supervisor:
-the send-to-receipt latency of the hooks (no timed assert: the journal is off the hook path by
-construction, this shows it). Every row must be in the shared journal at the end."""
+"""Load: 50 supervisors (5 outside the `slow` tier), each sending 10 tool-start deliveries a
+second, all journaling to one PostgreSQL. Printed side by side with the same load journaled to
+a SQLite file per supervisor: the send-to-receipt latency of the hooks (no timed assert: the
+journal is off the hook path by construction, this shows it). Every row must be in the shared
+journal at the end."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.fleet import deliveries, fleet_template, latencies_ms, query, summary, tool_agent
+from tests.fleet.fleet import (
+    body,
+    deliveries,
+    fleet_template,
+    latencies_ms,
+    query,
+    summary,
+    tool_agent,
+)
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import TargetServer
 
-SUPERVISORS = 50
 RATE = 10  # deliveries per second per supervisor
 SECONDS = 4
 PER_SUPERVISOR = RATE * SECONDS
@@ -32,7 +40,9 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
     space.cleanup()
 
 
-def run_fleet(workspace: Workspace, journal_of: list[str], label: str) -> list[float]:
+def run_fleet(
+    workspace: Workspace, journal_of: list[str], label: str, supervisors: int
+) -> list[float]:
     """Start the supervisors (journal i for supervisor i), release the load, stop them all;
     the latencies of their tool-start hooks."""
     with TargetServer() as receiver:
@@ -50,18 +60,22 @@ def run_fleet(workspace: Workspace, journal_of: list[str], label: str) -> list[f
                 f"{label}-{index}",
                 env={"OTEL_LIFECYCLE_HOOKS_JOURNAL": journal_of[index]},
             )
-            for index in range(SUPERVISORS)
+            for index in range(supervisors)
         ]
+        # Hang guards only: on a busy 2-core machine fifty supervisors take minutes to start.
+        # Sessions, not requests: a registration may be retried after a slow answer.
         wait_until(
-            lambda: len(deliveries(receiver, "/register")) == SUPERVISORS,
-            timeout=120,
+            lambda: (
+                len({body(r)["session"] for r in deliveries(receiver, "/register")}) == supervisors
+            ),
+            timeout=600,
             what="every supervisor's registration",
         )
         ready = time.monotonic()
         go.touch()
         wait_until(
-            lambda: len(deliveries(receiver, "/tool")) == SUPERVISORS * PER_SUPERVISOR,
-            timeout=120,
+            lambda: len(deliveries(receiver, "/tool")) >= supervisors * PER_SUPERVISOR,
+            timeout=600,
             what="every tool-start delivery",
         )
         loaded = time.monotonic()
@@ -69,7 +83,7 @@ def run_fleet(workspace: Workspace, journal_of: list[str], label: str) -> list[f
         for run in runs:
             run.signal(signal.SIGTERM)
         for run in runs:
-            assert run.wait(timeout=60) == 0, run.stderr
+            assert run.wait(timeout=300) == 0, run.stderr
         stopped = time.monotonic()
         cpu = _cpu_seconds() - cpu_before
         print(
@@ -110,29 +124,29 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-@pytest.mark.slow
-def test_fifty_supervisors_on_one_postgres_lose_no_row_and_hooks_do_not_wait_for_it(
-    workspace: Workspace, postgres_url: str
+@pytest.mark.parametrize("supervisors", [5, pytest.param(50, marks=pytest.mark.slow)])
+def test_supervisors_on_one_postgres_lose_no_row_and_hooks_do_not_wait_for_it(
+    workspace: Workspace, postgres_url: str, supervisors: int
 ) -> None:
-    local = [str(workspace.root / f"local-{i}.sqlite3") for i in range(SUPERVISORS)]
-    without = run_fleet(workspace, local, "sqlite-each")
-    shared = run_fleet(workspace, [postgres_url] * SUPERVISORS, "postgres-shared")
+    local = [str(workspace.root / f"local-{i}.sqlite3") for i in range(supervisors)]
+    without = run_fleet(workspace, local, "sqlite-each", supervisors)
+    shared = run_fleet(workspace, [postgres_url] * supervisors, "postgres-shared", supervisors)
     print(f"tool-start send-to-receipt, a SQLite file each:   {summary(without)}")
     print(f"tool-start send-to-receipt, one shared PostgreSQL: {summary(shared)}")
 
     (count,) = query(postgres_url, "SELECT count(*) AS n FROM executions WHERE hook = 'tool'")
-    assert count["n"] == SUPERVISORS * PER_SUPERVISOR
+    assert count["n"] == supervisors * PER_SUPERVISOR
     per_session = query(
         postgres_url,
         "SELECT session_id, count(*) AS n FROM executions WHERE hook = 'tool' GROUP BY session_id",
     )
-    assert sorted(row["n"] for row in per_session) == [PER_SUPERVISOR] * SUPERVISORS
+    assert sorted(row["n"] for row in per_session) == [PER_SUPERVISOR] * supervisors
     ended = query(postgres_url, "SELECT count(*) AS n FROM sessions WHERE ended_at IS NOT NULL")
-    assert ended[0]["n"] == SUPERVISORS
+    assert ended[0]["n"] == supervisors
     others = query(
         postgres_url,
         "SELECT hook, count(*) AS n FROM executions WHERE hook <> 'tool' GROUP BY hook",
     )
     assert {row["hook"]: row["n"] for row in others} == {
-        "register": SUPERVISORS, "deregister": SUPERVISORS, "farewell": SUPERVISORS,
+        "register": supervisors, "deregister": supervisors, "farewell": supervisors,
     }  # fmt: skip

@@ -149,7 +149,7 @@ def test_reconcile_watching_through_an_outage_reports_it_and_recovers_after(
             if postgres_server.process is None:
                 postgres_server.start()
             watcher.send_signal(signal.SIGTERM)
-            out, err = watcher.communicate(timeout=30)
+            out, err = watcher.communicate(timeout=120)
         assert watcher.returncode == 0, err
         assert "cannot read the journal" in err
         assert f"recovered: session {lost}" in out

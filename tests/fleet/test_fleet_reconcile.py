@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 from otel_lifecycle_hooks.variables import format_unix_timestamp
-from tests.fleet.fleet import deliveries, fleet_template, hook_ids, kill_with_agent, query
+from tests.fleet.fleet import (
+    deliveries,
+    fleet_template,
+    hook_ids,
+    kill_with_agent,
+    query,
+    sessions_at,
+)
 from tests.supervisor.supervised import Workspace, wait_until
 from tests.support.target_server import Reply, TargetServer
 
@@ -63,7 +70,7 @@ def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
         "alpha",
     )
     alive = workspace.start(template, workspace.agent_command(on_term=0), "--agent-name", "beta")
-    wait_until(lambda: len(deliveries(receiver, "/register")) == 2, what="both registrations")
+    wait_until(lambda: len(sessions_at(receiver, "/register")) == 2, what="both registrations")
     lost = session_of_agent(receiver, "alpha")
     live = session_of_agent(receiver, "beta")
     kill_with_agent(workspace, killed, agent_pid)  # its pod goes
@@ -92,7 +99,7 @@ def test_reconcile_deregisters_a_killed_agent_once_and_leaves_the_live_one(
     assert hook_ids(receiver, "/deregister", live) == []  # alive: never reconciled
 
     alive.signal(signal.SIGTERM)
-    assert alive.wait(timeout=30) == 0, alive.stderr
+    assert alive.wait(timeout=120) == 0, alive.stderr
     assert len(hook_ids(receiver, "/deregister", live)) == 1  # its own, once
     recovered_rows = query(
         postgres_url,
@@ -108,7 +115,7 @@ def test_history_and_replay_read_every_agent_of_the_shared_journal(
     template = fleet_template(workspace, receiver)
     for name in ("alpha", "beta"):
         run = workspace.start(template, workspace.agent_command(exit=0), "--agent-name", name)
-        assert run.wait(timeout=30) == 0, run.stderr
+        assert run.wait(timeout=120) == 0, run.stderr
     history = subprocess.run(
         [sys.executable, "-m", "otel_lifecycle_hooks", "history", "--json", "--limit", "50"],
         env=workspace.env, capture_output=True, text=True, timeout=60, check=True,
@@ -186,7 +193,7 @@ def test_replay_resends_one_agents_failed_delivery_from_the_shared_journal(
     receiver.on("/farewell", Reply(503), Reply(503))  # alpha's and beta's session-end fail
     for name in ("alpha", "beta"):
         run = workspace.start(template, workspace.agent_command(exit=0), "--agent-name", name)
-        assert run.wait(timeout=30) == 0, run.stderr
+        assert run.wait(timeout=120) == 0, run.stderr
     alpha = session_of_agent(receiver, "alpha")
     (alpha_id,) = {
         json.loads(s["metadata"])["AGENT_ID"]

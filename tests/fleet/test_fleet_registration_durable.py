@@ -90,7 +90,7 @@ def lose_each_once_registered(
             registered[name] = sent["session"]
             run, pid_file, home = pods[name]
             run.signal(signal.SIGKILL)
-            run.wait(timeout=30)
+            run.wait(timeout=120)
             if pid_file.exists():
                 with contextlib.suppress(ValueError, ProcessLookupError):
                     os.killpg(int(pid_file.read_text()), signal.SIGKILL)

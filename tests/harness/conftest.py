@@ -47,7 +47,7 @@ class LineServer:
                 self.connections.append(data.splitlines(keepends=True))
                 self._received.notify_all()
 
-    def wait_for(self, count: int, timeout: float = 5.0) -> list[list[bytes]]:
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[list[bytes]]:
         """The recorded connections once `count` have arrived (or the timeout passed)."""
         with self._received:
             self._received.wait_for(lambda: len(self.connections) >= count, timeout)

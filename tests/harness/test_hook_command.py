@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from otel_lifecycle_hooks.cli import hook
 
 Loader = Callable[[str, str], dict[str, Any]]
-SUBPROCESS_TIMEOUT = 20  # seconds: a hang check, far above a normal run
+SUBPROCESS_TIMEOUT = 120  # seconds: a hang check, far above a normal run
 
 
 def run_hook(

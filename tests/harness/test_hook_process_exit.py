@@ -29,7 +29,7 @@ def run(args: list[str], stdin: bytes, env: dict[str, str]) -> subprocess.Comple
         capture_output=True,
         text=True,
         env=env,
-        timeout=30,
+        timeout=120,
         check=False,
     )
 

@@ -14,7 +14,7 @@ import pytest
 
 from otel_lifecycle_hooks.cli.main import main as cli_main
 
-SUBPROCESS_TIMEOUT = 20  # seconds: a hang check
+SUBPROCESS_TIMEOUT = 120  # seconds: a hang check
 
 
 @pytest.fixture

@@ -235,7 +235,7 @@ def wait_for_pid_file(path: Path, timeout: float = 60.0) -> int:
     raise AssertionError(f"the tool never wrote {path}")
 
 
-def wait_until_gone(pid: int, timeout: float = 10.0) -> bool:
+def wait_until_gone(pid: int, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive(pid):

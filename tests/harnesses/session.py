@@ -165,7 +165,7 @@ def finish(process: subprocess.Popen[str], timeout: float) -> tuple[int, str, st
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            out, err = process.communicate(timeout=10)
+            out, err = process.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             out, err = process.communicate()

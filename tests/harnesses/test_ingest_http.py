@@ -42,7 +42,7 @@ class Delivered:
 
     def wait_for(self, count: int) -> list[dict[str, Any]]:
         with self.arrived:
-            self.arrived.wait_for(lambda: len(self.messages) >= count, timeout=10)
+            self.arrived.wait_for(lambda: len(self.messages) >= count, timeout=60)
         return self.messages
 
 
@@ -536,5 +536,5 @@ def test_out_of_descriptors_the_route_waits_instead_of_spinning_and_then_serves(
     finally:
         route.stdin.write("done\n")
         route.stdin.close()
-        route.wait(timeout=30)
+        route.wait(timeout=120)
         route.stdout.close()

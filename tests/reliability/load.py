@@ -82,7 +82,7 @@ class LoadedSupervisor:
     metrics_port: int = 0
     sent: int = 0
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         template = self.workdir / "scion-agent.yaml"
         template.write_text(template_yaml(self.target_url))
         path_file = self.workdir / "socket-path"

@@ -67,7 +67,7 @@ class Collected:
             self.messages.append(message)
             self.arrived.notify_all()
 
-    def wait_for(self, predicate: Any, timeout: float = 10.0) -> bool:
+    def wait_for(self, predicate: Any, timeout: float = 60.0) -> bool:
         with self.arrived:
             return self.arrived.wait_for(lambda: predicate(self.messages), timeout)
 

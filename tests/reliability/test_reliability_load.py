@@ -1,8 +1,8 @@
 """Load: a real supervisor fed 10,000 activity changes per second through its event socket,
 from several connections, with one debounced and one plain HTTP hook on a loopback target.
 
-Shown here (3 s of offered load, so CI runs it by default; `make bench` runs 30 s through
-benchmarks/load_activity.py): resident memory stays flat after warm-up; the debounced hook
+Shown here (3 s of offered load, in the `slow` tier that `.ci/run` also runs; `make bench`
+runs 30 s through benchmarks/load_activity.py): resident memory stays flat after warm-up; the debounced hook
 delivers the last state; the plain hook's queue is bounded and its overflow is dropped oldest
 first, counted in `agent.lifecycle_hook.dropped` (read from the Prometheus endpoint) and logged
 a bounded number of times; the lifecycle events it also listens to are never dropped.
@@ -33,7 +33,7 @@ def bodies(server: TargetServer, path: str) -> list[dict[str, str]]:
     return [json.loads(r.body) for r in found]
 
 
-@pytest.mark.slow  # 15-25 s: the supervisor catching up with 3 s of overload; runs by default
+@pytest.mark.slow  # a load run: the supervisor catching up with 3 s of overload
 def test_10k_activity_changes_per_second_keep_memory_flat_and_drop_only_what_may_be_dropped(
     tmp_path: Path, target_server: TargetServer
 ) -> None:

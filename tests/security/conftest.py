@@ -39,7 +39,7 @@ for payload in plan.get("sends", []):
         connection.shutdown(socket.SHUT_WR)
 for dialect, stdin in plan.get("hook", []):
     subprocess.run([sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", dialect],
-                   input=stdin.encode("utf-8", "surrogatepass"), check=False, timeout=30)
+                   input=stdin.encode("utf-8", "surrogatepass"), check=False, timeout=120)
 if plan.get("ready_file"):
     with open(plan["ready_file"], "w") as handle:
         handle.write("ready")

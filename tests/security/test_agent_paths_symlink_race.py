@@ -158,7 +158,7 @@ def start_attacker(stage: Stage) -> subprocess.Popen[str]:
 def stop_attacker(attacker: subprocess.Popen[str]) -> int:
     """Stops the attacker; how many links it swapped in."""
     attacker.send_signal(signal.SIGTERM)
-    out, _ = attacker.communicate(timeout=30)
+    out, _ = attacker.communicate(timeout=120)
     return int(out.strip() or 0)
 
 

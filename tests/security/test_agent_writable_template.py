@@ -93,7 +93,7 @@ def test_a_template_the_agent_can_replace_never_runs_its_hooks_as_root(
         AGENTS.format(markers=markers),
     ]
     # The agent, in an earlier session, as nobody.
-    subprocess.run(rewrite, user=65534, group=65534, extra_groups=[], check=True, timeout=30)
+    subprocess.run(rewrite, user=65534, group=65534, extra_groups=[], check=True, timeout=120)
     assert "run_as: root" in template.read_text()  # the agent did replace it
     assert template.stat().st_uid == pwd.getpwnam("nobody").pw_uid
 

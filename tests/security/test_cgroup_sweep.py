@@ -53,7 +53,7 @@ def parent() -> Iterator[tuple[str, Path]]:
             Cgroup(group).kill()
     for group in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if group.is_dir():
-            wait_until(lambda g=group: _rmdir(g), timeout=10, what=f"{group} to empty")
+            wait_until(lambda g=group: _rmdir(g), timeout=60, what=f"{group} to empty")
     directory.rmdir()
 
 
@@ -113,15 +113,15 @@ def test_only_a_dead_owners_group_is_killed_and_removed(parent: tuple[str, Path]
 
     assert removed == [dead.name]
     orphan, orphan_start = sleepers.pop(dead)
-    wait_until(lambda: not _running(orphan, orphan_start), timeout=30, what="the orphan to end")
+    wait_until(lambda: not _running(orphan, orphan_start), timeout=60, what="the orphan to end")
     assert not dead.exists()
     for group, (process, start) in sleepers.items():
         assert _running(process, start), f"{group.name} was killed"
         assert group.exists()
     for process, _ in sleepers.values():
         process.kill()
-        process.wait(timeout=10)
-    orphan.wait(timeout=10)  # its zombie (this test is its parent)
+        process.wait(timeout=120)
+    orphan.wait(timeout=120)  # its zombie (this test is its parent)
 
 
 def test_a_supervisors_group_is_its_own_while_it_lives(parent: tuple[str, Path]) -> None:
@@ -139,8 +139,8 @@ def test_a_supervisors_group_is_its_own_while_it_lives(parent: tuple[str, Path])
         assert _running(process, start)
     finally:
         home.close()
-    wait_until(lambda: not _running(process, start), timeout=30, what="close to kill the agent")
-    process.wait(timeout=10)
+    wait_until(lambda: not _running(process, start), timeout=60, what="close to kill the agent")
+    process.wait(timeout=120)
     assert not home.path.exists()
 
 
@@ -158,8 +158,8 @@ def test_without_cgroup_kill_a_forking_group_is_still_ended(parent: tuple[str, P
 
         _kill_each(group)
 
-        wait_until(lambda: not Cgroup(group).pids(), timeout=30, what="the group to empty")
-        assert forker.wait(timeout=30) == -9
+        wait_until(lambda: not Cgroup(group).pids(), timeout=60, what="the group to empty")
+        assert forker.wait(timeout=120) == -9
     finally:
         Cgroup(group).kill()
-        forker.wait(timeout=30)
+        forker.wait(timeout=120)

@@ -295,7 +295,7 @@ def test_a_genuine_killed_session_is_still_recovered_once_with_the_operators_met
     wait_until(ready.exists, what="the agent to have started")
     wait_until(lambda: _post_started(agent_dir / "journal.sqlite3"), what="post-start journaled")
     killed.signal(signal.SIGKILL)
-    killed.wait(timeout=10)
+    killed.wait(timeout=120)
     workspace.cleanup()  # the agent dies with its supervisor; any survivor is ended here
 
     supervise(workspace, template, [SYSTEM_PYTHON, "-c", "pass"], env)

@@ -174,7 +174,7 @@ def _killed_supervisors_processes(space: Workspace, directory: Path) -> dict[str
     wait_until((directory / "ready").exists, what="the agent to start its child and daemon")
     processes = _recorded_processes(directory)
     run.signal(signal.SIGKILL)
-    run.wait(timeout=30)
+    run.wait(timeout=120)
     # The kernel ends the agent itself (its parent-death signal); its child and daemon, which
     # no one tells, are what is left of the session.
     return processes
@@ -229,7 +229,7 @@ def test_a_stop_ends_every_process_of_the_agents_group(space: Workspace, shared_
     run.signal(signal.SIGTERM)
     run.wait(timeout=60)
 
-    wait_until(lambda: not _still_running(processes), timeout=30, what="the agent's processes")
+    wait_until(lambda: not _still_running(processes), timeout=60, what="the agent's processes")
 
 
 def test_a_timed_out_scripts_setsid_grandchild_is_ended(shared_dir: Path) -> None:
@@ -319,7 +319,7 @@ def test_the_agent_cannot_move_itself_out_of_its_cgroup(
 
     run.signal(signal.SIGTERM)
     run.wait(timeout=60)
-    wait_until(lambda: read_stat(agent_pid) is None, timeout=30, what="the agent to end")
+    wait_until(lambda: read_stat(agent_pid) is None, timeout=60, what="the agent to end")
 
 
 def test_confinement_turned_off_leaves_the_agent_in_the_supervisors_cgroup(

@@ -183,7 +183,7 @@ def test_an_agent_of_another_user_reaches_its_root_supervisor_through_the_pointe
             65534,
         )
         run.signal(signal.SIGTERM)
-        run.wait(timeout=30)
+        run.wait(timeout=120)
         assert not pointer.exists()
     finally:
         space.cleanup()

@@ -94,7 +94,7 @@ def sigkill(workspace: Workspace, run: object, pid_file: Path | None = None) -> 
     if pid_file is not None:
         wait_until(pid_file.exists, what="the agent to have started")
     run.signal(signal.SIGKILL)  # type: ignore[attr-defined]
-    run.wait(timeout=10)  # type: ignore[attr-defined]
+    run.wait(timeout=120)  # type: ignore[attr-defined]
     if pid_file is not None:
         pid = int(pid_file.read_text())
         with contextlib.suppress(ProcessLookupError):
@@ -180,7 +180,7 @@ def test_a_session_whose_agent_still_runs_is_not_recovered_until_the_agent_is_go
     first = workspace.start(template, workspace.agent_command(on_term=0))
     wait_until(lambda: deliveries(receiver, "/register"), what="the registration")
     first.signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    first.wait(timeout=120)
     lost = killed_session(receiver)
     # An agent that outlived its supervisor (a process the session recorded as its agent,
     # whatever else ends the real one): its pid and start time as /proc gives them.
@@ -198,7 +198,7 @@ def test_a_session_whose_agent_still_runs_is_not_recovered_until_the_agent_is_go
         assert by_session(receiver, "/deregister", lost) == []  # alive: left alone
 
         survivor.kill()
-        survivor.wait(timeout=10)
+        survivor.wait(timeout=120)
         next_run_recovers(workspace, template)
         next_run_recovers(workspace, template)
         assert len(by_session(receiver, "/deregister", lost)) == 1
@@ -206,7 +206,7 @@ def test_a_session_whose_agent_still_runs_is_not_recovered_until_the_agent_is_go
     finally:
         if survivor.poll() is None:
             survivor.kill()
-            survivor.wait(timeout=10)
+            survivor.wait(timeout=120)
 
 
 def test_every_hook_id_reaches_the_receiver_at_most_twice_across_kills_at_each_moment(

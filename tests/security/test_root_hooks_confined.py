@@ -384,7 +384,7 @@ def test_recovery_of_a_killed_root_supervisor_runs_its_hooks_as_the_agents_user(
         wait_until(lambda: uids.exists() and uids.read_text(), what="post-start")
         wait_until((shared / "agent-1.pid").exists, what="the agent's pid file")
         killed.signal(signal.SIGKILL)
-        killed.wait(timeout=10)
+        killed.wait(timeout=120)
         # The orphaned agent goes too, as it would with its container.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int((shared / "agent-1.pid").read_text()), signal.SIGKILL)

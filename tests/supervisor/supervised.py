@@ -195,7 +195,7 @@ class Run:
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
-    def wait(self, timeout: float = 30.0) -> int:
+    def wait(self, timeout: float = 120.0) -> int:
         return self.process.wait(timeout=timeout)
 
     @property
@@ -283,7 +283,7 @@ class Workspace:
         for run in self.runs:
             if run.process.poll() is None:
                 run.process.kill()
-                run.process.wait(timeout=10)
+                run.process.wait(timeout=120)
             run.stderr_file.close()
         # Agents orphaned by a killed supervisor (their own session: out of its group), and
         # the processes they detached.
@@ -292,7 +292,7 @@ class Workspace:
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
     """Poll `condition` until it returns something truthy; AssertionError after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

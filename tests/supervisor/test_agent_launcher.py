@@ -57,7 +57,7 @@ def test_the_agent_runs_with_sigkill_as_its_parent_death_signal_and_its_own_argv
     command = ["olh-agent", "-c", REPORTER, str(report), "an argument"]
     argv, identity = die_with_parent(command, env, setpriv=setpriv)
     assert argv != command and identity == {}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     seen = json.loads(report.read_text())
     assert seen["pdeathsig"] == signal.SIGKILL
@@ -77,7 +77,7 @@ def test_the_agent_is_not_started_once_its_supervisor_is_gone(
     assert argv.count(supervisor) == 1
     # As if started by a supervisor that has since died: its pid is not the parent's.
     argv[argv.index(supervisor)] = str(os.getpid() + 1_000_000)
-    done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
     assert done.returncode == 1
     assert not started.exists()
 
@@ -111,17 +111,17 @@ def test_the_agent_dies_with_a_supervisor_killed_outright(setpriv: bool) -> None
             what="the agent to be exec'd",
         )
         supervisor.kill()
-        supervisor.wait(timeout=30)
+        supervisor.wait(timeout=120)
 
         def gone() -> bool:
             info = read_stat(agent_pid)
             return info is None or info.state == "Z"
 
-        wait_until(gone, timeout=10, what="the agent to die with its supervisor")
+        wait_until(gone, timeout=60, what="the agent to die with its supervisor")
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
-            supervisor.wait(timeout=30)
+            supervisor.wait(timeout=120)
         if agent_pid and read_stat(agent_pid) is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(agent_pid, signal.SIGKILL)

@@ -27,7 +27,7 @@ class Received:
         with self.lock:
             self.refused.append(reason)
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, object]]:
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[dict[str, object]]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:

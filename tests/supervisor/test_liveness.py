@@ -77,13 +77,13 @@ def test_a_lock_is_released_only_when_its_holder_is_dead(tmp_path: Path) -> None
         assert supervisor_lock_released(folder, "s1") is False  # it lives
         assert supervisor_lock_released(folder, "s2") is False  # no file: nothing proven
         holder.send_signal(signal.SIGKILL)
-        holder.wait(timeout=30)
+        holder.wait(timeout=120)
         assert supervisor_lock_released(folder, "s1") is True
         assert supervisor_lock_released(folder, "s1") is False  # proven once, then gone
     finally:
         if holder.poll() is None:
             holder.kill()
-            holder.wait(timeout=30)
+            holder.wait(timeout=120)
 
 
 def test_a_lock_file_someone_else_could_plant_proves_nothing(tmp_path: Path) -> None:

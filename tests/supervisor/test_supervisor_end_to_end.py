@@ -89,7 +89,7 @@ def test_a_claude_session_fires_every_event_in_order_in_one_trace(
     wait_until(ready.exists, what="the agent to report its session")
     wait_until(lambda: "task-completed" in recorded_events(target_server), what="task-completed")
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 5, run.stderr
+    assert run.wait(timeout=120) == 5, run.stderr
 
     events = recorded(target_server)
     assert [(e["EVENT"], e["PHASE"], e["ACTIVITY"]) for e in events] == EXPECTED
@@ -136,7 +136,7 @@ def test_the_agent_gets_the_event_socket_and_its_exit_code_becomes_the_runs(
     template = workspace.template(recorder_hook(target_server.url("/events"), ["session-end"]))
     run = workspace.start(template, workspace.agent_command(env_file=str(agent_env), exit=3))
 
-    assert run.wait(timeout=30) == 3, run.stderr
+    assert run.wait(timeout=120) == 3, run.stderr
     assert json.loads(agent_env.read_text())["SOCKET"].endswith(".sock")
     assert [e["EXIT_CODE"] for e in recorded(target_server)] == ["3"]
     assert not Path(json.loads(agent_env.read_text())["SOCKET"]).exists()  # removed at the end

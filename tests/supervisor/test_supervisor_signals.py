@@ -53,7 +53,7 @@ def test_a_slow_blocking_pre_stop_hook_is_cut_at_the_grace_period_and_the_agent_
 
     stopped_at = time.monotonic()
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 128 + signal.SIGKILL, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGKILL, run.stderr
     assert time.monotonic() - stopped_at < 2.0 + SLACK  # not the hook's 5s plus the agent's
 
     assert recorded_events(target_server) == ["pre-stop", "session-end"]
@@ -76,7 +76,7 @@ def test_an_agent_that_ignores_sigterm_is_killed_when_the_grace_period_is_spent(
 
     stopped_at = time.monotonic()
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 128 + signal.SIGKILL, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGKILL, run.stderr
     elapsed = time.monotonic() - stopped_at
     assert 1.5 <= elapsed < 2.0 + SLACK, (
         f"stopped after {elapsed:.1f}s"
@@ -112,7 +112,7 @@ def test_a_second_sigterm_during_pre_stop_ends_the_run_without_firing_pre_stop_a
     run.signal(signal.SIGTERM)
     run.signal(signal.SIGINT)
     # The operator asked twice: the agent is killed rather than given its grace period.
-    assert run.wait(timeout=30) == 128 + signal.SIGKILL, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGKILL, run.stderr
 
     assert len(read_lines(pre_stop_log)) == 1
     assert recorded_events(target_server).count("pre-stop") <= 1
@@ -134,7 +134,7 @@ def test_sighup_is_forwarded_to_the_agent_and_does_not_stop_it(workspace: Worksp
     )
     assert run.process.poll() is None
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 128 + signal.SIGTERM, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGTERM, run.stderr
 
 
 def test_sigterm_during_a_slow_blocking_pre_start_never_starts_the_agent(
@@ -156,7 +156,7 @@ def test_sigterm_during_a_slow_blocking_pre_start_never_starts_the_agent(
     wait_until(pre_start_log.exists, what="the pre-start hook to start")
 
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 128 + signal.SIGTERM, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGTERM, run.stderr
 
     assert not started.exists()
     events = recorded(target_server)
@@ -189,14 +189,14 @@ def test_an_agent_that_exits_while_pre_stop_runs_ends_the_session_without_waitin
     command = workspace.agent_command(
         ready_file=str(ready), pid_file=str(pid_file), on_term="ignore"
     )
-    run = workspace.start(template, command, "--grace-period", "20s")
+    run = workspace.start(template, command, "--grace-period", "60s")
     wait_until(ready.exists, what="the agent to start")
 
     stopped_at = time.monotonic()
     run.signal(signal.SIGTERM)
-    assert run.wait(timeout=30) == 128 + signal.SIGKILL, run.stderr
+    assert run.wait(timeout=120) == 128 + signal.SIGKILL, run.stderr
     elapsed = time.monotonic() - stopped_at
-    assert elapsed < 20.0, f"stopped after {elapsed:.1f}s"  # no waiting out the grace period
+    assert elapsed < 60.0, f"stopped after {elapsed:.1f}s"  # no waiting out the grace period
     assert [(e["EVENT"], e["EXIT_CODE"]) for e in recorded(target_server)] == [
         ("pre-stop", ""),
         ("session-end", "137"),

@@ -111,7 +111,7 @@ def test_the_agent_and_its_hooks_run_as_the_named_user(
             lambda: "task-completed" in recorded_events(target_server), what="the agent's status"
         )
         run.signal(signal.SIGTERM)
-        assert run.wait(timeout=30) == 128 + signal.SIGTERM, run.stderr
+        assert run.wait(timeout=120) == 128 + signal.SIGTERM, run.stderr
 
         home, uid = unprivileged_user.pw_dir, unprivileged_user.pw_uid
         assert agent_seen.read_text() == f'{{"uid": {uid}, "HOME": "{home}"}}'
@@ -134,7 +134,7 @@ def test_an_unknown_user_fails_the_run_before_the_agent_starts(
         template, workspace.agent_command(touch=str(started)), "--user", "olh-no-such-user"
     )
 
-    assert run.wait(timeout=30) == 1, run.stderr
+    assert run.wait(timeout=120) == 1, run.stderr
     assert "olh-no-such-user" in run.stderr
     assert not started.exists()
     assert recorded_events(target_server) == ["error", "session-end"]

@@ -75,7 +75,7 @@ class OtlpHttpReceiver:
             for metric in scope_metrics.metrics
         }
 
-    def wait_for(self, done: Any, timeout: float = 15.0) -> None:
+    def wait_for(self, done: Any, timeout: float = 60.0) -> None:
         """Until `done()` is true; AssertionError after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

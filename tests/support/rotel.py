@@ -61,7 +61,7 @@ class RotelReceiver:
     def __init__(
         self,
         workdir: Path,
-        startup_timeout: float = 10.0,
+        startup_timeout: float = 60.0,
         exporter: Sequence[str] = BLACKHOLE,
     ) -> None:
         binary = rotel_binary()
@@ -117,7 +117,7 @@ class RotelReceiver:
         except FileNotFoundError:
             return ""
 
-    def wait_for(self, text: str, timeout: float = 10.0) -> str:
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
         """Rotel's output once it contains `text`; AssertionError after `timeout`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -133,10 +133,10 @@ class RotelReceiver:
             return
         os.kill(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+            process.wait(timeout=120)
 
     def stop_and_read(self) -> str:
         """Stop rotel (SIGTERM: it drains its pipelines and prints what it holds) and return

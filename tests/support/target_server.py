@@ -158,7 +158,7 @@ class TargetServer:
         with self._lock:
             self._always[path] = reply
 
-    def wait_for(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[RecordedRequest]:
         """Block until `count` requests were recorded; AssertionError after `timeout`."""
         with self._lock:
             if not self._lock.wait_for(lambda: len(self.requests) >= count, timeout):

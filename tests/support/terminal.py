@@ -49,7 +49,7 @@ def run_on_a_terminal(
             ready, _, _ = select.select([controller], [], [], timeout)
             if not ready:
                 process.kill()
-                process.wait(timeout=10)
+                process.wait(timeout=120)
                 raise AssertionError(f"no output and no exit; so far {output!r}")
             try:
                 chunk = os.read(controller, 4096)
@@ -58,7 +58,7 @@ def run_on_a_terminal(
             if not chunk:
                 break
             output += chunk
-        code = process.wait(timeout=30)
+        code = process.wait(timeout=120)
     finally:
         os.close(controller)
         if terminal >= 0:

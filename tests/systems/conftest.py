@@ -39,7 +39,7 @@ class Inbox:
             self.messages.append(message)
             self._cond.notify_all()
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
         with self._cond:
             self._cond.wait_for(lambda: len(self.messages) >= count, timeout)
             return list(self.messages)

@@ -15,7 +15,7 @@ from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.systems.host_protocol import STAGES, merge
 from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 
-HANG_BOUND = 8.0
+HANG_BOUND = 30.0
 
 # A hook script as a seed-003 host runs it: it reads its stage from argv and the request from
 # stdin, answers what it was asked for, and keeps a copy of its request for the test to read.
@@ -151,7 +151,7 @@ def test_a_script_that_hangs_or_prints_garbage_is_contained(tmp_path: Path) -> N
     started = time.monotonic()
 
     [result], session = fire(
-        write_template(tmp_path, ["hang.py", "noise.py"], timeout="1s"), [("agent-end", {})], log
+        write_template(tmp_path, ["hang.py", "noise.py"], timeout="10s"), [("agent-end", {})], log
     )
 
     assert time.monotonic() - started < HANG_BOUND

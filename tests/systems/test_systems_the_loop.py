@@ -22,7 +22,7 @@ from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 from otel_lifecycle_hooks.template.model import Template
 
 SUBPROCESS_TIMEOUT = 60  # a hang check only
-HANG_BOUND = 8.0
+HANG_BOUND = 30.0
 
 POLICY = """
 import json, os, time
@@ -331,7 +331,7 @@ def test_a_remote_executor_that_fails_hangs_or_answers_garbage_stops_nothing_unl
           - name: compliance
             url: {jsonrpc_server.url}
             on: [session_spawn, session_spawned]
-            timeoutSeconds: 0.5
+            timeoutSeconds: 3  # room for a loaded machine to answer; the hang is cut
             required: {str(required).lower()}
         """,
     )

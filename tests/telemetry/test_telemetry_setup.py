@@ -321,7 +321,8 @@ def test_an_unreachable_collector_never_raises_and_shutdown_is_bounded(tmp_path:
         pass
     started = time.monotonic()
     telemetry.shutdown(timeout=2)
-    assert time.monotonic() - started < 1.0 + 5.0  # the 1s export budget plus slack
+    # A hang guard: the 1s export budget, not the exporter's minute of retries with back-off.
+    assert time.monotonic() - started < 20.0
 
 
 # --- attaching to an existing SDK set-up ---------------------------------------------------

@@ -69,7 +69,7 @@ def stop(
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.kill(process.pid, signal.SIGKILL)
-        out, err = process.communicate(timeout=10)
+        out, err = process.communicate(timeout=120)
     return out or "", err or ""
 
 
@@ -98,14 +98,14 @@ class UiProcess:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=120)
         return int(self.process.returncode)
 
 
-def start_ui(env: dict[str, str], *args: str, timeout: float = 30) -> UiProcess:
+def start_ui(env: dict[str, str], *args: str, timeout: float = 120) -> UiProcess:
     """Start `ui` and read the first line it prints (its URL); AssertionError if it exits or
     prints nothing within `timeout`."""
     process = subprocess.Popen(
