@@ -264,7 +264,9 @@ def _connect(path: str) -> _socket.socket:
             busy = exc.errno in (_EAGAIN, _EWOULDBLOCK)
             if not busy or time.monotonic() + pause >= deadline:
                 reason = "busy (its backlog stayed full)" if busy else (exc.strerror or exc)
-                raise SupervisorUnavailable(f"supervisor socket {path}: {reason}") from None
+                refused = SupervisorUnavailable(f"supervisor socket {path}: {reason}")
+                refused.errno = exc.errno  # kept for `harness doctor`'s sandbox hint
+                raise refused from None
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
 
