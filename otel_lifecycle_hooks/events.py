@@ -53,6 +53,10 @@ LIFECYCLE_EVENTS: frozenset[str] = frozenset({PRE_START, POST_START, PRE_STOP, S
 
 # The only events whose hooks may be debounced (seed 000, validation rule 7).
 DEBOUNCEABLE_EVENTS: frozenset[str] = frozenset({ACTIVITY_CHANGE, PHASE_CHANGE})
+# The transitions a blocking `on_error: fail` hook can abort (the agent is not started, or is
+# stopped in phase error). At any other event the stop, or the work, goes on all the same, so
+# the hooks after a failed one still run.
+ABORTABLE_EVENTS: frozenset[str] = frozenset({PRE_START, POST_START})
 
 PHASES: tuple[str, ...] = (
     "created",

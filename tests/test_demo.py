@@ -29,6 +29,45 @@ def journal_rows(journal: Path) -> list[Any]:
         records.close()
 
 
+def journal_of(stdout: str) -> Path:
+    """The journal a demo names on its first lines ("... its journal: PATH")."""
+    line = next(line for line in stdout.splitlines() if "its journal: " in line)
+    return Path(line.split("its journal: ", 1)[1].strip())
+
+
+def _demo_environment(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))}
+    env.update(HOME=str(home), TMPDIR=str(home))
+    return env
+
+
+def test_two_demos_of_one_user_at_once_keep_their_own_journals(tmp_path: Path) -> None:
+    # The second demo starts while the first is running: each keeps its own journal, with
+    # its own session, and neither removes the other's.
+    env = _demo_environment(tmp_path)
+    demos = []
+    for _ in range(2):
+        demo = subprocess.Popen(
+            [sys.executable, str(DEMO)], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        assert demo.stdout is not None
+        first_lines = [demo.stdout.readline(), demo.stdout.readline()]
+        demos.append((demo, first_lines))
+    outputs = []
+    for demo, first_lines in demos:
+        rest, _ = demo.communicate(timeout=180)  # a hang guard only
+        assert demo.returncode == 0, "".join(first_lines) + rest
+        outputs.append("".join(first_lines) + rest)
+    first, second = (journal_of(output) for output in outputs)
+    assert first != second
+    for journal, output in zip((first, second), outputs, strict=True):
+        assert journal.is_file(), output
+        rows = journal_rows(journal)
+        assert len({row.session_id for row in rows}) == 1, output  # its own session only
+        assert sum(row.outcome == "failed" for row in rows) == 1, output
+
+
 def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))}
     env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
@@ -49,7 +88,8 @@ def test_the_demo_shows_its_failing_hook_and_removes_its_temporary_folder(tmp_pa
 
     # Its last line is the command that opens the kept journal's page: run it as printed.
     command = result.stdout.splitlines()[-1].strip()
-    journal = tmp_path / ".local" / "state" / "otel-lifecycle-hooks" / "demo-journal.sqlite3"
+    journal = journal_of(result.stdout)
+    assert journal.parent == tmp_path / ".local" / "state" / "otel-lifecycle-hooks" / "demos"
     assert command.startswith("env DEMO_RECEIVER=http://127.0.0.1:"), result.stdout
     assert command.endswith(
         f"ui --journal {shlex.quote(str(journal))} --template {shlex.quote(str(TEMPLATE))}"

@@ -234,7 +234,7 @@ def test_the_hook_commands_own_lines_carry_milliseconds_like_the_supervisors(tmp
     env = {**clean, "HOME": str(tmp_path), "LIFECYCLE_HOOKS_LOG": str(log_path)}
     subprocess.run(
         [sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", "claude"],
-        input=b'{"hook_event_name": "Stop", "session_id": "s"}',
+        input=b'{"hook_event_name": "SessionStart", "session_id": "s", "source": "startup"}',
         capture_output=True,
         env=env,
         check=True,

@@ -6,8 +6,8 @@ what the receiver got, the hook log, the journal and the session's trace. One ho
 purpose (the receiver answers 503 to /status-page), to show how `run` reports a failure.
 
 Everything the demo writes lives in a temporary folder that is removed at the end, except its
-journal: that is kept at `~/.local/state/otel-lifecycle-hooks/demo-journal.sqlite3` (beside
-the default journal, replaced by each demo run), so that the `ui` command the demo prints last
+journal: each demo keeps its own in `~/.local/state/otel-lifecycle-hooks/demos/` (beside the
+default journal; the newest five are kept), so that the `ui` command the demo prints last
 opens this run's sessions, deliveries and attempts in a browser. That command names the demo's
 template (`--template`): Redeliver renders only from a template the operator names, never from
 the one the journal names, and sets DEMO_RECEIVER, which the template reads, to the receiver's
@@ -69,10 +69,24 @@ def cli(*args: str, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-m", "otel_lifecycle_hooks", *args], env=env, check=False)
 
 
+KEEP_DEMO_JOURNALS = 5  # the newest demos' journals are kept; older ones are removed
+
+
 def demo_journal(environ: dict[str, str]) -> Path:
-    """Where the demo keeps its journal after it ends: beside the default journal."""
+    """A journal of this demo's own, in a folder beside the default journal: two demos of one
+    user, even at once, never share or remove each other's. The oldest beyond the newest
+    KEEP_DEMO_JOURNALS are removed (with their -wal/-shm files)."""
     home = Path(environ.get("HOME") or Path.home())
-    return home / ".local" / "state" / "otel-lifecycle-hooks" / "demo-journal.sqlite3"
+    folder = home / ".local" / "state" / "otel-lifecycle-hooks" / "demos"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    handle, name = tempfile.mkstemp(prefix=f"demo-{stamp}-", suffix=".sqlite3", dir=folder)
+    os.close(handle)
+    journals = sorted(folder.glob("demo-*.sqlite3"), key=lambda path: path.stat().st_mtime)
+    for old in journals[:-KEEP_DEMO_JOURNALS]:
+        for part in folder.glob(old.name + "*"):
+            part.unlink(missing_ok=True)
+    return Path(name)
 
 
 def ui_command(journal: Path, receiver: str) -> str:
@@ -96,9 +110,6 @@ def ui_command(journal: Path, receiver: str) -> str:
 
 def main() -> int:
     journal = demo_journal(dict(os.environ))
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    for old in journal.parent.glob(journal.name + "*"):  # the last demo's, with its -wal/-shm
-        old.unlink()
     with tempfile.TemporaryDirectory(prefix="otel-lifecycle-hooks-demo-") as folder:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
         receiver = f"http://127.0.0.1:{server.server_port}"

@@ -86,6 +86,9 @@ class TokenCache:
         self._credentials: RefreshableCredentials | None = None
         self._attempts = 0  # finished load/refresh attempts, successful or not
         self._last_failure: AuthError | None = None
+        # A token issued for less than twice the margin is renewed when half its life is
+        # spent: with the margin alone, a four-minute token would be fetched for every request.
+        self._token_margin = margin
         self.refreshes = 0  # successful refreshes, for tests and diagnostics
 
     def token(self) -> str:
@@ -100,7 +103,10 @@ class TokenCache:
                 failure = self._last_failure
                 raise AuthError(str(failure), error_type=failure.error_type)
             if self._credentials is not None and not needs_refresh(
-                self._credentials.token, self._credentials.expiry, self._clock(), self._margin
+                self._credentials.token,
+                self._credentials.expiry,
+                self._clock(),
+                self._token_margin,
             ):
                 return str(self._credentials.token)
             return self._load_and_refresh()
@@ -110,9 +116,12 @@ class TokenCache:
             if self._credentials is None:
                 self._credentials = self._guarded(self._load)
             credentials = self._credentials
-            if needs_refresh(credentials.token, credentials.expiry, self._clock(), self._margin):
+            if needs_refresh(
+                credentials.token, credentials.expiry, self._clock(), self._token_margin
+            ):
                 self._guarded(lambda: credentials.refresh(self._request))
                 self.refreshes += 1
+                self._token_margin = self._margin_for(credentials.expiry)
             if not credentials.token:
                 raise self._describe_failure(RuntimeError("the refresh returned no access token"))
         except AuthError as failure:
@@ -122,6 +131,14 @@ class TokenCache:
             self._attempts += 1
         self._last_failure = None
         return str(credentials.token)
+
+    def _margin_for(self, expiry: dt.datetime | None) -> dt.timedelta:
+        """The margin for a token just issued: the configured one, or half the token's
+        lifetime when that is shorter."""
+        if expiry is None:
+            return self._margin
+        lifetime = _as_utc(expiry) - _as_utc(self._clock())
+        return min(self._margin, max(lifetime / 2, dt.timedelta(0)))
 
     def _guarded(self, step: Callable[[], _T]) -> _T:
         try:

@@ -19,6 +19,7 @@ Exit 0 when all is well, 1 otherwise, 2 for a usage or configuration error.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -189,7 +190,11 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
             socket_ok = True
             add("socket", True, f"{socket_path} accepted a ping")
         except OSError as exc:
-            add("socket", False, f"{socket_path}: {exc.strerror or exc}")
+            add(
+                "socket",
+                False,
+                f"{socket_path}: {exc.strerror or exc}{_sandbox_hint(exc, harness, environ)}",
+            )
     else:
         add("socket", False, "no supervisor socket found: is this running under `run`?")
     if socket_ok and before is not None:
@@ -214,10 +219,47 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
             "where the session has its HTTP route (Claude Code, or LIFECYCLE_HOOKS_HTTP=1)",
             optional=True,
         )
-    if harness:
+    if harness == "claude" and before is not None and _claude_http_route(environ, harness):
+        # Claude Code started with the session's settings (`--settings`) posts its events to
+        # this route: a user-level install as well would send each of them twice.
+        add(
+            "claude config",
+            True,
+            f"the session's HTTP route {http_url} answers: Claude Code run with "
+            "`--settings $LIFECYCLE_HOOKS_CLAUDE_SETTINGS` needs no install (one would send "
+            "each event twice)",
+        )
+    elif harness:
         _check_installed(harness, environ, add, result)
     result["ok"] = all(c["ok"] or c["optional"] for c in checks)
     return result
+
+
+def _claude_http_route(environ: dict[str, str], harness: str) -> bool:
+    """Whether Claude Code's hooks come by the session's HTTP route alone: the settings
+    the supervisor wrote for `--settings` exist and no command hook is installed."""
+    from ..harness.install import InstallError, Scope, plan
+
+    if not environ.get("LIFECYCLE_HOOKS_CLAUDE_SETTINGS"):
+        return False
+    home = Path(environ.get("HOME") or Path.home())
+    try:
+        pending = plan("uninstall", harness, Scope(home=home, environ=environ))
+    except InstallError:
+        return False
+    return not pending.changed  # nothing of ours to remove: nothing installed
+
+
+def _sandbox_hint(error: OSError, harness: str | None, environ: dict[str, str]) -> str:
+    """What to do when Codex's sandbox refused the socket (docs/harness-setup.md)."""
+    in_codex = harness == "codex" or any(key.startswith("CODEX_SANDBOX") for key in environ)
+    if error.errno in (errno.EPERM, errno.EACCES) and in_codex:
+        return (
+            " (Codex's sandbox refuses Unix sockets unless network access is allowed: "
+            "`-c sandbox_workspace_write.network_access=true`, or "
+            "`[sandbox_workspace_write] network_access = true` in config.toml)"
+        )
+    return ""
 
 
 def _is_loopback_url(url: str) -> bool:

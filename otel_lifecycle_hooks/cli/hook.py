@@ -264,18 +264,28 @@ def _deliver(
     """Send the events to the supervisor (True), else run the hooks in-process (False)."""
     from ..harness import socket_client
 
+    unsupervised = False
     try:
         socket_client.send_events(events, env)
         return True
+    except socket_client.NoSupervisor as nothing:
+        reason, unsupervised = str(nothing), True
     except socket_client.SupervisorUnavailable as unavailable:
         reason = str(unavailable)
     except OSError as exc:  # accepted, then lost: the same as no supervisor
         reason = f"supervisor socket: {exc.strerror or type(exc).__name__}"
-    from ..harness import without_supervisor
-
-    templates = without_supervisor.template_paths(given_templates, env)
-    if not templates:
+    templates = socket_client.template_paths(given_templates, env)
+    if not templates and unsupervised:
+        # Hooks installed at user level with the agent not under `run`: a user's normal day.
+        # The event ends here, silently (a harness shows a hook's stderr to its user), and the
+        # hook log says so once, at the session's start.
+        if any(event.event == "session-start" for event in events):
+            log(f"{reason}; no template given, this session's events are not delivered", env,
+                to_stderr=False)  # fmt: skip
+        return True
+    if not templates:  # a supervisor was named and is gone: that is worth an error
         raise _Refused(f"{reason}; no template given, event not delivered")
+    from ..harness import without_supervisor
     from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
 
     # The harness shows a hook's stderr to its user, or to the model: warnings (an unresolved
@@ -292,13 +302,14 @@ def _deliver(
     return False
 
 
-def log(message: str, environ: Mapping[str, str] | None = None) -> None:
-    """One line to stderr and one appended to the hook log (rotated at its size bound, as the
-    supervisor's lines are: hooklog.py); never raises."""
+def log(message: str, environ: Mapping[str, str] | None = None, *, to_stderr: bool = True) -> None:
+    """One line to stderr (unless `to_stderr` is false) and one appended to the hook log
+    (rotated at its size bound, as the supervisor's lines are: hooklog.py); never raises."""
     env = os.environ if environ is None else environ
     line = message.replace("\n", " ")
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        sys.stderr.write(f"otel-lifecycle-hooks: {line}\n")
+    if to_stderr:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.write(f"otel-lifecycle-hooks: {line}\n")
     home = env.get("HOME") or os.path.expanduser("~")
     path = env.get(LOG_ENV) or env.get(LEGACY_LOG_ENV) or os.path.join(home, "agent.log")
     from ..hooklog import HookLog  # only when there is something to say

@@ -144,6 +144,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"otel-lifecycle-hooks run: --grace-period: {exc}", file=sys.stderr)
         return 2
     paths = template_paths(args.template)
+    if not paths and not getattr(args, "quiet", False):
+        # Said before the agent starts: a template meant to be found and not found is the
+        # first thing the operator must learn, since the agent runs all the same.
+        print(
+            "otel-lifecycle-hooks run: no template (no --template, $LIFECYCLE_HOOKS_TEMPLATE "
+            "unset, no ./scion-agent.yaml): the agent runs without hooks",
+            file=sys.stderr,
+        )
     try:
         template = load_templates(paths) if paths else Template()
     except TemplateError as exc:

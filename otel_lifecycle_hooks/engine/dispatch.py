@@ -391,8 +391,8 @@ class Dispatcher:
     ) -> DispatchResult:
         """Fire every hook of `event` in declaration order. Blocking hooks run one after the
         other and are waited for (until `deadline`, monotonic); non-blocking ones are queued.
-        A blocking `on_error: fail` hook that does not succeed stops the rest and is returned
-        as `failed`."""
+        A blocking `on_error: fail` hook that does not succeed is returned as `failed`; at an
+        event that can abort its transition (`events.ABORTABLE_EVENTS`) it stops the rest."""
         result = DispatchResult(event)
         if self._closed:
             for hook in self.template.hooks_for(event.name):
@@ -415,9 +415,10 @@ class Dispatcher:
                 log.warning("hook %s: still running at the transition's deadline", hook.name)
                 continue
             result.executions.append(execution)
-            if fails_transition(hook, execution.outcome, event.name):
+            if fails_transition(hook, execution.outcome, event.name) and result.failed is None:
                 result.failed = execution
-                break
+                if event.name in ev.ABORTABLE_EVENTS:
+                    break  # the transition is aborted: the later hooks are for it
         return result
 
     def _wait(self, future: Future[Execution], deadline: float | None) -> Execution | None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..errors import LifecycleHooksError
 from ..private_files import replace_file
+from . import install_record
 
 PROGRAM = "otel-lifecycle-hooks"
 HOOK_TIMEOUT_SECONDS = 10  # what a harness allows one hook call; ours take milliseconds
@@ -92,12 +95,40 @@ class InstallPlan:
         return "".join(change.diff() for change in self.changed)
 
     def apply(self) -> None:
-        for change in self.changed:
-            if change.after is None:
-                with contextlib.suppress(FileNotFoundError):
-                    change.path.unlink()
-            else:
-                write_text_atomically(change.path, change.after)
+        """Write the changes; an install keeps a record of each file it wrote (what was
+        there before, the folders it made), an uninstall forgets them (install_record.py)."""
+        targets = {change.path: followed_link(change.path) for change in self.changed}
+        # Before anything is written: the folders this install makes, for each file.
+        missing = {path: install_record.missing_folders(target) for path, target in targets.items()}
+        home = self.scope.home
+        forgotten: list[install_record.InstalledFile] = []
+        for change in self.changes:
+            previous = install_record.read(home, change.path)
+            created = missing.get(change.path, [])
+            if change.changed:
+                if change.after is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        change.path.unlink()
+                else:
+                    write_text_atomically(targets[change.path], change.after)
+            if self.action == "install" and change.after is not None and change.changed:
+                if previous is None or change.before == previous.after:
+                    install_record.write(
+                        home,
+                        install_record.InstalledFile(
+                            path=str(change.path.absolute()),
+                            before=previous.before if previous else change.before,
+                            after=change.after,
+                            created=previous.created
+                            if previous
+                            else tuple(str(folder) for folder in created),
+                        ),
+                    )
+                else:  # changed by the user since: uninstall edits it, it does not restore
+                    forgotten.append(previous)
+            elif self.action == "uninstall" and previous is not None:
+                forgotten.append(previous)
+        install_record.forget(home, forgotten)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -146,8 +177,39 @@ def read_json_object(path: Path) -> tuple[str | None, dict[str, object]]:
     return text, value
 
 
-def json_text(value: Mapping[str, object]) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+def json_text(value: Mapping[str, object], like: str | None = None) -> str:
+    """`value` as JSON, indented as the text `like` is (two spaces when it says nothing),
+    ending with a newline unless `like` does not."""
+    indent: str | int = 2
+    found = re.search(r"^\{[ \t]*\r?\n([ \t]+)\S", like or "")
+    if found:
+        indent = found.group(1)
+    ending = "" if like and not like.endswith("\n") else "\n"
+    return json.dumps(value, indent=indent, ensure_ascii=False) + ending
+
+
+MAX_LINKS = 8  # links followed to a configuration file before giving up
+
+
+def followed_link(path: Path) -> Path:
+    """Where writing `path` must go: a configuration kept as a link (a dotfiles set-up) is
+    written where the link points, so it stays a link. Only a link of the installing user's
+    own is followed: `install` may run as root in a project another user can write, where a
+    link of theirs must never make root write through it."""
+    for _ in range(MAX_LINKS):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return path
+        if not stat.S_ISLNK(info.st_mode):
+            return path
+        if info.st_uid != os.geteuid():
+            raise InstallError(
+                f"{path}: a link owned by another user (uid {info.st_uid}); not written "
+                "through, nothing was changed"
+            )
+        path = path.parent / os.readlink(path)
+    raise InstallError(f"{path}: more than {MAX_LINKS} links in a row; nothing was changed")
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -310,7 +372,7 @@ def json_settings_change(
     updated = transform(settings)
     if updated == settings:
         return FileChange(path, before, before)
-    return FileChange(path, before, json_text(updated))
+    return FileChange(path, before, json_text(updated, like=before))
 
 
 def settings_json_path(scope: Scope, folder: str) -> Path:
@@ -365,4 +427,11 @@ def plan(action: str, harness: str, scope: Scope, program: list[str] | None = No
     module = harness_module(harness)
     if action == "install":
         return module.plan_install(scope, program or package_command())  # type: ignore[no-any-return]
-    return module.plan_uninstall(scope)  # type: ignore[no-any-return]
+    result: InstallPlan = module.plan_uninstall(scope)
+    for change in result.changes:
+        # A file still holding exactly what install wrote gets its old text back, byte for
+        # byte (none: it is removed); one the user changed since keeps the structural edit.
+        record = install_record.read(scope.home, change.path)
+        if record is not None and change.before == record.after:
+            change.after = record.before
+    return result

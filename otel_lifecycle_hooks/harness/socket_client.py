@@ -42,7 +42,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import LifecycleHooksError
 from .normalized import WIRE_VERSION, NormalizedEvent, clip
@@ -84,9 +84,22 @@ class SupervisorUnavailable(OSError, LifecycleHooksError):
     """No supervisor socket is configured, or it did not accept the connection in time."""
 
 
+class NoSupervisor(SupervisorUnavailable):
+    """No supervisor is configured at all (no variable, no pointer file): the agent is not
+    under `run`, which for hooks installed at user level is a normal day, not a failure."""
+
+
 def package_env(environ: Mapping[str, str], name: str) -> str:
     """`$LIFECYCLE_HOOKS_<name>`, else the older `$OTEL_LIFECYCLE_HOOKS_<name>`, else ""."""
     return environ.get(ENV_PREFIX + name) or environ.get(LEGACY_ENV_PREFIX + name) or ""
+
+
+def template_paths(given: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The templates a hook runs in-process when no supervisor is reachable: those named on
+    its command line, else those of `$LIFECYCLE_HOOKS_TEMPLATE` (path-separated)."""
+    if given:
+        return list(given)
+    return [path for path in package_env(environ, "TEMPLATE").split(os.pathsep) if path]
 
 
 def socket_path(environ: Mapping[str, str] | None = None) -> str:
@@ -107,7 +120,7 @@ def supervisor_address(environ: Mapping[str, str] | None = None) -> tuple[str, i
     pointer = find_pointer(env)
     if pointer is not None and isinstance(pointer.get("socket"), str) and pointer["socket"]:
         return str(pointer["socket"]), int(pointer["pid"])
-    raise SupervisorUnavailable(
+    raise NoSupervisor(
         f"${SOCKET_ENV} is not set and no supervisor's pointer file was found: "
         "no supervisor is running"
     )
@@ -266,7 +279,9 @@ def _connect(path: str) -> _socket.socket:
             busy = exc.errno in (_EAGAIN, _EWOULDBLOCK)
             if not busy or time.monotonic() + pause >= deadline:
                 reason = "busy (its backlog stayed full)" if busy else (exc.strerror or exc)
-                raise SupervisorUnavailable(f"supervisor socket {path}: {reason}") from None
+                refused = SupervisorUnavailable(f"supervisor socket {path}: {reason}")
+                refused.errno = exc.errno  # kept for `harness doctor`'s sandbox hint
+                raise refused from None
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
 

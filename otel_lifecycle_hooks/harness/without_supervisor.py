@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import LifecycleHooksError
+from . import socket_client
 from . import state as state_file
 from .activity import ActivityTracker, Derived, turn_end_completes_task
 from .normalized import NormalizedEvent
@@ -36,11 +37,7 @@ class EngineMissing(RuntimeError, LifecycleHooksError):
 
 def template_paths(given: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """The templates named on the command line, else those of $LIFECYCLE_HOOKS_TEMPLATE."""
-    if given:
-        return list(given)
-    env = os.environ if environ is None else environ
-    named = env.get(TEMPLATE_ENV.removeprefix("OTEL_")) or env.get(TEMPLATE_ENV, "")
-    return [p for p in named.split(os.pathsep) if p]
+    return socket_client.template_paths(given, os.environ if environ is None else environ)
 
 
 def fire_events(

@@ -464,6 +464,9 @@ class Telemetry:
                 f"{bound:g}s{reason}; what was left is dropped "
                 f"({EXIT_TIMEOUT_VARIABLE}, in ms, sets how long to wait)"
             )
+        refused = quiet.refused_line()
+        if refused is not None:
+            return f"telemetry not exported at exit: {target} refused {refused}"
         return f"telemetry not exported at exit: {target} refused it{reason}"
 
 
@@ -475,6 +478,9 @@ class _ExportFailures(logging.Filter):
         super().__init__()
         self.count = 0
         self.reason: str | None = None
+        # The signals a back end answered with an error status, each with its first answer
+        # ("metrics" -> "HTTP 405 Method Not Allowed"): a traces-only back end refuses metrics.
+        self.refused: dict[str, str] = {}
 
     def install(self) -> None:
         for name in _EXPORTER_LOGGERS:
@@ -484,11 +490,43 @@ class _ExportFailures(logging.Filter):
         if record.levelno < logging.WARNING:
             return True
         self.count += 1
+        message = record.getMessage()
         if self.reason is None:
-            found = re.search(_OS_ERROR, record.getMessage())
+            found = re.search(_OS_ERROR, message)
             if found:
                 self.reason = found.group(1).strip().lower()
+        answer = re.search(_HTTP_STATUS, message)
+        signal = _signal_of(record.name, message)
+        if answer and signal and signal not in self.refused:
+            self.refused[signal] = f"HTTP {answer.group(1)} {answer.group(2).strip()}".strip()
         return False
+
+    def refused_line(self) -> str | None:
+        """ "metrics (HTTP 405 Method Not Allowed)", with the setting a back end that takes
+        only some signals needs; None when no back end answered with an error status."""
+        if not self.refused:
+            return None
+        said = " and ".join(f"{signal} ({answer})" for signal, answer in self.refused.items())
+        unwanted = [f"OTEL_{signal.upper()}_EXPORTER=none" for signal in self.refused]
+        return (
+            f"{said}; a back end that does not take {' or '.join(self.refused)} needs "
+            f"{' and '.join(unwanted)}"
+        )
+
+
+_HTTP_STATUS = r"code: (\d{3}), reason: ([^\n]*)"
+
+
+def _signal_of(logger: str, message: str) -> str | None:
+    """Which signal an exporter's message is about, by its logger (HTTP) or its words."""
+    for signal, marks in (
+        ("metrics", ("metric",)),
+        ("traces", ("trace", "spans")),
+        ("logs", ("log",)),
+    ):
+        if any(mark in logger.rsplit(".", 1)[-1] or mark in message for mark in marks):
+            return signal
+    return None
 
 
 class _SessionExportFailures(_ExportFailures):
@@ -510,8 +548,10 @@ class _SessionExportFailures(_ExportFailures):
         if not first:
             return False
         reason = f" ({self.reason})" if self.reason else ""
+        refused = self.refused_line()
+        failing = f"refused {refused}" if refused else f"did not take it{reason}"
         record.msg = (
-            f"telemetry export is failing: {self.target} did not take it{reason}; the exporters "
+            f"telemetry export is failing: {self.target} {failing}; the exporters "
             "keep retrying, and what is still not exported at exit is reported then"
         )
         record.args = ()

@@ -109,7 +109,7 @@ def test_credentials_are_loaded_once() -> None:
     for _ in range(3):
         cache.token()
     assert len(loads) == 1
-    assert google.refreshes == 3  # a 10s token is always within the margin
+    assert google.refreshes == 1  # three calls at one instant: one token
 
 
 def test_a_failed_refresh_is_an_auth_error_and_the_next_call_tries_again() -> None:
@@ -138,3 +138,19 @@ def test_a_failed_load_is_not_remembered() -> None:
     with pytest.raises(AuthError, match="key.json"):
         cache.token()
     assert cache.token() == "tok-1"
+
+
+def test_a_token_living_less_than_the_margin_is_not_fetched_for_every_request() -> None:
+    # A four-minute token: under the five-minute margin from the start. It is renewed when
+    # half its life is spent, not on every request.
+    clock = FakeClock()
+    credentials = FakeGoogleCredentials(clock, dt.timedelta(minutes=4))
+    cache = make_cache(credentials, clock)
+    tokens = []
+    for _ in range(12):  # one request every 10 s for two minutes less a bit
+        tokens.append(cache.token())
+        clock.now += dt.timedelta(seconds=10)
+    assert credentials.refreshes == 1
+    assert set(tokens) == {"tok-1"}
+    clock.now = NOW + dt.timedelta(minutes=2, seconds=1)  # half its life gone: renewed
+    assert cache.token() == "tok-2"

@@ -117,8 +117,8 @@ def test_gcp_default_reads_a_workload_identity_federation_file(
 def test_ten_concurrent_hooks_cause_exactly_one_refresh_of_a_token_near_expiry(
     clean_google_env: Path, key_pair: KeyPair, tmp_path: Path
 ) -> None:
-    # The first token lives 200s: inside the 5-minute margin, so the next call must refresh.
-    with FakeTokenEndpoint(public_key_pem=key_pair.public_pem, expires_in=(200, 3600)) as endpoint:
+    # The first token lives 0 s: already due, so the next call must refresh.
+    with FakeTokenEndpoint(public_key_pem=key_pair.public_pem, expires_in=(0, 3600)) as endpoint:
         key_file = write_service_account_key(tmp_path / "sa.json", key_pair, endpoint.url)
         credentials = Credentials()
         auth = AuthSpec(type="gcp-service-account", credentials_file=str(key_file))
@@ -206,7 +206,7 @@ def test_a_refresh_failure_is_an_auth_error_with_the_reason_and_no_secret(
 def test_a_refresh_failure_hides_tokens_handed_out_before(
     clean_google_env: Path, key_pair: KeyPair, tmp_path: Path
 ) -> None:
-    with FakeTokenEndpoint(public_key_pem=key_pair.public_pem, expires_in=(200,)) as endpoint:
+    with FakeTokenEndpoint(public_key_pem=key_pair.public_pem, expires_in=(0,)) as endpoint:
         key_file = write_service_account_key(tmp_path / "sa.json", key_pair, endpoint.url)
         credentials = Credentials()
         auth = AuthSpec(type="gcp-service-account", credentials_file=str(key_file))

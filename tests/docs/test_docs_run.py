@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.runnable import Sandbox, Step, bin_dir, blocks, is_runnable, mismatch, steps
+from tests.support.plain_venv import plain_install_bin
 from tests.support.rotel import RotelReceiver, debug_spans
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -32,6 +33,9 @@ NOT_RUNNABLE: dict[str, str] = {
     "it, reads the URL it prints first and drives the page in a real Chromium, and "
     "tests/test_demo.py runs the command the demo prints",
 }
+# Pages a user follows from a plain `pip install` run in a venv holding just that (no test
+# extras: no gRPC exporter), so that a step needing more fails here as it would for them.
+PLAIN_INSTALL = {"existing-tracer.md"}
 # `<!-- docs-test: collector -->`: the page's programs export to a real collector, which
 # OTEL_EXPORTER_OTLP_ENDPOINT names; `receives` markers say which spans it must get.
 COLLECTOR = "<!-- docs-test: collector -->"
@@ -80,7 +84,7 @@ def test_a_runnable_page_runs_as_shown(
 ) -> None:
     if not is_runnable(page):
         pytest.skip(NOT_RUNNABLE.get(page.name, f"{page.name} has no commands or snippets"))
-    sandbox = Sandbox(tmp_path, bin_dir())
+    sandbox = Sandbox(tmp_path, plain_install_bin() if page.name in PLAIN_INSTALL else bin_dir())
     collector: Collector | None = None
     if COLLECTOR in page.read_text(encoding="utf-8"):
         collector = Collector(tmp_path.parent / f"{tmp_path.name}-collector", sandbox)
@@ -112,8 +116,8 @@ class Collector:
     def _restart(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.rotel = RotelReceiver(self.workdir).start()
+        # Only the endpoint: the protocol is the page's to set, as a reader must.
         self.sandbox.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.rotel.http_endpoint
-        self.sandbox.env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
 
     def received(self) -> list[str]:
         """The names of the spans received since the last call."""

@@ -118,6 +118,8 @@ def test_opencode_plugin_is_written_and_removed_but_a_foreign_file_is_left_alone
     assert '"hook", "--dialect", "opencode"' in plugin.read_text()
     plan("uninstall", "opencode", Scope(tmp_path)).apply()
     assert not plugin.exists()
+    assert not plugin.parent.exists()  # the folder install made for it went with it
+    plugin.parent.mkdir(parents=True)
     plugin.write_text("// someone else's plugin\n")
     result = cli(tmp_path, "install", "opencode")
     assert result.returncode == 2

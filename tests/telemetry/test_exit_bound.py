@@ -81,3 +81,27 @@ def test_export_failures_while_the_session_runs_are_one_line_not_the_exporters_r
     during = [line for line in done.stderr.splitlines() if "telemetry export is failing" in line]
     assert len(during) == 1, done.stderr
     assert f"127.0.0.1:{port}" in during[0] and "connection refused" in during[0]
+
+
+def test_a_traces_only_back_end_is_named_with_the_signal_it_refused_and_its_status(
+    tmp_path: Path,
+) -> None:
+    # Phoenix and other trace stores take /v1/traces and answer /v1/metrics with 405: the line
+    # names the signal refused and the answer, not "the collector refused it".
+    from tests.support.target_server import Reply, TargetServer
+
+    with TargetServer() as backend:
+        backend.always("/v1/traces", Reply(200, {"Content-Type": "application/x-protobuf"}, b""))
+        backend.always("/v1/metrics", Reply(405, {"Content-Type": "text/plain"}, b"no metrics"))
+        done = run_true(
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=backend.url("/").rstrip("/"),
+            LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT="5000",
+        )
+        paths = {request.path for request in backend.requests}
+    assert done.returncode == 0, done.stderr
+    assert "/v1/traces" in paths and "/v1/metrics" in paths, paths
+    (line,) = done.stderr.strip().splitlines()
+    assert "metrics" in line and "HTTP 405" in line, line
+    assert "traces" not in line.split("refused", 1)[1].split(";")[0], line
+    assert "OTEL_METRICS_EXPORTER=none" in line, line  # what a traces-only back end needs

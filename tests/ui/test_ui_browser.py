@@ -49,6 +49,17 @@ lifecycle_hooks:
 expect.set_options(timeout=30_000)
 
 
+def stray_text(page: Any) -> list[str]:
+    """Text written straight into the page's main part, outside any element: a view that
+    hands the DOM a null or undefined gets the words "null" / "undefined" shown there."""
+    texts: list[str] = page.evaluate(
+        "[...document.querySelector('main').childNodes]"
+        ".filter(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim() !== '')"
+        ".map(n => n.textContent)"
+    )
+    return texts
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     chromium = ensure_chromium()
@@ -100,6 +111,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             expect(sessions).to_have_count(1)
             expect(sessions.first).to_contain_text("page-agent")
             expect(sessions.first).to_contain_text("running")
+            assert stray_text(page) == []
             session_id = sessions.first.get_attribute("data-session") or ""
             sessions.first.locator("a.session-link").click()
             # The breadcrumb names the session by its agent and the start of its id.
@@ -111,6 +123,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             expect(notify).to_contain_text("success")  # once its retry got the 201
             expect(notify.locator("td").nth(5)).to_have_text("2")  # attempts
             expect(deliveries).to_have_count(1)
+            assert stray_text(page) == []
 
             # The agent ends: its session-end delivery is journaled while the page is open,
             # and appears without a reload.
@@ -128,6 +141,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             expect(attempts).to_have_count(2)
             first, second = attempts.nth(0), attempts.nth(1)
             expect(first.locator("h3")).to_contain_text("Attempt 1 of 2")
+            assert stray_text(page) == []  # a delivery page once read "nullnull" here
             for attempt in (first, second):
                 expect(attempt.locator(".request-line")).to_have_text(
                     f"POST {target.url('/notify')}"

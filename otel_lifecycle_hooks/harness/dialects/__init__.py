@@ -99,7 +99,7 @@ def get_dialect(name: str, environ: Mapping[str, str] | None = None) -> Dialect:
         known = ", ".join(sorted(BUILTIN_DIALECTS) + shipped_dialect_names())
         raise UnknownDialectError(
             f"unknown dialect {name!r}: use one of {known}, put {name}.yaml in a directory "
-            f"of ${DIALECTS_ENV}, or pass --dialect-file"
+            f"of ${DIALECTS_ENV.removeprefix('OTEL_')}, or pass --dialect-file"
         )
     from ..dialect_yaml import load_dialect_file
 

@@ -52,6 +52,13 @@
     return node;
   }
 
+  // The main part's content; like el(), it leaves out null, undefined and false, which
+  // replaceChildren itself would show as the words "null" and "undefined".
+  function show(...children) {
+    main.replaceChildren(...children.flat(Infinity).filter(
+      (child) => child !== null && child !== undefined && child !== false));
+  }
+
   function sessionHref(sessionId) {
     return "#/s/" + encodeURIComponent(sessionId);
   }
@@ -137,7 +144,7 @@
     // The journal was unavailable and writes wait on this machine: said above the list.
     const notice = data.journal_notice ? [el("p", { class: "notice", role: "status" }, data.journal_notice)] : [];
     if (!data.sessions.length) {
-      main.replaceChildren(...notice, el("p", { class: "quiet" }, "No sessions in this journal yet. Start one with `otel-lifecycle-hooks run`."));
+      show(...notice, el("p", { class: "quiet" }, "No sessions in this journal yet. Start one with `otel-lifecycle-hooks run`."));
       return;
     }
     const rows = data.sessions.map((s) => {
@@ -151,7 +158,7 @@
         el("td", { class: "num" }, String(s.deliveries)),
         el("td", { class: "num" }, failed ? el("span", { class: "outcome outcome-failed" }, String(failed)) : "0"));
     });
-    main.replaceChildren(...notice, el("h2", {}, "Sessions"),
+    show(...notice, el("h2", {}, "Sessions"),
       table("sessions", ["agent", "session", "state", "started", "ended", "deliveries", "failed"], rows));
   }
 
@@ -164,7 +171,7 @@
       ["exit code", s.exit_code === null ? "" : String(s.exit_code)], ["templates", s.template_files.join(", ")]])
       : el("p", { class: "quiet" }, "This session is not in the journal's sessions table.");
     if (!data.deliveries.length) {
-      main.replaceChildren(heading, about, el("p", { class: "quiet" }, "No deliveries yet; this page shows them as they are journaled."));
+      show(heading, about, el("p", { class: "quiet" }, "No deliveries yet; this page shows them as they are journaled."));
       return;
     }
     const rows = data.deliveries.map((d) => el("tr", { "data-delivery": d.id },
@@ -178,7 +185,7 @@
       el("td", {}, result(d)),
       el("td", {}, d.error_type || ""),
       el("td", {}, d.replayed_from !== null ? el("a", { href: deliveryHref(route.session, d.replayed_from) }, "#" + d.replayed_from) : "")));
-    main.replaceChildren(heading, about,
+    show(heading, about,
       table("deliveries", ["id", "started", "hook", "event", "outcome", "attempts", "duration", "result", "error", "replay of"], rows));
   }
 
@@ -248,7 +255,7 @@
       el("a", { href: deliveryHref(route.session, d.id) }, "#" + d.id)]);
     const replays = d.replays.length ? d.replays.map((r, i) => [i ? ", " : "",
       el("a", { href: deliveryHref(route.session, r.id), class: "replay-link" }, "#" + r.id), " " + r.outcome]) : "";
-    main.replaceChildren(
+    show(
       el("h2", {}, "Delivery #" + d.id + ": ", d.hook, " on ", d.event, " ", deliveryBadge(d)),
       d.in_flight ? el("p", { id: "in-flight", class: "quiet" }, "Still retrying (" + (d.message || "") +
         "); shown are the attempts made so far, and this page follows it until it ends.") : null,
@@ -316,7 +323,7 @@
 
   function askForTheUrl(why) {
     setCrumbs([]);
-    main.replaceChildren(el("p", { class: "quiet", id: "needs-token" }, why,
+    show(el("p", { class: "quiet", id: "needs-token" }, why,
       " Open the URL that `otel-lifecycle-hooks ui` printed (it ends in #token=…) in this tab."));
     document.title = "otel-lifecycle-hooks: deliveries";
   }
