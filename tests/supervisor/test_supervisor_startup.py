@@ -19,14 +19,13 @@ from tests.support.target_server import TargetServer
 # Imported by `run` only when a template, an exporter or a harness needs them.
 NOT_FOR_A_PLAIN_RUN = (
     "opentelemetry.sdk.metrics",  # no metrics exporter: the API's no-op meter provider
-    "hashlib",  # no auth, no signing: the agent id is hashed without OpenSSL's bindings
+    "hashlib",  # no auth, no signing, no journal key before the agent's spawn
     "otel_lifecycle_hooks.auth.credentials",  # no `auth:` on the hook
     "otel_lifecycle_hooks.auth.signing",
     "otel_lifecycle_hooks.template.condition",  # no `condition:`
     "otel_lifecycle_hooks.harness.activity",  # the agent reported no activity
     "otel_lifecycle_hooks.actions.script",  # no script hook, no legacy hook directory
     "difflib",  # the template has no mistake to suggest a fix for
-    "argparse",  # `run`'s usual arguments are read without it
     "tempfile",  # the event socket's directory is made without it (nor shutil, bz2, lzma)
     "shutil",
     "opentelemetry.propagate",  # no propagator configured: trace context written directly
