@@ -5,7 +5,8 @@ Shown here (3 s of offered load, in the `slow` tier that `.ci/run` also runs; `m
 runs 30 s through benchmarks/load_activity.py): resident memory stays flat after warm-up; the
 debounced hook delivers the last state; the plain hook's queue is bounded and its overflow is
 dropped oldest first, counted in `agent.lifecycle_hook.dropped` (read from the Prometheus
-endpoint) and logged a bounded number of times; the lifecycle events it also listens to are never dropped.
+endpoint) and logged a bounded number of times; the lifecycle events it also listens to are
+never dropped.
 The same policies, with exact counts on a fake clock, are in test_reliability_queue.py.
 """
 
