@@ -13,7 +13,7 @@ URL
     A variable at the very start of the URL is its scheme and host (`url: "${SLACK_WEBHOOK_URL}"`
     or `"${API_BASE}/v1/items"`): it is inserted verbatim. A variable inside the host
     (`https://${REGISTRY_HOST}/v1`) must be a host name, optionally with a port. In either
-    place, a value the agent reported (harness/reported.py) is refused. Whatever the
+    place, a value the agent reported (reported.py) is refused. Whatever the
     template, the result must be an absolute http(s) URL.
 Headers
     Plain substitution; a value holding CR, LF or NUL is refused, so it can never add a header.
@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 from urllib.parse import quote, quote_plus, urlsplit
 
-from .harness.reported import AGENT_CONTROLLED
+from .reported import AGENT_CONTROLLED
 from .template.model import HookAction
 from .variables import Reference, Resolved, Variables, parse_template
 
@@ -378,7 +378,7 @@ def render_argv(
 
 def _agent_origin(reference: Reference, variables: Variables) -> str | None:
     """The name of the agent-chosen value `reference` renders from, if any: a reported field
-    (harness/reported.py) from the event or metadata, or a captured response."""
+    (reported.py) from the event or metadata, or a captured response."""
     for layer, name in variables.origins(reference):
         if layer == "captured" or (layer in ("event", "metadata") and name in AGENT_CONTROLLED):
             return name

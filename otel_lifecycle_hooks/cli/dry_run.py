@@ -155,7 +155,7 @@ def dry_run(
 ) -> int:
     """Render what `event` would make the templates' hooks do; see the module docstring."""
     if event not in events.ALL_EVENTS:
-        from ..template.validate import did_you_mean
+        from ..template.problems import did_you_mean
 
         hint = did_you_mean(event, events.TEMPLATE_EVENTS + events.RUNTIME_EVENTS)
         err.write(

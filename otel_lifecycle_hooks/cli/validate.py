@@ -22,7 +22,7 @@ from .console import GREEN, RED, YELLOW, paint, wants_colour
 if TYPE_CHECKING:
     from ..template.loader import TemplateReading
     from ..template.model import Position
-    from ..template.validate import Problem
+    from ..template.problems import Problem
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from ..harness.reported import AGENT_CONTROLLED
+from ..reported import AGENT_CONTROLLED
 from ..template.model import HookSpec, Template
 from ..template.trust import LOADER_ENV, url_state_after
 from ..variables import (

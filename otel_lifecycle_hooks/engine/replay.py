@@ -352,7 +352,7 @@ class Replayer:
     def _template(self, paths: tuple[str, ...]) -> Template | str:
         if paths not in self._loaded:
             from ..template.loader import load_templates
-            from ..template.validate import TemplateError
+            from ..template.problems import TemplateError
 
             try:
                 self._loaded[paths] = load_templates([Path(p) for p in paths])

@@ -14,7 +14,7 @@ them; reading never imports, runs or contacts anything.
 from __future__ import annotations
 
 from ..template.model import HookSpec
-from ..template.validate import Located, Problem, describe
+from ..template.problems import Located, Problem, describe
 
 
 def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:

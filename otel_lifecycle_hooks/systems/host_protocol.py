@@ -43,7 +43,7 @@ from ..actions.base import AttemptResult
 from ..engine.model import LifecycleEvent, SessionInfo
 from ..template.durations import DurationError, parse_duration
 from ..template.model import DEFAULT_SCRIPT_TIMEOUT, MAX_TIMEOUT, HookAction, HookSpec
-from ..template.validate import Located, Problem, describe
+from ..template.problems import Located, Problem, describe
 
 PROTOCOL = "host-v1"
 HOST_NAME = "otel-lifecycle-hooks"

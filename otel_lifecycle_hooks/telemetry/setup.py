@@ -62,6 +62,8 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
+from .sampling import SessionRecordingSampler
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -282,8 +284,6 @@ def sampler_from_env(env: Mapping[str, str]) -> sampling.Sampler:
     if name not in chosen:
         logger.warning("unknown OTEL_TRACES_SAMPLER %r; using parentbased_always_on", name)
         name = "parentbased_always_on"
-    from ..engine.sampling import SessionRecordingSampler
-
     return SessionRecordingSampler(chosen[name]())
 
 

@@ -21,8 +21,8 @@ _EXPORTS: dict[str, str] = {
     "load_template_text": "loader",
     "load_templates": "loader",
     "merge_templates": "loader",
-    "Problem": "validate",
-    "TemplateError": "validate",
+    "Problem": "problems",
+    "TemplateError": "problems",
     "lifecycle_hooks_schema": "schema",
     "template_file_schema": "schema",
 }

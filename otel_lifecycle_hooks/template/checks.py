@@ -25,10 +25,10 @@ from ..variables import (
     parse_template,
 )
 from .model import HookAction, HookSpec, Position
+from .problems import Located, Problem, field_positions, offset_position
 
 if TYPE_CHECKING:
     from .model import Template
-    from .validate import Located, Problem
 
 # Patterns of the messages about mistakes: `re` compiles them when a template has one, not
 # at import (about 0.1 ms each, which every `run` paid before its agent could start).
@@ -56,8 +56,6 @@ def turns_off_only(entry: Located) -> bool:
 
 
 def turned_off(entry: Located, index: int | None = None) -> HookSpec:
-    from .validate import field_positions
-
     return HookSpec(
         name=entry.value["name"].value,
         on=(),
@@ -71,8 +69,6 @@ def turned_off(entry: Located, index: int | None = None) -> HookSpec:
 
 def unmatched_turn_offs(template: Template) -> list[Problem]:
     """Entries that turn off a hook which no earlier template defines."""
-    from .validate import Problem
-
     return [
         Problem(
             hook.position_of("enabled")
@@ -163,26 +159,22 @@ def _shown(text: str, limit: int = 40) -> str:
 
 def reference_problems(entry: Located) -> Iterator[tuple[Position, str, str]]:
     """(where, field, message) for every malformed reference in a hook entry's action."""
-    from .validate import _offset_position
-
     action = entry.value.get("action") if entry.is_mapping else None
     if action is None or not action.is_mapping:
         return
     for field_path, located in _action_strings(action):
         for offset, message in malformed_references(located.value):
-            yield _offset_position(located, offset), field_path, message
+            yield offset_position(located, offset), field_path, message
 
 
 def env_reference_problems(env: Located | None) -> Iterator[tuple[Position, str, str]]:
     """The same for the template's `env:` values."""
-    from .validate import _offset_position
-
     if env is None or not env.is_mapping:
         return
     for key, located in env.value.items():
         if isinstance(located.value, str):
             for offset, message in malformed_references(located.value):
-                yield _offset_position(located, offset), f"env.{key}", message
+                yield offset_position(located, offset), f"env.{key}", message
 
 
 def _action_strings(action: Located) -> Iterator[tuple[str, Located]]:
@@ -234,8 +226,6 @@ def template_warnings(template: Template) -> list[Problem]:
     """Warnings for a loaded template: misspelt variables in references (a misspelt one in a
     condition is an error: `condition_problems`) and scripts that are missing or not
     executable."""
-    from .validate import Problem
-
     known = known_variables(template)
     problems: list[Problem] = []
     unknown = Position(template.files[0] if template.files else "", 0, 0)
@@ -271,8 +261,6 @@ def condition_problems(template: Template) -> list[Problem]:
     """Errors for conditions on a misspelt variable (`ACTIVTY == completed`): compared as
     empty, such a condition loads and never holds. A name close to no known variable is
     left alone, since the environment may set it; so is one declared under `env:`."""
-    from .validate import Problem
-
     known = known_variables(template)
     unknown = Position(template.files[0] if template.files else "", 0, 0)
     problems: list[Problem] = []

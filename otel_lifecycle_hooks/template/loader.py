@@ -18,16 +18,9 @@ import yaml
 
 from .checks import TURN_OFF_ACTION
 from .model import HookSpec, Position, Template
+from .problems import Located, Problem, TemplateError, describe
 from .trust import env_expansion_problems, trust_problems
-from .validate import (
-    Located,
-    PartialHooks,
-    Problem,
-    TemplateError,
-    describe,
-    read_hooks,
-    read_template_rate_limit,
-)
+from .validate import PartialHooks, read_hooks, read_template_rate_limit
 
 __all__ = [
     "TEMPLATE_FILE_NAME",

@@ -36,7 +36,7 @@ def instrument() -> None:
         )
         return
     try:
-        from ..engine.processor import LifecycleHookProcessor
+        from .engine.processor import LifecycleHookProcessor
     except ImportError:
         logger.debug("lifecycle hook engine not available", exc_info=True)
         return
