@@ -36,6 +36,7 @@ def instrument() -> None:
         )
         return
     try:
+        from . import systems  # noqa: F401  (importing it registers its sections with the loader)
         from .engine.processor import LifecycleHookProcessor
     except ImportError:
         logger.debug("lifecycle hook engine not available", exc_info=True)

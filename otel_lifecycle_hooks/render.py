@@ -40,11 +40,10 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from urllib.parse import quote, quote_plus, urlsplit
 
 from .reported import AGENT_CONTROLLED
-from .template.model import HookAction
 from .variables import Reference, Resolved, Variables, parse_template
 
 HOOK_ID_HEADER = "X-Scion-Hook-ID"
@@ -92,6 +91,28 @@ class RenderedCommand(NamedTuple):
     argv: tuple[str, ...]
     env: Mapping[str, str] = _NO_ENV
     stdin: bytes = b""
+
+
+class RenderableAction(Protocol):
+    """What `render_action` reads of an action (`template.model.HookAction` is one): rendering
+    knows the shape of a request or a command, not how a template is read."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def body(self) -> str | None: ...
+    @property
+    def command(self) -> tuple[str, ...]: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def agent_values_in_args(self) -> bool: ...
 
 
 class RenderError(ValueError):
@@ -407,7 +428,7 @@ def _substitute_no_nul(template: str, variables: Variables, field_name: str) -> 
 
 
 def render_action(
-    action: HookAction, variables: Variables, *, stdin: bytes = b""
+    action: RenderableAction, variables: Variables, *, stdin: bytes = b""
 ) -> RenderedRequest | RenderedCommand:
     """The request or command `action` makes with these variables.
 

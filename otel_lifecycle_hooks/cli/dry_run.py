@@ -31,12 +31,12 @@ from ..render import (
     render_action,
 )
 from ..template.model import AuthSpec, HookSpec, Template
+from ..template.secrets import secret_names_for
 from ..variables import (
     EVENT_VARIABLES,
     METADATA_VARIABLES,
     Variables,
     format_timestamp,
-    secret_names_for,
 )
 
 EXIT_OK = 0
@@ -178,7 +178,8 @@ def dry_run(
             err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
             return EXIT_USAGE
 
-    from ..template.loader import TemplateError, load_templates
+    from ..systems import load_templates
+    from ..template.problems import TemplateError
 
     try:
         template = load_templates(list(template_paths))

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _named_template(args: argparse.Namespace) -> Any:
     """The template the operator named, loaded; or the exit code when there is none."""
-    from ..template.loader import load_templates
+    from ..systems import load_templates
     from ..template.problems import TemplateError
     from .replay import operator_templates
 

@@ -192,9 +192,10 @@ def _run(args: argparse.Namespace | SimpleNamespace) -> int:
     from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
     from ..supervisor.run import Supervisor, SupervisorOptions, agent_metadata
     from ..supervisor.running import RunningFile
+    from ..systems import load_templates
     from ..template.durations import DurationError, parse_duration
-    from ..template.loader import TemplateError, load_templates
     from ..template.model import Template
+    from ..template.problems import TemplateError
 
     command = list(args.command)
     if command and command[0] == "--":

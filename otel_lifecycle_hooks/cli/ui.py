@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import secrets
 
     from ..journal import open_journal
-    from ..ui import PageServer, serve
+    from ..ui.server import PageServer, serve
     from ..ui.server import NotLoopback
     from .replay import operator_templates, shown_location
 

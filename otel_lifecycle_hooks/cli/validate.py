@@ -42,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print `ok: ...` or one line per problem."""
-    from ..template.loader import read_templates, template_file
+    from ..systems import read_templates
+    from ..template.loader import template_file
 
     files = [template_file(path) for path in args.templates]
     reading = read_templates(args.templates)

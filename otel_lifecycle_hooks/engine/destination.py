@@ -28,13 +28,13 @@ from typing import NamedTuple
 
 from ..reported import AGENT_CONTROLLED
 from ..template.model import HookSpec, Template
+from ..template.secrets import secret_names_for
 from ..template.trust import LOADER_ENV, url_state_after
 from ..variables import (
     METADATA_ENV,
     METADATA_VARIABLES,
     parse_template,
     referenced_names,
-    secret_names_for,
 )
 
 # Event values a redelivery takes from the journal (the row's event, the key's timestamp).

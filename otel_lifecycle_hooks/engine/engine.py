@@ -12,7 +12,8 @@ from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 
 from ..template.model import Template
-from ..variables import Variables, secret_names_for
+from ..template.secrets import secret_names_for
+from ..variables import Variables
 from .clock import SYSTEM_CLOCK, Clock
 from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
 from .executor import HookExecutor

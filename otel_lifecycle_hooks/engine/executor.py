@@ -27,8 +27,9 @@ from ..agent_env import agent_environment
 from ..redact import Redactor
 from ..render import RenderedCommand, RenderedRequest, RenderError, hook_id_header, render_action
 from ..template.model import HookSpec, Template
+from ..template.secrets import secret_names_for
 from ..tracecontext import traceparent as to_traceparent
-from ..variables import EVENT_VARIABLES, Variables, format_unix_timestamp, secret_names_for
+from ..variables import EVENT_VARIABLES, Variables, format_unix_timestamp
 from .clock import SYSTEM_CLOCK, Clock
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import attempt_timeout, outcome_of, retry_policy_for

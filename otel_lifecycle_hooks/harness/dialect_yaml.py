@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ..events import RUNTIME_EVENTS
+from ..reported import allowed_fields
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
-from ..reported import allowed_fields
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}

@@ -50,21 +50,36 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from . import rows as _rows
 from .liveness import LivenessClock
 from .rows import (
+    CLAIM,
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
+    INSERT_ATTEMPT,
+    INSERT_EXECUTION,
+    NTH_NEWEST_ID,
+    OPEN_SESSION,
+    OPEN_SESSION_UNSEALED,
+    RELEASE_CLAIM,
+    SELECT_ATTEMPTS,
+    UNFINISHED,
+    UPDATE_EXECUTION,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
     SessionRow,
+    attempt_row,
     attempt_values,
     attempts_of,
+    claim_values,
     commits_at_once,
     execution_filters,
+    execution_row,
     execution_row_of,
     execution_values,
+    open_session_values,
+    read_session_counts,
+    session_row,
 )
 from .schema import SCHEMA_VERSION, statements
 
@@ -94,9 +109,9 @@ URGENT_RETRY_DELAY = 0.5
 # Serialises migrations of one database across every process that opens it.
 _MIGRATION_LOCK = 0x6F746C68
 
-_INSERT_EXECUTION = _rows.INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
+_INSERT_EXECUTION = INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
 _INSERT_ATTEMPT = (
-    _rows.INSERT_ATTEMPT.replace("?", "%s") + " ON CONFLICT (execution_uid, attempt) DO NOTHING"
+    INSERT_ATTEMPT.replace("?", "%s") + " ON CONFLICT (execution_uid, attempt) DO NOTHING"
 )
 
 _Write = tuple[str, tuple[Any, ...]]
@@ -148,12 +163,12 @@ _WRITTEN = frozenset(
     {
         _INSERT_EXECUTION,
         _INSERT_ATTEMPT,
-        _sql(_rows.UPDATE_EXECUTION),
-        _sql(_rows.OPEN_SESSION),
+        _sql(UPDATE_EXECUTION),
+        _sql(OPEN_SESSION),
         _HEARTBEAT,
         *(_update_sql(assignments) for assignments in _SESSION_UPDATES),
         *(_begin_event_sql(column) for column in EVENT_COLUMNS.values()),
-        _sql(_rows.OPEN_SESSION_UNSEALED),
+        _sql(OPEN_SESSION_UNSEALED),
         *(_update_sql(f"{c} = COALESCE({c}, %s)") for c in EVENT_COLUMNS.values()),
     }
 )
@@ -269,7 +284,7 @@ class PostgresJournal:
         """Queue the rewrite of the execution journaled under `row.row_uid` (in flight) with
         `row`'s values, and its new `attempts`; None (as `record_execution`)."""
         durable = commits_at_once(row)
-        self._enqueue(_sql(_rows.UPDATE_EXECUTION), execution_values(row), durable=durable)
+        self._enqueue(_sql(UPDATE_EXECUTION), execution_values(row), durable=durable)
         for attempt in attempts:
             self._enqueue(
                 _INSERT_ATTEMPT, attempt_values(attempt, row.row_uid or ""), durable=durable
@@ -280,15 +295,15 @@ class PostgresJournal:
         """The attempts of the execution whose row_uid this is, in order."""
         if not execution_uid:
             return []
-        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
-        return [_rows.attempt_row(row) for row in rows]
+        rows = self._select(SELECT_ATTEMPTS, (execution_uid,))
+        return [attempt_row(row) for row in rows]
 
     def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
-        return _rows.read_session_counts(self._select, session_ids)
+        return read_session_counts(self._select, session_ids)
 
     def newest_id_beyond(self, rows: int) -> int | None:
-        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
+        found = self._select(NTH_NEWEST_ID, (rows,))
         return found[0]["id"] if found else None
 
     def apply_retention(
@@ -319,7 +334,7 @@ class PostgresJournal:
 
     def get(self, execution_id: int) -> ExecutionRow | None:
         rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
-        return _rows.execution_row(rows[0]) if rows else None
+        return execution_row(rows[0]) if rows else None
 
     def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
         return self.executions(hook=hook_name, limit=limit)
@@ -349,7 +364,7 @@ class PostgresJournal:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [_rows.execution_row(row) for row in self._select(sql, params)]
+        return [execution_row(row) for row in self._select(sql, params)]
 
     def delivered_by_replay(self) -> set[int]:
         rows = self._select(
@@ -376,11 +391,11 @@ class PostgresJournal:
         host: str = "",
         seal: str | None = None,
     ) -> None:
-        values = _rows.open_session_values(
+        values = open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
             templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
-        self._enqueue(_sql(_rows.OPEN_SESSION), values)
+        self._enqueue(_sql(OPEN_SESSION), values)
 
     def begin_event(
         self,
@@ -501,12 +516,12 @@ class PostgresJournal:
 
     def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
         self._wait_for_adopted()
-        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
+        sql = f"SELECT * FROM sessions WHERE {UNFINISHED}"
         params: list[Any] = []
         if agent_id is not None:
             sql += " AND agent_id = ?"
             params.append(agent_id)
-        return [_rows.session_row(r) for r in self._select(sql + " ORDER BY started_at", params)]
+        return [session_row(r) for r in self._select(sql + " ORDER BY started_at", params)]
 
     def claim_session(
         self,
@@ -523,9 +538,9 @@ class PostgresJournal:
         None if another holds it."""
         self._wait_for_adopted()
         now = _now(at)
-        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
-        rows = self._select(_rows.CLAIM, params)
-        return _rows.session_row(rows[0]) if rows else None
+        params = claim_values(claimer, lease, now, session_id, steal_from, seal)
+        rows = self._select(CLAIM, params)
+        return session_row(rows[0]) if rows else None
 
     def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
         """Give back `claimer`'s claim of a session it could not finish recovering, once the
@@ -533,11 +548,11 @@ class PostgresJournal:
         delivered); a database that does not answer leaves the claim to lapse."""
         if not self.flush():
             return
-        self._select(_rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
+        self._select(RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
 
     def session(self, session_id: str) -> SessionRow | None:
         rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
-        return _rows.session_row(rows[0]) if rows else None
+        return session_row(rows[0]) if rows else None
 
     def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
         if agent_id is None:
@@ -547,7 +562,7 @@ class PostgresJournal:
                 "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
                 (agent_id, limit),
             )
-        return [_rows.session_row(row) for row in rows]
+        return [session_row(row) for row in rows]
 
     def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
         """Wait until every queued write is committed; False if `timeout` passed first."""

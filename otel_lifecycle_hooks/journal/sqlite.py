@@ -42,23 +42,37 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..private_files import open_directory_path
-from . import rows as _rows
 from .liveness import LivenessClock, local_clock
 from .rows import (
+    CLAIM,
     EVENT_COLUMNS,
     FAILED_OUTCOMES,
+    ID_OF_UID,
     INSERT_ATTEMPT,
     INSERT_EXECUTION,
+    NTH_NEWEST_ID,
+    OPEN_SESSION,
+    RELEASE_CLAIM,
+    SELECT_ATTEMPTS,
+    UNFINISHED,
+    UPDATE_EXECUTION,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
     SessionRow,
+    attempt_row,
     attempt_values,
     attempts_of,
+    claim_values,
     commits_at_once,
     execution_filters,
+    execution_row,
     execution_row_of,
     execution_values,
+    new_row_uid,
+    open_session_values,
+    read_session_counts,
+    session_row,
 )
 from .schema import SCHEMA_VERSION, statements
 
@@ -121,7 +135,7 @@ class Journal:
         """Append `row` and its `attempts`; its new id, or None if the journal is not
         recording."""
         if attempts and not row.row_uid:
-            row = row._replace(row_uid=_rows.new_row_uid())
+            row = row._replace(row_uid=new_row_uid())
         values = execution_values(row)
         at_once = commits_at_once(row)
         return self._run(
@@ -153,9 +167,9 @@ class Journal:
 
         def write(db: sqlite3.Connection) -> int | None:
             db.execute("BEGIN")  # the row and its new attempts together, or neither
-            db.execute(_rows.UPDATE_EXECUTION, values)
+            db.execute(UPDATE_EXECUTION, values)
             _insert_attempts(db, ((row.row_uid or "", attempts),))
-            found = db.execute(_rows.ID_OF_UID, (row.row_uid,)).fetchone()
+            found = db.execute(ID_OF_UID, (row.row_uid,)).fetchone()
             db.execute("COMMIT")
             return int(found[0]) if found else None
 
@@ -165,18 +179,18 @@ class Journal:
         """The attempts of the execution whose row_uid this is, in order."""
         if not execution_uid:
             return []
-        rows = self._select(_rows.SELECT_ATTEMPTS, (execution_uid,))
-        return [_rows.attempt_row(row) for row in rows]
+        rows = self._select(SELECT_ATTEMPTS, (execution_uid,))
+        return [attempt_row(row) for row in rows]
 
     def newest_id_beyond(self, rows: int) -> int | None:
         """The id of the newest execution that is not among the newest `rows` (None when
         there are no more than `rows`)."""
-        found = self._select(_rows.NTH_NEWEST_ID, (rows,))
+        found = self._select(NTH_NEWEST_ID, (rows,))
         return found[0][0] if found else None
 
     def session_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Per session id: its `deliveries`, how many `failed`, and `last_at`."""
-        return _rows.read_session_counts(self._select, session_ids)
+        return read_session_counts(self._select, session_ids)
 
     def apply_retention(
         self,
@@ -209,7 +223,7 @@ class Journal:
     def get(self, execution_id: int) -> ExecutionRow | None:
         """The execution with this id, if any."""
         rows = self._select("SELECT * FROM executions WHERE id = ?", (execution_id,))
-        return _rows.execution_row(rows[0]) if rows else None
+        return execution_row(rows[0]) if rows else None
 
     def recent(self, hook_name: str | None = None, limit: int = 20) -> list[ExecutionRow]:
         """The latest executions, newest first; of one hook if `hook_name` is given."""
@@ -220,7 +234,7 @@ class Journal:
                 "SELECT * FROM executions WHERE hook = ? ORDER BY id DESC LIMIT ?",
                 (hook_name, limit),
             )
-        return [_rows.execution_row(row) for row in rows]
+        return [execution_row(row) for row in rows]
 
     def failed(self, since: float | None = None) -> list[ExecutionRow]:
         """Executions that failed or timed out (started at or after `since`), oldest first."""
@@ -229,7 +243,7 @@ class Journal:
             f"SELECT * FROM executions WHERE outcome IN ({marks}) AND started_at >= ? ORDER BY id",
             (*FAILED_OUTCOMES, since if since is not None else float("-inf")),
         )
-        return [_rows.execution_row(row) for row in rows]
+        return [execution_row(row) for row in rows]
 
     def delivered_by_replay(self) -> set[int]:
         """Ids of executions that a later replay delivered (a successful row re-sent them)."""
@@ -262,7 +276,7 @@ class Journal:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [_rows.execution_row(row) for row in self._select(sql, params)]
+        return [execution_row(row) for row in self._select(sql, params)]
 
     # -- sessions --
 
@@ -282,11 +296,11 @@ class Journal:
         seal: str | None = None,
     ) -> None:
         """Record that a supervised session started (a row of the same id is kept)."""
-        values = _rows.open_session_values(
+        values = open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
             templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
-        self._write("open a session", _rows.OPEN_SESSION, values)
+        self._write("open a session", OPEN_SESSION, values)
 
     def begin_event(
         self,
@@ -346,13 +360,13 @@ class Journal:
     def unfinished_sessions(self, agent_id: str | None = None) -> list[SessionRow]:
         """Sessions (of `agent_id`, or of every agent) that began post-start, never ended,
         and were not recovered, oldest first."""
-        sql = f"SELECT * FROM sessions WHERE {_rows.UNFINISHED}"
+        sql = f"SELECT * FROM sessions WHERE {UNFINISHED}"
         params: list[Any] = []
         if agent_id is not None:
             sql += " AND agent_id = ?"
             params.append(agent_id)
         rows = self._select(sql + " ORDER BY started_at", params)
-        return [_rows.session_row(row) for row in rows]
+        return [session_row(row) for row in rows]
 
     def claim_session(
         self,
@@ -368,12 +382,12 @@ class Journal:
         events fixed (and `seal`, when given, as its new seal), if this caller won it; None if it is finished, recovered, or held by
         another claimer whose lease has not run out."""
         now = _now(at)
-        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
+        params = claim_values(claimer, lease, now, session_id, steal_from, seal)
 
         def claim(db: sqlite3.Connection) -> list[Any]:
             db.execute("BEGIN IMMEDIATE")  # the write lock first: claimers queue here
             try:
-                rows = db.execute(_rows.CLAIM, params).fetchall()
+                rows = db.execute(CLAIM, params).fetchall()
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -381,17 +395,17 @@ class Journal:
             return rows
 
         rows: list[Any] = self._run("claim a session", claim, [])
-        return _rows.session_row(rows[0]) if rows else None
+        return session_row(rows[0]) if rows else None
 
     def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
         """Give back `claimer`'s claim of a session it could not finish recovering: the next
         pass may claim it at once."""
-        self._write("release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
+        self._write("release a claim", RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
 
     def session(self, session_id: str) -> SessionRow | None:
         """One session by id."""
         rows = self._select("SELECT * FROM sessions WHERE session_id = ?", (session_id,))
-        return _rows.session_row(rows[0]) if rows else None
+        return session_row(rows[0]) if rows else None
 
     def sessions(self, agent_id: str | None = None, limit: int = 100) -> list[SessionRow]:
         """The latest sessions (of one agent), newest first."""
@@ -402,7 +416,7 @@ class Journal:
                 "SELECT * FROM sessions WHERE agent_id = ? ORDER BY started_at DESC LIMIT ?",
                 (agent_id, limit),
             )
-        return [_rows.session_row(row) for row in rows]
+        return [session_row(row) for row in rows]
 
     def close(self) -> None:
         """Commit what is waiting and close the database; later calls are no-ops."""
@@ -561,7 +575,9 @@ class Journal:
             db.execute("BEGIN")
         values = [execution_values(row) for row, _ in queued]
         db.executemany(INSERT_EXECUTION, values)
-        _insert_attempts(db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False)))
+        _insert_attempts(
+            db, ((v[-1], attempts) for v, (_, attempts) in zip(values, queued, strict=False))
+        )
         self._uncommitted += len(queued)
 
     def _commit_batch(self, db: sqlite3.Connection) -> None:

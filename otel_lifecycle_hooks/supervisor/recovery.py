@@ -158,7 +158,8 @@ def session_fields(
     where its pids mean something. Secrets are never among them: a variable whose value the
     redaction rules would change (a known secret in it, a URL's userinfo, a secret-looking
     query value) is left out, as are secret-named ones."""
-    from ..variables import referenced_names, secret_names_for
+    from ..template.secrets import secret_names_for
+    from ..variables import referenced_names
 
     templates: list[dict[str, str]] = []
     names: set[str] = set()

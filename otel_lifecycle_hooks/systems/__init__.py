@@ -7,14 +7,31 @@ Each module translates one system into `HookSpec`s (or, for in-process hooks, a 
 - `host_protocol`  seed 003: scripts of the host-agnostic `<script> <stage>` protocol
 - `inprocess`      seed 004: `name` + `on_event(event)` hooks registered in Python
 
-`read_foreign_hooks` is what the loader calls for a file whose hooks are written in one of
-them; reading never imports, runs or contacts anything.
+Importing this package registers the readers with the template loader (`load_templates`,
+`read_templates` and `load_template_text` are named here too, for the callers that load
+templates with every system's hooks): `read_foreign_hooks`
+for the `hooks:` key of a file whose hooks are written in one of them, `read_hook_scripts` for
+`hook_scripts:`. Reading never imports, runs or contacts anything of the system read.
 """
 
 from __future__ import annotations
 
+from ..template.loader import (
+    load_template_text,
+    load_templates,
+    read_templates,
+    register_section_reader,
+)
 from ..template.model import HookSpec
 from ..template.problems import Located, Problem, describe
+
+__all__ = [
+    "load_template_text",
+    "load_templates",
+    "read_foreign_hooks",
+    "read_hook_scripts",
+    "read_templates",
+]
 
 
 def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
@@ -35,3 +52,15 @@ def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], lis
         "or the-loop's list of executors"
     )
     return [], [Problem(section.position, None, "hooks", message)]
+
+
+def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
+    """`hook_scripts:` of the host-agnostic protocol (seed 003), beside any other hooks."""
+    from .host_protocol import read_hook_scripts as read
+
+    return read(section, file)
+
+
+# In this order: a file's foreign `hooks:` come before its `hook_scripts:`.
+register_section_reader("hooks", read_foreign_hooks)
+register_section_reader("hook_scripts", read_hook_scripts, beside_lifecycle_hooks=True)

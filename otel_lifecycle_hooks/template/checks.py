@@ -3,9 +3,9 @@ not references, names that differ from a known variable only by case or a typo, 
 that is not JSON once rendered, a script that is not there.
 
 Malformed references, JSON bodies that do not parse and conditions on a misspelt variable are
-errors (reported with file:line:col); the rest are warnings, since the template is still usable (a variable may
-come from the environment, a script may be installed later), and `test` turns a missing
-script into an error.
+errors (reported with file:line:col); the rest are warnings, since the template is still usable
+(a variable may come from the environment, a script may be installed later), and `test` turns a
+missing script into an error.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..render import is_json_body, render_body
 from ..variables import (
     EVENT_VARIABLES,
     METADATA_VARIABLES,
@@ -318,8 +319,6 @@ def json_body_problem(action: HookAction) -> str | None:
     """Why the body, sent as JSON, is not JSON once rendered with sample values; else None."""
     if not action.body or not action.is_http:
         return None
-    from ..render import is_json_body, render_body
-
     content_type = next(
         (value for name, value in action.headers.items() if name.lower() == "content-type"), None
     )

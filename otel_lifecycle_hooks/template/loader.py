@@ -3,14 +3,15 @@
 The YAML is read from libyaml's parse events (or, when libyaml is missing or the document
 needs PyYAML's own words, from PyYAML's composed node graph) rather than constructed, so that
 every key and value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean
-`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that matter to
-hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
+`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones
+that matter to hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`), and the
+sections of other hook systems that systems/ registers here; none is refused.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -45,9 +46,16 @@ _METADATA_KEYS: dict[str, str] = {
     "name": "TEMPLATE_NAME",  # written after `template`, so an explicit `name` wins
 }
 _READ_KEYS = (
-    "lifecycle_hooks", "hooks", "hook_scripts", "env", "secrets", "limits", "user",
+    "lifecycle_hooks", "env", "secrets", "limits", "user",
     "hook_rate_limit", "share_with_agent", *_METADATA_KEYS,
 )  # fmt: skip
+
+# Reads another hook system's section of a file: (its hooks, what is wrong with it).
+SectionReader = Callable[[Located, str], tuple[list[HookSpec], list[Problem]]]
+
+# key -> (the reader of another hook system's section, read beside `lifecycle_hooks:` too),
+# registered by systems/.
+_OTHER_SYSTEMS: dict[str, tuple[SectionReader, bool]] = {}
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
 # Read before parsing: a template is a few kilobytes; 50 MB of YAML would take a minute and
@@ -626,7 +634,7 @@ def _read_document(
     problems = [
         Problem(position, None, key, message)
         for key, position, message in root.duplicate_keys
-        if key in _READ_KEYS
+        if key in _READ_KEYS or key in _OTHER_SYSTEMS
     ]
     problems.extend(_misspelt_section(root))
     hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file, partial)
@@ -677,22 +685,26 @@ def _read_document(
     return template, problems
 
 
+def register_section_reader(
+    key: str, reader: SectionReader, *, beside_lifecycle_hooks: bool = False
+) -> None:
+    """Read the top-level `key` of a template file as hooks of another hook system, with
+    `reader` (systems/ registers core-agent's and the-loop's `hooks:` and the host protocol's
+    `hook_scripts:`; this module knows none of them). Unless `beside_lifecycle_hooks`, the
+    key is read only in a file without `lifecycle_hooks:`."""
+    _OTHER_SYSTEMS[key] = (reader, beside_lifecycle_hooks)
+
+
 def _read_other_systems(
     fields: dict[str, Located], file: str, hooks: list[HookSpec]
 ) -> tuple[list[HookSpec], list[Problem]]:
-    """The hooks of the other seeds' systems a file may hold: `hooks:` of core-agent's
-    `.agents/config.json` or of the-loop's config (only in a file without `lifecycle_hooks:`),
-    and `hook_scripts:` of the host-agnostic protocol. See docs/hook-systems.md."""
+    """The hooks of the other hook systems registered here that a file holds, in the order
+    they were registered. See docs/hook-systems.md."""
     problems: list[Problem] = []
-    if "lifecycle_hooks" not in fields and "hooks" in fields:
-        from ..systems import read_foreign_hooks
-
-        found, found_problems = read_foreign_hooks(fields["hooks"], file)
-        hooks, problems = hooks + found, problems + found_problems
-    if "hook_scripts" in fields:
-        from ..systems.host_protocol import read_hook_scripts
-
-        found, found_problems = read_hook_scripts(fields["hook_scripts"], file)
+    for key, (reader, beside_lifecycle_hooks) in _OTHER_SYSTEMS.items():
+        if key not in fields or ("lifecycle_hooks" in fields and not beside_lifecycle_hooks):
+            continue
+        found, found_problems = reader(fields[key], file)
         hooks, problems = hooks + found, problems + found_problems
     return hooks, problems
 

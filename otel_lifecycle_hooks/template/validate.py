@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from ..events import ALL_EVENTS, DEBOUNCEABLE_EVENTS, RUNTIME_EVENTS, TEMPLATE_EVENTS
 from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host
+from ..variables import captured_variable_names, referenced_names
+from .checks import json_body_problem, reference_problems, turned_off, turns_off_only
 from .durations import DurationError, parse_duration
 from .model import (
     ACTION_TYPES,
@@ -189,8 +191,6 @@ def read_hook(
             entry, None, f"got {describe(entry)}; each hook is a mapping with name, on and action"
         )
         return None, r.problems
-    from .checks import json_body_problem, reference_problems, turned_off, turns_off_only
-
     if turns_off_only(entry):  # `- {name: x, enabled: false}` turns off a parent's hook
         return turned_off(entry, index), []
     fields: dict[str, Located] = entry.value
@@ -622,7 +622,10 @@ def _check_keys_apply(r: _Reporter, action: Located, action_type: str) -> None:
         elif action_type == "webhook" and key == "auth":
             if action.value[key].value == "none":
                 continue
-            message = "a webhook carries no auth (its URL holds the secret); use type: http to authenticate"
+            message = (
+                "a webhook carries no auth (its URL holds the secret); "
+                "use type: http to authenticate"
+            )
         else:
             message = (
                 f"does not apply to {_ARTICLE[action_type]} action; "
@@ -676,7 +679,8 @@ def _read_command(r: _Reporter, located: Located | None, action: Located) -> tup
         r.report(
             located,
             "action.command",
-            f'got {describe(located)}; write a list of arguments, e.g. command: ["/path/to/script.sh"]',
+            f"got {describe(located)}; write a list of arguments, "
+            'e.g. command: ["/path/to/script.sh"]',
         )
         return ()
     if not located.value:
@@ -1039,8 +1043,6 @@ def capture_warnings(template: Template) -> list[Problem]:
     """Uses of `${HOOK_<NAME>_RESPONSE}` / `_STATUS` that will render empty: a capture of no
     hook (or of a disabled one), or of a hook that can only run later in the session than
     the hook using it. Warnings, not errors: the template loads and runs as written."""
-    from ..variables import captured_variable_names
-
     producers = {
         captured_variable_names(hook.name)[0].removesuffix("_RESPONSE"): hook
         for hook in template.hooks
@@ -1068,8 +1070,6 @@ def capture_warnings(template: Template) -> list[Problem]:
 
 def _capture_references(hook: HookSpec, env: Mapping[str, str]) -> list[tuple[str, str]]:
     """(field, capture variable) for each capture the hook reads, through `env:` entries too."""
-    from ..variables import referenced_names
-
     action = hook.action
     texts = [("action.url", action.url or ""), ("action.body", action.body or "")]
     texts += [(f"action.headers.{k}", v) for k, v in action.headers.items()]

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..journal import FAILED_OUTCOMES, ExecutionRow, Journal
-from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
-from ..render import (
+from .journal import FAILED_OUTCOMES, ExecutionRow, Journal
+from .redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
+from .render import (
     FORM_CONTENT_TYPE,
     HOOK_ID_HEADER,
     RenderedRequest,
@@ -57,8 +57,9 @@ from ..render import (
     render_headers,
     render_url,
 )
-from ..template.model import HookSpec, Template
-from ..variables import Variables, parse_template, secret_names_for
+from .template.model import HookSpec, Template
+from .template.secrets import secret_names_for
+from .variables import Variables, parse_template
 
 log = logging.getLogger("otel_lifecycle_hooks.replay")
 
@@ -195,7 +196,7 @@ class Replayer:
         yet delivered by an earlier replay and within the journal's retention; of the agents,
         sessions, hook, event and failed outcomes given; with `last`, only the newest that
         many of them."""
-        from ..journal.views import visible_executions
+        from .journal.views import visible_executions
 
         chosen: list[ExecutionRow | int] = []
         for execution_id in ids:
@@ -244,9 +245,9 @@ class Replayer:
         shown = _shown_request(prepared, key)
         if dry_run:
             return self._outcome(row, "dry-run", request=shown)
-        from ..actions.http import send
-        from ..engine.policies import outcome_of
-        from .attempt_log import attempt_row
+        from .actions.http import send
+        from .engine.attempt_log import attempt_row
+        from .engine.policies import outcome_of
 
         started_wall = self.wall_clock()
         result = send(
@@ -298,14 +299,16 @@ class Replayer:
         request = row.request or {}
         if "argv" in request:
             raise ReplayRefused(
-                f"hook {row.hook!r} is a script: scripts are not replayed, as the event they read on "
-                "stdin is not journaled; fire the event again with `otel-lifecycle-hooks test --execute`"
+                f"hook {row.hook!r} is a script: scripts are not replayed, as the event they read "
+                "on stdin is not journaled; fire the event again with "
+                "`otel-lifecycle-hooks test --execute`"
             )
         if "method" not in request or "url" not in request:
             raise ReplayRefused(f"execution {row.id} has no journaled HTTP request to re-send")
         if not row.idempotency_key:
             raise ReplayRefused(
-                f"execution {row.id} has no idempotency key; a replay could not be told from a new delivery"
+                f"execution {row.id} has no idempotency key; a replay could not be told from a "
+                "new delivery"
             )
 
     def _hook_for(self, row: ExecutionRow) -> tuple[HookSpec, Template]:
@@ -351,8 +354,8 @@ class Replayer:
 
     def _template(self, paths: tuple[str, ...]) -> Template | str:
         if paths not in self._loaded:
-            from ..template.loader import load_templates
-            from ..template.problems import TemplateError
+            from .systems import load_templates
+            from .template.problems import TemplateError
 
             try:
                 self._loaded[paths] = load_templates([Path(p) for p in paths])
@@ -366,9 +369,10 @@ class Replayer:
         hook, template = found
         if not hook.action.is_http:
             raise ReplayRefused(
-                f"hook {row.hook!r} is now a {hook.action.type} action; only http and webhook deliveries are replayed"
+                f"hook {row.hook!r} is now a {hook.action.type} action; only http and webhook "
+                "deliveries are replayed"
             )
-        from .destination import journaled_metadata, operator_metadata, unsupplied
+        from .engine.destination import journaled_metadata, operator_metadata, unsupplied
 
         # The journal is the agent's to write: what decides where the request goes (and with
         # which credential) comes from this command's side only, or the row is refused.
@@ -377,7 +381,8 @@ class Replayer:
         if missing:
             raise ReplayRefused(
                 "; ".join(item.message() for item in missing)
-                + f". Nothing was sent; execution {row.id} stays journaled, to replay once it is set."
+                + f". Nothing was sent; execution {row.id} stays journaled, to replay once it is "
+                "set."
             )
         metadata = journaled_metadata(self._session_metadata(row), operator, template)
 
@@ -402,7 +407,7 @@ class Replayer:
     def _auth_headers(
         self, hook: HookSpec, request: RenderedRequest, template: Template, key: str
     ) -> dict[str, str]:
-        from ..auth import AuthError, check_transport
+        from .auth import AuthError, check_transport
 
         environ = {**template.env, **self.environ}
         action = hook.action
@@ -424,7 +429,7 @@ class Replayer:
 
     def _client(self) -> Any:
         if self.http_client is None:
-            from ..actions.http import make_client
+            from .actions.http import make_client
 
             self.http_client = make_client()
             self._owned.append(self.http_client)
@@ -432,7 +437,7 @@ class Replayer:
 
     def _credentials(self) -> Any:
         if self.credentials is None:
-            from ..auth import Credentials
+            from .auth import Credentials
 
             self.credentials = Credentials()
             self._owned.append(self.credentials)
@@ -498,7 +503,8 @@ def _restore_secrets(
             )
             if template is None:
                 raise ReplayRefused(
-                    f"hook {hook.name!r}: header {name} is no longer in its template. Nothing was sent."
+                    f"hook {hook.name!r}: header {name} is no longer in its template. Nothing was "
+                    "sent."
                 )
             headers[name] = _rebuild(
                 f"header {name}", value, _header_renderer(name, template), variables, hook
@@ -506,10 +512,14 @@ def _restore_secrets(
     if body_text is not None and REDACTED in body_text:
         content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
         body_text = _rebuild(
-            "body", body_text,
-            lambda v: render_body(action.body or "", v, content_type=content_type).decode("utf-8", "replace"),
-            variables, hook,
-        )  # fmt: skip
+            "body",
+            body_text,
+            lambda v: render_body(action.body or "", v, content_type=content_type).decode(
+                "utf-8", "replace"
+            ),
+            variables,
+            hook,
+        )
     body = body_text.encode("utf-8") if body_text is not None else None
     return RenderedRequest(method=str(stored["method"]), url=url, headers=headers, body=body)
 
@@ -569,7 +579,8 @@ def _check_template_shape(request: RenderedRequest, hook: HookSpec, variables: V
     if not _could_render(action.url or "", request.url, "url", variables,
                          lambda t: render_url(t, variables)):  # fmt: skip
         raise ReplayRefused(
-            f"hook {hook.name!r}: the journal's url is not one its template makes. Nothing was sent."
+            f"hook {hook.name!r}: the journal's url is not one its template makes. Nothing was "
+            "sent."
         )
     content_type = next((v for k, v in fresh.headers.items() if k.lower() == "content-type"), None)
     body = (request.body or b"").decode("utf-8", "replace")
@@ -638,14 +649,16 @@ def _could_render(
     if kind == "text":
         return _glob_matches(literals, journaled)
     holes = _json_holes(literals) if kind == "json" else [_HOLE_PATTERNS[kind]] * len(literals)
-    pattern = "".join(hole + re.escape(literal) for hole, literal in zip(["", *holes], literals, strict=False))
+    pattern = "".join(
+        hole + re.escape(literal) for hole, literal in zip(["", *holes], literals, strict=False)
+    )
     return re.fullmatch(pattern, journaled) is not None
 
 
 def _json_holes(literals: Sequence[str]) -> list[str]:
     """Each hole's pattern in a JSON body: inside a string, escaped string text; outside, a
     scalar or a whole string (as `render_body` writes a value there)."""
-    from ..render import json_string_state
+    from .render import json_string_state
 
     holes: list[str] = []
     in_string = escaped = False
@@ -706,15 +719,18 @@ def _rebuild(
     if local.unresolved:
         names = ", ".join(f"${{{name}}}" for name in sorted(local.unresolved))
         raise ReplayRefused(
-            f"hook {hook.name!r}: its journaled {part} holds redacted values, and rendering it again needs "
-            f"{names}, which the journal does not keep and the current environment does not set. Nothing was sent."
+            f"hook {hook.name!r}: its journaled {part} holds redacted values, and rendering it "
+            "again needs "
+            f"{names}, which the journal does not keep and the current environment does not set. "
+            "Nothing was sent."
         )
     redacted = redactor.redact_url(fresh) if is_url else redactor.redact_text(fresh)
     if part.startswith("header ") and redactor.is_secret_header(part.split(" ", 1)[1]):
         redacted = REDACTED
     if redacted != stored:
         raise ReplayRefused(
-            f"hook {hook.name!r}: its {part} renders differently now than when it was journaled (its "
+            f"hook {hook.name!r}: its {part} renders differently now than when it was journaled "
+            "(its "
             "template changed since), so the original request cannot be rebuilt. Nothing was sent."
         )
     return fresh
