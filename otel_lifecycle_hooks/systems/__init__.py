@@ -24,6 +24,7 @@ from ..template.loader import (
 )
 from ..template.model import HookSpec
 from ..template.problems import Located, Problem, describe
+from .core_agent import read_core_agent_hooks
 
 __all__ = [
     "load_template_text",
@@ -38,10 +39,9 @@ def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], lis
     """The `hooks:` key of a file with no `lifecycle_hooks:`: a mapping of event -> handlers
     is core-agent's (seed 001); a list of named executors is the-loop's (seed 002)."""
     if section.is_mapping:
-        from .core_agent import read_core_agent_hooks
-
         return read_core_agent_hooks(section, file)
     if section.is_list:
+        # Only a file of the-loop's pays for its executors (about 5 ms before `run`'s spawn).
         from .the_loop import read_the_loop_hooks
 
         return read_the_loop_hooks(section, file)
@@ -56,6 +56,8 @@ def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], lis
 
 def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
     """`hook_scripts:` of the host-agnostic protocol (seed 003), beside any other hooks."""
+    # Only a template with hook_scripts: pays for the protocol's runner (about 18 ms, with the
+    # engine's values and actions it loads, before `run`'s spawn; -X importtime).
     from .host_protocol import read_hook_scripts as read
 
     return read(section, file)

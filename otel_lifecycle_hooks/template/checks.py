@@ -10,6 +10,7 @@ missing script into an error.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -212,8 +213,6 @@ def known_variables(template: Template) -> set[str]:
 
 def _suggestion(name: str, known: set[str]) -> str | None:
     """A known name that `name` is probably meant to be: the same but for case, or close."""
-    import difflib
-
     if name in known or re.fullmatch(_CAPTURED, name):
         return None  # captures have their own warnings (validate.capture_warnings)
     by_upper = {option.upper(): option for option in known}
@@ -352,7 +351,7 @@ def script_problem(command: Sequence[str], environ: Mapping[str, str] | None = N
         if not os.access(program, os.X_OK):
             return f"the script {program} is not executable (chmod +x {program})"
         return None
-    import shutil  # only validation pays for it, not every `run`
+    import shutil  # only validation pays for it, not every `run` (about 2 ms: -X importtime)
 
     if shutil.which(program, path=env.get("PATH")) is None:
         return f"the program {program} is not on the PATH"

@@ -10,6 +10,7 @@ sections of other hook systems that systems/ registers here; none is refused.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
@@ -17,7 +18,12 @@ from typing import Any
 
 import yaml
 
-from .checks import TURN_OFF_ACTION
+from .checks import (
+    TURN_OFF_ACTION,
+    condition_problems,
+    env_reference_problems,
+    unmatched_turn_offs,
+)
 from .model import HookSpec, Position, Template
 from .problems import Located, Problem, TemplateError, describe
 from .trust import env_expansion_problems, trust_problems
@@ -150,8 +156,6 @@ def _merged_problems(
     """The rules of the merged template, less what the files' own rules already said;
     `turn_offs=False` for one template read alone, whose parent may be merged later;
     `partial`: hooks with problems of their own, whose conditions and trust are checked too."""
-    from .checks import condition_problems, unmatched_turn_offs
-
     # A hook that failed its own rules is not in `merged`: a child turning it off is not
     # "unmatched", the author has the hook's own problem to fix.
     failed_names = {problem.hook for problem in found if problem.hook is not None}
@@ -642,8 +646,6 @@ def _read_document(
     hooks, hook_problems = _read_other_systems(fields, file, hooks)
     problems.extend(hook_problems)
     env = _read_env(fields.get("env"), problems)
-    from .checks import env_reference_problems
-
     problems.extend(
         Problem(position, None, field_path, message)
         for position, field_path, message in env_reference_problems(fields.get("env"))
@@ -714,8 +716,6 @@ def _misspelt_section(root: Located) -> list[Problem]:
     would silently load no hooks at all."""
     if "lifecycle_hooks" in root.value:
         return []
-    import difflib
-
     return [
         Problem(
             position,
