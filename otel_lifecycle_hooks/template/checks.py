@@ -10,7 +10,6 @@ missing script into an error.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -213,6 +212,8 @@ def known_variables(template: Template) -> set[str]:
 
 def _suggestion(name: str, known: set[str]) -> str | None:
     """A known name that `name` is probably meant to be: the same but for case, or close."""
+    import difflib  # only a template with a mistake pays for it (about 1 ms before the spawn)
+
     if name in known or re.fullmatch(_CAPTURED, name):
         return None  # captures have their own warnings (validate.capture_warnings)
     by_upper = {option.upper(): option for option in known}

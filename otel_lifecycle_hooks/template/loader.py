@@ -10,7 +10,6 @@ sections of other hook systems that systems/ registers here; none is refused.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
@@ -716,6 +715,8 @@ def _misspelt_section(root: Located) -> list[Problem]:
     would silently load no hooks at all."""
     if "lifecycle_hooks" in root.value:
         return []
+    import difflib  # only a template with a mistake pays for it (about 1 ms before the spawn)
+
     return [
         Problem(
             position,

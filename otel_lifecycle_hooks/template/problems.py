@@ -7,7 +7,6 @@ all report through these; none of them imports another to do so.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -171,6 +170,8 @@ def quote(text: str, limit: int = 60) -> str:
 
 def did_you_mean(word: str, options: Sequence[str]) -> str:
     """` (did you mean "x"?)` when an option is close to `word`, else ""."""
+    import difflib  # only a template with a mistake pays for it (about 1 ms before the spawn)
+
     lowered = {option.lower(): option for option in options}
     matches = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
     return f" (did you mean {quote(lowered[matches[0]])}?)" if matches else ""
