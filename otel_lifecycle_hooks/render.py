@@ -13,7 +13,7 @@ URL
     A variable at the very start of the URL is its scheme and host (`url: "${SLACK_WEBHOOK_URL}"`
     or `"${API_BASE}/v1/items"`): it is inserted verbatim. A variable inside the host
     (`https://${REGISTRY_HOST}/v1`) must be a host name, optionally with a port. In either
-    place, a value the agent reported (harness/reported.py) is refused. Whatever the
+    place, a value the agent reported (reported.py) is refused. Whatever the
     template, the result must be an absolute http(s) URL.
 Headers
     Plain substitution; a value holding CR, LF or NUL is refused, so it can never add a header.
@@ -39,12 +39,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from urllib.parse import quote, quote_plus, urlsplit
 
 from .errors import LifecycleHooksError
-from .harness.reported import AGENT_CONTROLLED
-from .template.model import HookAction
+from .reported import AGENT_CONTROLLED
 from .variables import Reference, Resolved, Variables, parse_template
 
 HOOK_ID_HEADER = "X-Scion-Hook-ID"
@@ -80,6 +79,28 @@ class RenderedCommand(NamedTuple):
     argv: tuple[str, ...]
     env: Mapping[str, str] = _NO_ENV
     stdin: bytes = b""
+
+
+class RenderableAction(Protocol):
+    """What `render_action` reads of an action (`template.model.HookAction` is one): rendering
+    knows the shape of a request or a command, not how a template is read."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def body(self) -> str | None: ...
+    @property
+    def command(self) -> tuple[str, ...]: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def agent_values_in_args(self) -> bool: ...
 
 
 class RenderError(ValueError, LifecycleHooksError):
@@ -366,7 +387,7 @@ def render_argv(
 
 def _agent_origin(reference: Reference, variables: Variables) -> str | None:
     """The name of the agent-chosen value `reference` renders from, if any: a reported field
-    (harness/reported.py) from the event or metadata, or a captured response."""
+    (reported.py) from the event or metadata, or a captured response."""
     for layer, name in variables.origins(reference):
         if layer == "captured" or (layer in ("event", "metadata") and name in AGENT_CONTROLLED):
             return name
@@ -395,7 +416,7 @@ def _substitute_no_nul(template: str, variables: Variables, field_name: str) -> 
 
 
 def render_action(
-    action: HookAction, variables: Variables, *, stdin: bytes = b""
+    action: RenderableAction, variables: Variables, *, stdin: bytes = b""
 ) -> RenderedRequest | RenderedCommand:
     """The request or command `action` makes with these variables.
 

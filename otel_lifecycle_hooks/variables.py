@@ -34,12 +34,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple
-
-from .redact import looks_like_secret_name
-
-if TYPE_CHECKING:
-    from .template.model import Template
+from typing import NamedTuple
 
 EVENT_VARIABLES: tuple[str, ...] = (
     "PHASE",
@@ -185,27 +180,6 @@ def format_unix_timestamp(unix: float) -> str:
     micros = round(unix * 1_000_000)
     whole = datetime.fromtimestamp(micros // 1_000_000, tz=UTC)
     return format_timestamp(whole.replace(microsecond=micros % 1_000_000))
-
-
-def secret_names_for(template: Template) -> frozenset[str]:
-    """Every variable whose value must be redacted for this template.
-
-    The `secrets:` block, the variables the auth and signing settings name, and any `env:` key
-    or referenced name that looks like a credential (`*_TOKEN`, `*_SECRET`, `*_WEBHOOK_URL`...).
-    """
-    names = set(template.secrets)
-    candidates = set(template.env)
-    for hook in template.hooks:
-        action = hook.action
-        for name in (action.auth.token_env, action.signing_secret_env):
-            if name:
-                names.add(name)
-        texts = [action.url or "", action.body or "", *action.headers.values()]
-        texts += [*action.command, *action.env.values()]
-        for text in texts:
-            candidates |= referenced_names(text)
-    names |= {name for name in candidates if looks_like_secret_name(name)}
-    return frozenset(names)
 
 
 class Variables:

@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from otel_lifecycle_hooks.template.model import AuthSpec, HookAction, HookSpec, Template
 from otel_lifecycle_hooks.variables import (
     Reference,
     Variables,
@@ -16,7 +15,6 @@ from otel_lifecycle_hooks.variables import (
     format_unix_timestamp,
     parse_template,
     referenced_names,
-    secret_names_for,
 )
 
 # Highest priority first: the environment the operator sets beats the template's `env:`
@@ -250,32 +248,6 @@ def test_secret_values_are_the_resolved_values_of_secret_names() -> None:
     )
     assert variables.secret_values() == {"tok-123"}
     assert variables.unresolved == set()
-
-
-def test_secret_names_for_a_template_gather_every_source() -> None:
-    hook = HookSpec(
-        name="notify",
-        on=("session-end",),
-        action=HookAction(
-            type="http",
-            url="${SLACK_WEBHOOK_URL}",
-            headers={"X-Trace": "${AGENT_ID}"},
-            auth=AuthSpec(type="bearer-token", token_env="MONITORING_BEARER"),
-            signing_secret_env="WHSEC",
-        ),
-    )
-    template = Template(
-        hooks=(hook,),
-        env={"GCP_PROJECT": "p", "DB_PASSWORD": "x"},
-        secrets=frozenset({"GOOGLE_APPLICATION_CREDENTIALS"}),
-    )
-    assert secret_names_for(template) == {
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "MONITORING_BEARER",
-        "WHSEC",
-        "SLACK_WEBHOOK_URL",
-        "DB_PASSWORD",
-    }
 
 
 def test_timestamps_are_rfc3339_in_utc() -> None:

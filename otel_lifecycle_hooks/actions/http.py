@@ -58,10 +58,10 @@ import httpx
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 
-from .. import __version__
 from ..auth.errors import ORIGIN_REFUSED, TRANSPORT_REFUSED
 from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host, loopback_addresses
 from ..render import RenderedRequest
+from ..version import __version__
 from .base import AttemptResult, Exchange
 
 DEFAULT_MAX_BODY = 64 * 1024

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ..template.model import AuthSpec, HookAction
-from . import static
 from .cache import REFRESH_MARGIN, TokenCache, utc_now
 from .guard import check_transport
 from .signing import parse_secret, sign_request
+from .static import AUTHORIZATION, read_secret, static_headers
 
 if TYPE_CHECKING:
     from .gcp import BoundedRequest, CacheKey
@@ -62,11 +62,11 @@ class Credentials:
         if auth.type in _GCP_TYPES:
             token = self._token_cache(auth, environ).token()
             self._remember(token)
-            return {static.AUTHORIZATION: f"Bearer {token}"}
-        secret = static.read_secret(auth, environ)
+            return {AUTHORIZATION: f"Bearer {token}"}
+        secret = read_secret(auth, environ)
         if secret is not None:
             self._remember(secret)
-        return static.static_headers(auth, secret)
+        return static_headers(auth, secret)
 
     def signing_headers(
         self,
@@ -113,22 +113,31 @@ class Credentials:
             self._secrets.add(value)
 
     def _token_cache(self, auth: AuthSpec, environ: Mapping[str, str]) -> TokenCache:
-        from . import gcp  # google-auth is imported only when a hook first needs it
+        # google-auth is imported only when a hook first needs it
+        from .gcp import (
+            CREDENTIALS_ENV,
+            DEFAULT_REQUEST_TIMEOUT,
+            BoundedRequest,
+            cache_key,
+            credentials_file,
+            load_credentials,
+            refresh_failure,
+        )
 
-        key = gcp.cache_key(auth, environ)
+        key = cache_key(auth, environ)
         with self._lock:
             cache = self._caches.get(key)
             if cache is not None:
                 return cache
-            timeout = self._request_timeout or gcp.DEFAULT_REQUEST_TIMEOUT
-            request = gcp.BoundedRequest(timeout)
+            timeout = self._request_timeout or DEFAULT_REQUEST_TIMEOUT
+            request = BoundedRequest(timeout)
             # Frozen copies: the cache outlives this call's environ.
             spec = auth
-            env = {k: environ[k] for k in (gcp.CREDENTIALS_ENV,) if k in environ}
+            env = {k: environ[k] for k in (CREDENTIALS_ENV,) if k in environ}
             cache = TokenCache(
-                lambda: gcp.load_credentials(spec, env, request),
+                lambda: load_credentials(spec, env, request),
                 request,
-                gcp.refresh_failure(spec, gcp.credentials_file(spec, env), self.secret_values),
+                refresh_failure(spec, credentials_file(spec, env), self.secret_values),
                 clock=self._clock,
                 margin=self._refresh_margin,
             )

@@ -32,12 +32,12 @@ from ..render import (
     render_action,
 )
 from ..template.model import AuthSpec, HookSpec, Template
+from ..template.secrets import secret_names_for
 from ..variables import (
     EVENT_VARIABLES,
     METADATA_VARIABLES,
     Variables,
     format_timestamp,
-    secret_names_for,
 )
 
 EXIT_OK = 0
@@ -156,7 +156,7 @@ def dry_run(
 ) -> int:
     """Render what `event` would make the templates' hooks do; see the module docstring."""
     if event not in events.ALL_EVENTS:
-        from ..template.validate import did_you_mean
+        from ..template.problems import did_you_mean
 
         hint = did_you_mean(event, events.TEMPLATE_EVENTS + events.RUNTIME_EVENTS)
         err.write(
@@ -179,7 +179,8 @@ def dry_run(
             err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
             return EXIT_USAGE
 
-    from ..template.loader import TemplateError, load_templates
+    from ..systems import load_templates
+    from ..template.problems import TemplateError
 
     try:
         template = load_templates(list(template_paths))

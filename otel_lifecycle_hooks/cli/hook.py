@@ -127,7 +127,7 @@ def _hook(argv: list[str], stdin: BinaryIO | None, env: Mapping[str, str]) -> bo
 
 
 def _log_dropped(events: list[NormalizedEvent], env: Mapping[str, str]) -> None:
-    """One hook log line for the fields an event may not set (harness/reported.py): they were
+    """One hook log line for the fields an event may not set (reported.py): they were
     not kept, and the supervisor never sees them, so this line is their count."""
     for event in events:
         if event.dropped:

@@ -64,8 +64,8 @@ def default_journal_path() -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the hooks table (or JSON); exit 1 when the templates do not load."""
-    from ..template.loader import load_templates
-    from ..template.validate import TemplateError
+    from ..systems import load_templates
+    from ..template.problems import TemplateError
 
     try:
         template = load_templates(args.templates)

@@ -165,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _named_template(args: argparse.Namespace) -> Any:
     """The template the operator named, loaded; or the exit code when there is none."""
-    from ..template.loader import load_templates
-    from ..template.validate import TemplateError
+    from ..systems import load_templates
+    from ..template.problems import TemplateError
     from .replay import operator_templates
 
     paths = operator_templates(args.template, os.environ)

@@ -74,8 +74,8 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay the chosen rows and print each outcome."""
-    from ..engine.replay import Replayer
     from ..journal import open_journal
+    from ..replay import Replayer
 
     filtered = any(
         value is not None

@@ -14,9 +14,10 @@ from ..supervisor.options import SupervisorOptions
 from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
 from ..supervisor.run import Supervisor, agent_metadata
 from ..supervisor.running import RunningFile
+from ..systems import load_templates
 from ..template.durations import DurationError, parse_duration
-from ..template.loader import TemplateError, load_templates
 from ..template.model import Template
+from ..template.problems import TemplateError
 
 TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
 

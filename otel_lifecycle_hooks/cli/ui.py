@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import secrets
 
     from ..journal import open_journal
-    from ..ui import PageServer, serve
-    from ..ui.server import NotLoopback
+    from ..ui.server import NotLoopback, PageServer, serve
     from .replay import operator_templates, shown_location
 
     path = journal_path(args)

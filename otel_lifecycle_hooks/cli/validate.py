@@ -22,7 +22,7 @@ from .console import GREEN, RED, YELLOW, paint, wants_colour
 if TYPE_CHECKING:
     from ..template.loader import TemplateReading
     from ..template.model import Position
-    from ..template.validate import Problem
+    from ..template.problems import Problem
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print `ok: ...` or one line per problem."""
-    from ..template.loader import read_templates, template_file
+    from ..systems import read_templates
+    from ..template.loader import template_file
 
     files = [template_file(path) for path in args.templates]
     reading = read_templates(args.templates)

@@ -26,15 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from ..harness.reported import AGENT_CONTROLLED
+from ..reported import AGENT_CONTROLLED
 from ..template.model import HookSpec, Template
+from ..template.secrets import secret_names_for
 from ..template.trust import LOADER_ENV, url_state_after
 from ..variables import (
     METADATA_ENV,
     METADATA_VARIABLES,
     parse_template,
     referenced_names,
-    secret_names_for,
 )
 
 # Event values a redelivery takes from the journal (the row's event, the key's timestamp).

@@ -13,7 +13,8 @@ from opentelemetry import trace
 
 from ..hooklog import HookLog, default_hook_log_path
 from ..template.model import Template
-from ..variables import Variables, secret_names_for
+from ..template.secrets import secret_names_for
+from ..variables import Variables
 from .clock import SYSTEM_CLOCK, Clock
 from .dispatch import DEFAULT_QUEUE_LIMIT, Dispatcher, DispatchResult
 from .executor import HookExecutor

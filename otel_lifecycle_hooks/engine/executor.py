@@ -22,7 +22,8 @@ from ..agent_env import agent_environment
 from ..redact import Redactor
 from ..render import RenderError, hook_id_header, render_action
 from ..template.model import HookSpec, Template
-from ..variables import EVENT_VARIABLES, Variables, format_unix_timestamp, secret_names_for
+from ..template.secrets import secret_names_for
+from ..variables import EVENT_VARIABLES, Variables, format_unix_timestamp
 from .attempts import AttemptLoop, frame_of
 from .capture import capture
 from .clock import SYSTEM_CLOCK, Clock

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
@@ -17,6 +17,25 @@ from .model import LifecycleEvent, SessionInfo
 from .processor import LIVE_SESSIONS, LifecycleHookProcessor, seen_event_ids
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
+
+
+class InProcessHooks(Protocol):
+    """What a session tells the in-process hooks it was given: each event, then the end."""
+
+    def observe(self, event: str, fields: Mapping[str, str]) -> None: ...
+
+    def close(self) -> bool: ...
+
+
+# Builds a session's in-process hooks from what `in_process_hooks=` holds. The system that
+# defines them (systems/inprocess.py, seed 004) registers it: the engine does not import it.
+InProcessFactory = Callable[[Any, "AgentSession"], InProcessHooks]
+_in_process_factories: list[InProcessFactory] = []
+
+
+def register_in_process_hooks(factory: InProcessFactory) -> None:
+    """Make `factory` build the in-process hooks of every session given some."""
+    _in_process_factories[:] = [factory]
 
 
 class AgentSession:
@@ -88,11 +107,14 @@ class AgentSession:
         # The event records held back by hold_event_records(): (event, attributes, timestamp).
         self._held_records: list[tuple[str, dict[str, Any], float]] | None = None
         # Seed 004's in-process hooks (a LifecycleHookRegistry or a list of hooks), if any.
-        self.in_process: Any = None
+        self.in_process: InProcessHooks | None = None
         if in_process_hooks is not None:
-            from ..systems.inprocess import SessionHooks
-
-            self.in_process = SessionHooks(in_process_hooks, self)
+            if not _in_process_factories:
+                raise TypeError(
+                    "in_process_hooks need otel_lifecycle_hooks.systems.inprocess, which "
+                    "defines them; import it (or LifecycleHookRegistry from it) first"
+                )
+            self.in_process = _in_process_factories[0](in_process_hooks, self)
 
     def record(
         self,

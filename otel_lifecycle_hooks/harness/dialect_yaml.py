@@ -18,7 +18,7 @@ responses:                               # optional: what the command prints on 
 
 Field names are template variables: `tool_name` fills `TOOL_NAME`, `error` fills `ERROR_MESSAGE`,
 any other name is upper-cased; `session_id` sets the event's session id. A mapping may name only
-the fields its event may carry (harness/reported.py): `tool-start` may set TOOL_NAME, never
+the fields its event may carry (reported.py): `tool-start` may set TOOL_NAME, never
 PHASE, AGENT_ID or a template's `env:` name. A path's segments are
 mapping keys or list indexes (`tool_input.files.0`); a leading `.` is allowed. Raw events with no
 mapping produce no event.
@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
+from ..reported import allowed_fields
 from .dialects._common import as_text
 from .normalized import ERROR_MESSAGE, NormalizedEvent
-from .reported import allowed_fields
 
 if TYPE_CHECKING:
     import yaml
@@ -217,7 +217,7 @@ def _mappings(raw_mappings: Any, source: str) -> dict[str, EventMapping]:
 
 
 def _check_reportable(event: str, mapped: Mapping[str, object], where: str) -> None:
-    """A dialect file maps only the fields its event may carry (harness/reported.py): an
+    """A dialect file maps only the fields its event may carry (reported.py): an
     agent's payload must never fill PHASE, AGENT_ID, metadata or a template's `env:` name."""
     allowed = allowed_fields(event)
     for name in mapped:

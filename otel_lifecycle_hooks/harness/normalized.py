@@ -27,7 +27,7 @@ every hook.
 `PROMPT`, `ASSISTANT_TEXT` and `TASK_SUMMARY` are text that a user or the model wrote: a hook may
 forward them, but they are data, never trusted configuration. Every value is cut to
 `MAX_FIELD_CHARS` so that one event stays one small line on the wire. A field the event may
-not carry (harness/reported.py: PHASE, AGENT_ID, an `env:` name, ...) is not kept; its name
+not carry (reported.py: PHASE, AGENT_ID, an `env:` name, ...) is not kept; its name
 is listed in `dropped`, for the supervisor to count.
 
 This module imports only the standard library: the `hook` command runs it on every event.
@@ -40,7 +40,7 @@ from types import MappingProxyType
 
 from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
-from .reported import admit_fields, safe_text
+from ..reported import admit_fields, safe_text
 
 # On the hook path, so a plain class and no `typing`: importing `dataclasses` (with `inspect`)
 # costs 7 ms, `typing` 3 ms (-X importtime), of a hook process of 14.7 ms whose target is 2x
@@ -48,7 +48,7 @@ from .reported import admit_fields, safe_text
 WIRE_VERSION = 1
 MAX_FIELD_CHARS = 16 * 1024
 
-# The variables a dialect may fill; each event keeps only those harness/reported.py allows it.
+# The variables a dialect may fill; each event keeps only those reported.py allows it.
 TOOL_NAME = "TOOL_NAME"
 TOOL_INPUT = "TOOL_INPUT"
 TOOL_CALL_ID = "TOOL_CALL_ID"
@@ -93,7 +93,7 @@ class NormalizedEvent:
     raw_event: str
     session_id: str
     fields: Mapping[str, str]
-    dropped: tuple[str, ...]  # names the event may not set (harness/reported.py), not kept
+    dropped: tuple[str, ...]  # names the event may not set (reported.py), not kept
 
     def __init__(
         self,
@@ -105,7 +105,7 @@ class NormalizedEvent:
     ) -> None:
         if event not in _RUNTIME_EVENTS:
             raise ValueError(f"{event!r} is not a runtime event")
-        # Only what this event may report, whatever route it came by (harness/reported.py).
+        # Only what this event may report, whatever route it came by (reported.py).
         admitted, dropped = admit_fields(event, {k: v for k, v in (fields or {}).items() if v})
         kept = {key: clip(value) for key, value in admitted.items()}
         for name, value in (

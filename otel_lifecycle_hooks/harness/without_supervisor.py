@@ -8,7 +8,7 @@ name and the trace context of the session's first span (so that every later call
 the same trace and trace file).
 
 Under the state file's lock: load the state, move the session's tracker, hand the derived
-events to `engine.standalone.fire(template_paths, derived, entry)` (`entry` is the session's
+events to `standalone.fire(template_paths, derived, entry)` (`entry` is the session's
 part of the state: `fire` reads and keeps its own keys there), save the state. A `status`
 signal goes to the session that reported last.
 """
@@ -32,7 +32,7 @@ MAX_SESSIONS = 64
 
 
 class EngineMissing(RuntimeError, LifecycleHooksError):
-    """The in-process engine (`engine.standalone`) cannot be imported."""
+    """The in-process engine (`standalone`) cannot be imported."""
 
 
 def template_paths(given: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
@@ -135,7 +135,7 @@ def _most_recent(sessions: dict[str, Any]) -> dict[str, Any]:
 
 def _engine() -> Any:
     try:
-        from ..engine import standalone
+        from . import standalone
     except ImportError as exc:
         raise EngineMissing(f"the in-process engine is not available ({exc.name})") from None
     return standalone

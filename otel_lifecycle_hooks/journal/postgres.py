@@ -50,22 +50,31 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from . import rows as _rows
 from .liveness import LivenessClock
 from .reading import JournalReader
 from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
+    CLAIM,
     EVENT_COLUMNS,
+    INSERT_ATTEMPT,
+    INSERT_EXECUTION,
+    OPEN_SESSION,
+    OPEN_SESSION_UNSEALED,
+    RELEASE_CLAIM,
+    UPDATE_EXECUTION,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
     SessionRow,
     attempt_values,
     attempts_of,
+    claim_values,
     commits_at_once,
     execution_row_of,
     execution_values,
     new_row_uid,
+    open_session_values,
+    session_row,
 )
 from .schema import SCHEMA_VERSION, statements
 
@@ -95,9 +104,9 @@ URGENT_RETRY_DELAY = 0.5
 # Serialises migrations of one database across every process that opens it.
 _MIGRATION_LOCK = 0x6F746C68
 
-_INSERT_EXECUTION = _rows.INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
+_INSERT_EXECUTION = INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
 _INSERT_ATTEMPT = (
-    _rows.INSERT_ATTEMPT.replace("?", "%s") + " ON CONFLICT (execution_uid, attempt) DO NOTHING"
+    INSERT_ATTEMPT.replace("?", "%s") + " ON CONFLICT (execution_uid, attempt) DO NOTHING"
 )
 
 _Write = tuple[str, tuple[Any, ...]]
@@ -149,12 +158,12 @@ _WRITTEN = frozenset(
     {
         _INSERT_EXECUTION,
         _INSERT_ATTEMPT,
-        _sql(_rows.UPDATE_EXECUTION),
-        _sql(_rows.OPEN_SESSION),
+        _sql(UPDATE_EXECUTION),
+        _sql(OPEN_SESSION),
         _HEARTBEAT,
         *(_update_sql(assignments) for assignments in _SESSION_UPDATES),
         *(_begin_event_sql(column) for column in EVENT_COLUMNS.values()),
-        _sql(_rows.OPEN_SESSION_UNSEALED),
+        _sql(OPEN_SESSION_UNSEALED),
         *(_update_sql(f"{c} = COALESCE({c}, %s)") for c in EVENT_COLUMNS.values()),
     }
 )
@@ -271,7 +280,7 @@ class PostgresJournal(JournalReader):
         """Queue the rewrite of the execution journaled under `row.row_uid` (in flight) with
         `row`'s values, and its new `attempts`; None (as `record_execution`)."""
         durable = commits_at_once(row)
-        self._enqueue(_sql(_rows.UPDATE_EXECUTION), execution_values(row), durable=durable)
+        self._enqueue(_sql(UPDATE_EXECUTION), execution_values(row), durable=durable)
         for attempt in attempts:
             self._enqueue(
                 _INSERT_ATTEMPT, attempt_values(attempt, row.row_uid or ""), durable=durable
@@ -320,11 +329,11 @@ class PostgresJournal(JournalReader):
         host: str = "",
         seal: str | None = None,
     ) -> None:
-        values = _rows.open_session_values(
+        values = open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
             templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
-        self._enqueue(_sql(_rows.OPEN_SESSION), values)
+        self._enqueue(_sql(OPEN_SESSION), values)
 
     def begin_event(
         self,
@@ -464,9 +473,9 @@ class PostgresJournal(JournalReader):
         None if another holds it."""
         self._wait_for_adopted()
         now = _now(at)
-        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
-        rows = self._select(_rows.CLAIM, params)
-        return _rows.session_row(rows[0]) if rows else None
+        params = claim_values(claimer, lease, now, session_id, steal_from, seal)
+        rows = self._select(CLAIM, params)
+        return session_row(rows[0]) if rows else None
 
     def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
         """Give back `claimer`'s claim of a session it could not finish recovering, once the
@@ -474,7 +483,7 @@ class PostgresJournal(JournalReader):
         delivered); a database that does not answer leaves the claim to lapse."""
         if not self.flush():
             return
-        self._select(_rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
+        self._select(RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
 
     def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
         """Wait until every queued write is committed; False if `timeout` passed first."""

@@ -11,7 +11,17 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypedDict
 
-from . import cells
+from .cells import (
+    header_pairs,
+    integer,
+    maps,
+    number,
+    parsed_json,
+    request,
+    string_map,
+    strings,
+    text,
+)
 
 # Outcomes a replay may re-send (`dropped`: never attempted, the run's grace period ended).
 FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
@@ -227,21 +237,21 @@ def attempt_row(row: Any) -> AttemptRow:
     """From a database row of `attempts`, read by column name (each cell as its type: see
     `cells`)."""
     return AttemptRow(
-        id=cells.integer(row["id"]),
-        execution_uid=cells.text(row["execution_uid"]) or "",
-        attempt=cells.integer(row["attempt"]) or 0,
-        started_at=cells.number(row["started_at"]) or 0.0,
-        duration_ms=cells.number(row["duration_ms"]) or 0.0,
-        outcome=cells.text(row["outcome"]) or "",
-        error_type=cells.text(row["error_type"]),
-        message=cells.text(row["message"]) or "",
-        request=cells.request(cells.parsed_json(row["request"]), pairs=True),
-        response_status=cells.integer(row["response_status"]),
-        response_headers=cells.header_pairs(cells.parsed_json(row["response_headers"])),
-        response_body=cells.text(row["response_body"]),
-        exit_code=cells.integer(row["exit_code"]),
-        stdout=cells.text(row["stdout"]),
-        stderr=cells.text(row["stderr"]),
+        id=integer(row["id"]),
+        execution_uid=text(row["execution_uid"]) or "",
+        attempt=integer(row["attempt"]) or 0,
+        started_at=number(row["started_at"]) or 0.0,
+        duration_ms=number(row["duration_ms"]) or 0.0,
+        outcome=text(row["outcome"]) or "",
+        error_type=text(row["error_type"]),
+        message=text(row["message"]) or "",
+        request=request(parsed_json(row["request"]), pairs=True),
+        response_status=integer(row["response_status"]),
+        response_headers=header_pairs(parsed_json(row["response_headers"])),
+        response_body=text(row["response_body"]),
+        exit_code=integer(row["exit_code"]),
+        stdout=text(row["stdout"]),
+        stderr=text(row["stderr"]),
     )
 
 
@@ -249,57 +259,57 @@ def execution_row(row: Any) -> ExecutionRow:
     """From a database row (sqlite3.Row or a dict), read by column name (each cell as its
     type: see `cells`)."""
     return ExecutionRow(
-        id=cells.integer(row["id"]),
-        hook=cells.text(row["hook"]) or "",
-        event=cells.text(row["event"]) or "",
-        outcome=cells.text(row["outcome"]) or "",
-        started_at=cells.number(row["started_at"]) or 0.0,
-        attempts=cells.integer(row["attempts"]) or 0,
-        duration_ms=cells.number(row["duration_ms"]) or 0.0,
-        session_id=cells.text(row["session_id"]) or "",
-        agent_id=cells.text(row["agent_id"]) or "",
-        http_status=cells.integer(row["http_status"]),
-        exit_code=cells.integer(row["exit_code"]),
-        error_type=cells.text(row["error_type"]),
-        message=cells.text(row["message"]) or "",
-        trace_id=cells.text(row["trace_id"]),
-        span_id=cells.text(row["span_id"]),
-        idempotency_key=cells.text(row["idempotency_key"]),
-        request=cells.request(cells.parsed_json(row["request"]), pairs=False),
-        recovered=bool(cells.integer(row["recovered"])),
-        replayed_from=cells.integer(row["replayed_from"]),
-        row_uid=cells.text(row["row_uid"]),
+        id=integer(row["id"]),
+        hook=text(row["hook"]) or "",
+        event=text(row["event"]) or "",
+        outcome=text(row["outcome"]) or "",
+        started_at=number(row["started_at"]) or 0.0,
+        attempts=integer(row["attempts"]) or 0,
+        duration_ms=number(row["duration_ms"]) or 0.0,
+        session_id=text(row["session_id"]) or "",
+        agent_id=text(row["agent_id"]) or "",
+        http_status=integer(row["http_status"]),
+        exit_code=integer(row["exit_code"]),
+        error_type=text(row["error_type"]),
+        message=text(row["message"]) or "",
+        trace_id=text(row["trace_id"]),
+        span_id=text(row["span_id"]),
+        idempotency_key=text(row["idempotency_key"]),
+        request=request(parsed_json(row["request"]), pairs=False),
+        recovered=bool(integer(row["recovered"])),
+        replayed_from=integer(row["replayed_from"]),
+        row_uid=text(row["row_uid"]),
     )
 
 
 def session_row(row: Any) -> SessionRow:
     def moment(column: str) -> float | None:
-        return cells.number(row[column])
+        return number(row[column])
 
     return SessionRow(
-        session_id=cells.text(row["session_id"]) or "",
-        agent_id=cells.text(row["agent_id"]) or "",
-        agent_name=cells.text(row["agent_name"]) or "",
-        template_files=cells.strings(cells.parsed_json(row["template_files"])),
-        pid=cells.integer(row["pid"]),
+        session_id=text(row["session_id"]) or "",
+        agent_id=text(row["agent_id"]) or "",
+        agent_name=text(row["agent_name"]) or "",
+        template_files=strings(parsed_json(row["template_files"])),
+        pid=integer(row["pid"]),
         started_at=moment("started_at") or 0.0,
         post_started_at=moment("post_started_at"),
         ended_at=moment("ended_at"),
-        exit_code=cells.integer(row["exit_code"]),
+        exit_code=integer(row["exit_code"]),
         recovered_at=moment("recovered_at"),
-        templates=cells.maps(cells.parsed_json(row["templates"])),
-        metadata=cells.string_map(cells.parsed_json(row["metadata"])),
-        variables=cells.string_map(cells.parsed_json(row["variables"])),
-        host=cells.text(row["host"]) or "",
-        agent_pid=cells.integer(row["agent_pid"]),
+        templates=maps(parsed_json(row["templates"])),
+        metadata=string_map(parsed_json(row["metadata"])),
+        variables=string_map(parsed_json(row["variables"])),
+        host=text(row["host"]) or "",
+        agent_pid=integer(row["agent_pid"]),
         agent_started_at=moment("agent_started_at"),
         heartbeat_at=moment("heartbeat_at"),
         post_start_at=moment("post_start_at"),
         pre_stop_at=moment("pre_stop_at"),
         session_end_at=moment("session_end_at"),
-        claimed_by=cells.text(row["claimed_by"]),
+        claimed_by=text(row["claimed_by"]),
         claim_expires_at=moment("claim_expires_at"),
-        seal=cells.text(row["seal"]),
+        seal=text(row["seal"]),
     )
 
 

@@ -42,23 +42,31 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..private_files import open_directory_path
-from . import rows as _rows
 from .liveness import LivenessClock, local_clock
 from .reading import JournalReader
 from .retention import CHUNK_ROWS, Retention, apply, never_stopped
 from .rows import (
+    CLAIM,
     EVENT_COLUMNS,
+    ID_OF_UID,
     INSERT_ATTEMPT,
     INSERT_EXECUTION,
+    OPEN_SESSION,
+    RELEASE_CLAIM,
+    UPDATE_EXECUTION,
     AttemptRow,
     ExecutionLike,
     ExecutionRow,
     SessionRow,
     attempt_values,
     attempts_of,
+    claim_values,
     commits_at_once,
     execution_row_of,
     execution_values,
+    new_row_uid,
+    open_session_values,
+    session_row,
 )
 from .schema import SCHEMA_VERSION, statements
 
@@ -122,7 +130,7 @@ class SqliteJournal(JournalReader):
         """Append `row` and its `attempts`; its new id, or None if the journal is not
         recording."""
         if attempts and not row.row_uid:
-            row = row._replace(row_uid=_rows.new_row_uid())
+            row = row._replace(row_uid=new_row_uid())
         values = execution_values(row)
         at_once = commits_at_once(row)
         return self._run(
@@ -154,9 +162,9 @@ class SqliteJournal(JournalReader):
 
         def write(db: sqlite3.Connection) -> int | None:
             db.execute("BEGIN")  # the row and its new attempts together, or neither
-            db.execute(_rows.UPDATE_EXECUTION, values)
+            db.execute(UPDATE_EXECUTION, values)
             _insert_attempts(db, ((row.row_uid or "", attempts),))
-            found = db.execute(_rows.ID_OF_UID, (row.row_uid,)).fetchone()
+            found = db.execute(ID_OF_UID, (row.row_uid,)).fetchone()
             db.execute("COMMIT")
             return int(found[0]) if found else None
 
@@ -207,11 +215,11 @@ class SqliteJournal(JournalReader):
         seal: str | None = None,
     ) -> None:
         """Record that a supervised session started (a row of the same id is kept)."""
-        values = _rows.open_session_values(
+        values = open_session_values(
             session_id, agent_id, agent_name, template_files, pid, _now(started_at),
             templates, metadata or {}, variables or {}, host, seal,
         )  # fmt: skip
-        self._write("open a session", _rows.OPEN_SESSION, values)
+        self._write("open a session", OPEN_SESSION, values)
 
     def begin_event(
         self,
@@ -282,12 +290,12 @@ class SqliteJournal(JournalReader):
         events fixed (and `seal`, when given, as its new seal), if this caller won it; None if
         it is finished, recovered, or held by another claimer whose lease has not run out."""
         now = _now(at)
-        params = _rows.claim_values(claimer, lease, now, session_id, steal_from, seal)
+        params = claim_values(claimer, lease, now, session_id, steal_from, seal)
 
         def claim(db: sqlite3.Connection) -> list[Any]:
             db.execute("BEGIN IMMEDIATE")  # the write lock first: claimers queue here
             try:
-                rows = db.execute(_rows.CLAIM, params).fetchall()
+                rows = db.execute(CLAIM, params).fetchall()
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -295,12 +303,12 @@ class SqliteJournal(JournalReader):
             return rows
 
         rows: list[Any] = self._run("claim a session", claim, [])
-        return _rows.session_row(rows[0]) if rows else None
+        return session_row(rows[0]) if rows else None
 
     def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
         """Give back `claimer`'s claim of a session it could not finish recovering: the next
         pass may claim it at once."""
-        self._write("release a claim", _rows.RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
+        self._write("release a claim", RELEASE_CLAIM, (_now(at) - 1.0, session_id, claimer))
 
     def backlog(self) -> str:
         """Always "": every write is in the file once made (a batch not committed yet is

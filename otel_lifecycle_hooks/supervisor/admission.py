@@ -4,7 +4,7 @@ activity tracker.
 
 A message is refused, counted and logged (rate-limited) unless it is a version-1 `event` with a
 runtime event and string fields, or a version-1 `status` with a known signal. An admitted event
-keeps only the fields its event may carry (harness/reported.py); each field dropped is counted
+keeps only the fields its event may carry (reported.py); each field dropped is counted
 too. Nothing the agent sends can raise out of here.
 
 The counts are `IngressCounts`: read by the supervisor at exit (one log line), and the metric
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..harness.normalized import MAX_FIELD_CHARS, NormalizedEvent, WireFormatError, clip
-from ..harness.reported import safe_text
+from ..reported import safe_text
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 

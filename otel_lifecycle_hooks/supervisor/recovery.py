@@ -60,7 +60,8 @@ from ..journal.rows import FAILED_OUTCOMES, RUNNING, SessionRow, as_claimed
 from ..journal.seal import seal, unvouched
 from ..redact import Redactor, looks_like_secret_name
 from ..template.durations import DurationError, parse_duration
-from ..variables import referenced_names, secret_names_for
+from ..template.secrets import secret_names_for
+from ..variables import referenced_names
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 

@@ -7,21 +7,37 @@ Each module translates one system into `HookSpec`s (or, for in-process hooks, a 
 - `host_protocol`  seed 003: scripts of the host-agnostic `<script> <stage>` protocol
 - `inprocess`      seed 004: `name` + `on_event(event)` hooks registered in Python
 
-`read_foreign_hooks` is what the loader calls for a file whose hooks are written in one of
-them; reading never imports, runs or contacts anything.
-
-Importing this package adds the runners of these systems' action types to the engine's
-default registry (`engine.runners.RUNNERS`, see `runners.register_runners`): the loader
-imports it for any file that holds such hooks, so an engine built from that template can run
-them, while the engine itself never names these systems.
+Importing this package composes them with the core, which never names them:
+- it registers their readers with the template loader: `read_foreign_hooks` for the `hooks:`
+  key of a file whose hooks are written in one of them, `read_hook_scripts` for
+  `hook_scripts:` (reading never imports, runs or contacts anything of the system read);
+- it adds the runners of their action types to the engine's default registry
+  (`engine.runners.RUNNERS`, see `runners.register_runners`).
+The edges that load templates with every system's hooks use `load_templates`,
+`read_templates` and `load_template_text` from here, so the composition is always in place.
 """
 
 from __future__ import annotations
 
 from ..engine.runners import RUNNERS
+from ..template.loader import (
+    load_template_text,
+    load_templates,
+    read_templates,
+    register_section_reader,
+)
 from ..template.model import HookSpec
-from ..template.validate import Located, Problem, describe
+from ..template.problems import Located, Problem, describe
+from .core_agent import read_core_agent_hooks
 from .runners import register_runners
+
+__all__ = [
+    "load_template_text",
+    "load_templates",
+    "read_foreign_hooks",
+    "read_hook_scripts",
+    "read_templates",
+]
 
 register_runners(RUNNERS)
 
@@ -30,10 +46,9 @@ def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], lis
     """The `hooks:` key of a file with no `lifecycle_hooks:`: a mapping of event -> handlers
     is core-agent's (seed 001); a list of named executors is the-loop's (seed 002)."""
     if section.is_mapping:
-        from .core_agent import read_core_agent_hooks
-
         return read_core_agent_hooks(section, file)
     if section.is_list:
+        # Only a file of the-loop's pays for its executors (about 5 ms before `run`'s spawn).
         from .the_loop import read_the_loop_hooks
 
         return read_the_loop_hooks(section, file)
@@ -44,3 +59,17 @@ def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], lis
         "or the-loop's list of executors"
     )
     return [], [Problem(section.position, None, "hooks", message)]
+
+
+def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
+    """`hook_scripts:` of the host-agnostic protocol (seed 003), beside any other hooks."""
+    # Only a template with hook_scripts: pays for the protocol's runner (about 18 ms, with the
+    # engine's values and actions it loads, before `run`'s spawn; -X importtime).
+    from .host_protocol import read_hook_scripts as read
+
+    return read(section, file)
+
+
+# In this order: a file's foreign `hooks:` come before its `hook_scripts:`.
+register_section_reader("hooks", read_foreign_hooks)
+register_section_reader("hook_scripts", read_hook_scripts, beside_lifecycle_hooks=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..events import ALL_EVENTS
 from ..template.model import HookAction, HookSpec
-from ..template.validate import Located, Problem, describe, did_you_mean
+from ..template.problems import Located, Problem, describe, did_you_mean
 from .wire import event_context
 
 DEFAULT_TIMEOUT_SECONDS = 10

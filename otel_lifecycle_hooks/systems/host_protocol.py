@@ -37,13 +37,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from .. import __version__
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..engine.model import LifecycleEvent, SessionInfo
 from ..template.durations import DurationError, parse_duration
 from ..template.model import DEFAULT_SCRIPT_TIMEOUT, MAX_TIMEOUT, HookAction, HookSpec
-from ..template.validate import Located, Problem, describe
+from ..template.problems import Located, Problem, describe
+from ..version import __version__
 
 PROTOCOL = "host-v1"
 HOST_NAME = "otel-lifecycle-hooks"

@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from .. import events as ev
+from ..engine.session import register_in_process_hooks
 from ..errors import LifecycleHooksError
 
 log = logging.getLogger("otel_lifecycle_hooks.systems.inprocess")
@@ -320,8 +321,7 @@ class LifecycleHookDispatcher:
 
 class RecordingSession(Protocol):
     """What the in-process hooks need of their session (an `AgentSession`): its identity, and
-    a way to record a hook's failure on it. Named here so that this module does not import
-    the engine's session, which imports this one."""
+    a way to record a hook's failure on it."""
 
     @property
     def metadata(self) -> Mapping[str, str]: ...
@@ -410,3 +410,7 @@ class SessionHooks:
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> bool:
         return self._dispatcher.close(timeout)
+
+
+# Sessions given `in_process_hooks=` build them with this: the engine never imports this module.
+register_in_process_hooks(SessionHooks)

@@ -43,7 +43,7 @@ from ..actions.python import call_bounded
 from ..errors import LifecycleHooksError
 from ..template.condition import Condition
 from ..template.model import MAX_TIMEOUT, AuthSpec, HookAction, HookSpec
-from ..template.validate import Located, Problem, describe, did_you_mean, quote
+from ..template.problems import Located, Problem, describe, did_you_mean, quote
 
 # The six points, in the order the-loop reaches them, and the event of ours each one is.
 POINTS: tuple[str, ...] = (

@@ -1,5 +1,5 @@
-"""Telemetry: providers from OTEL_* (`setup`), the metric instruments (`metrics`), the local
-trace file (`tracefile`) and the `opentelemetry-instrument` hook (`autoload`).
+"""Telemetry: providers from OTEL_* (`setup`), the sampler that keeps agent sessions visible
+(`sampling`), the metric instruments (`metrics`) and the local trace file (`tracefile`).
 
 Nothing is imported here, so that importing one part never pays for the others.
 """

@@ -64,6 +64,7 @@ from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
 from ..errors import LifecycleHooksError
+from .sampling import SessionRecordingSampler
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -260,8 +261,6 @@ def sampler_from_env(env: Mapping[str, str]) -> sampling.Sampler:
     if name not in chosen:
         logger.warning("unknown OTEL_TRACES_SAMPLER %r; using parentbased_always_on", name)
         name = "parentbased_always_on"
-    from ..engine.sampling import SessionRecordingSampler
-
     return SessionRecordingSampler(chosen[name]())
 
 

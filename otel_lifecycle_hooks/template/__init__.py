@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # the real names, for type checkers
     from .durations import DurationError, format_duration, parse_duration
     from .loader import load_template_text, load_templates, merge_templates
     from .model import AuthSpec, HookAction, HookSpec, Position, Template
+    from .problems import Problem, TemplateError
     from .schema import lifecycle_hooks_schema, template_file_schema
-    from .validate import Problem, TemplateError
 
 _EXPORTS: dict[str, str] = {
     "AuthSpec": "model",
@@ -28,8 +28,8 @@ _EXPORTS: dict[str, str] = {
     "load_template_text": "loader",
     "load_templates": "loader",
     "merge_templates": "loader",
-    "Problem": "validate",
-    "TemplateError": "validate",
+    "Problem": "problems",
+    "TemplateError": "problems",
     "lifecycle_hooks_schema": "schema",
     "template_file_schema": "schema",
 }

@@ -3,9 +3,9 @@ not references, names that differ from a known variable only by case or a typo, 
 that is not JSON once rendered, a script that is not there.
 
 Malformed references, JSON bodies that do not parse and conditions on a misspelt variable are
-errors (reported with file:line:col); the rest are warnings, since the template is still usable (a
-variable may come from the environment, a script may be installed later), and `test` turns a missing
-script into an error.
+errors (reported with file:line:col); the rest are warnings, since the template is still usable
+(a variable may come from the environment, a script may be installed later), and `test` turns a
+missing script into an error.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..render import is_json_body, render_body
 from ..variables import (
     EVENT_VARIABLES,
     METADATA_VARIABLES,
@@ -25,10 +26,10 @@ from ..variables import (
     parse_template,
 )
 from .model import HookAction, HookSpec, Position
+from .problems import Located, Problem, field_positions, offset_position
 
 if TYPE_CHECKING:
     from .model import Template
-    from .validate import Located, Problem
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PATH_STEP = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -54,8 +55,6 @@ def turns_off_only(entry: Located) -> bool:
 
 
 def turned_off(entry: Located, index: int | None = None) -> HookSpec:
-    from .validate import field_positions
-
     return HookSpec(
         name=entry.value["name"].value,
         on=(),
@@ -69,8 +68,6 @@ def turned_off(entry: Located, index: int | None = None) -> HookSpec:
 
 def unmatched_turn_offs(template: Template) -> list[Problem]:
     """Entries that turn off a hook which no earlier template defines."""
-    from .validate import Problem
-
     return [
         Problem(
             hook.position_of("enabled")
@@ -161,26 +158,22 @@ def _shown(text: str, limit: int = 40) -> str:
 
 def reference_problems(entry: Located) -> Iterator[tuple[Position, str, str]]:
     """(where, field, message) for every malformed reference in a hook entry's action."""
-    from .validate import _offset_position
-
     action = entry.value.get("action") if entry.is_mapping else None
     if action is None or not action.is_mapping:
         return
     for field_path, located in _action_strings(action):
         for offset, message in malformed_references(located.value):
-            yield _offset_position(located, offset), field_path, message
+            yield offset_position(located, offset), field_path, message
 
 
 def env_reference_problems(env: Located | None) -> Iterator[tuple[Position, str, str]]:
     """The same for the template's `env:` values."""
-    from .validate import _offset_position
-
     if env is None or not env.is_mapping:
         return
     for key, located in env.value.items():
         if isinstance(located.value, str):
             for offset, message in malformed_references(located.value):
-                yield _offset_position(located, offset), f"env.{key}", message
+                yield offset_position(located, offset), f"env.{key}", message
 
 
 def _action_strings(action: Located) -> Iterator[tuple[str, Located]]:
@@ -217,7 +210,7 @@ def known_variables(template: Template) -> set[str]:
 
 def _suggestion(name: str, known: set[str]) -> str | None:
     """A known name that `name` is probably meant to be: the same but for case, or close."""
-    import difflib
+    import difflib  # only a template with a mistake pays for it (about 1 ms before the spawn)
 
     if name in known or _CAPTURED.fullmatch(name):
         return None  # captures have their own warnings (validate.capture_warnings)
@@ -232,8 +225,6 @@ def template_warnings(template: Template) -> list[Problem]:
     """Warnings for a loaded template: misspelt variables in references (a misspelt one in a
     condition is an error: `condition_problems`) and scripts that are missing or not
     executable."""
-    from .validate import Problem
-
     known = known_variables(template)
     problems: list[Problem] = []
     unknown = Position(template.files[0] if template.files else "", 0, 0)
@@ -269,8 +260,6 @@ def condition_problems(template: Template) -> list[Problem]:
     """Errors for conditions on a misspelt variable (`ACTIVTY == completed`): compared as
     empty, such a condition loads and never holds. A name close to no known variable is
     left alone, since the environment may set it; so is one declared under `env:`."""
-    from .validate import Problem
-
     known = known_variables(template)
     unknown = Position(template.files[0] if template.files else "", 0, 0)
     problems: list[Problem] = []
@@ -328,8 +317,6 @@ def json_body_problem(action: HookAction) -> str | None:
     """Why the body, sent as JSON, is not JSON once rendered with sample values; else None."""
     if not action.body or not action.is_http:
         return None
-    from ..render import is_json_body, render_body
-
     content_type = next(
         (value for name, value in action.headers.items() if name.lower() == "content-type"), None
     )
@@ -363,7 +350,7 @@ def script_problem(command: Sequence[str], environ: Mapping[str, str] | None = N
         if not os.access(program, os.X_OK):
             return f"the script {program} is not executable (chmod +x {program})"
         return None
-    import shutil  # only validation pays for it, not every `run`
+    import shutil  # only validation pays for it, not every `run` (about 2 ms: -X importtime)
 
     if shutil.which(program, path=env.get("PATH")) is None:
         return f"the program {program} is not on the PATH"

@@ -3,32 +3,31 @@
 The YAML is read from libyaml's parse events (or, when libyaml is missing or the document
 needs PyYAML's own words, from PyYAML's composed node graph) rather than constructed, so that
 every key and value keeps its line and column, and so that a bare `on:` key (YAML 1.1's boolean
-`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones that
-matter to hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`); none is refused.
+`true`) reads as the text it was written as. Of the other keys of `scion-agent.yaml`, the ones
+that matter to hooks are read (`env:`, `secrets:`, agent metadata, `limits:`, `user:`), and the
+sections of other hook systems that systems/ registers here; none is refused.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import yaml
 
-from .checks import TURN_OFF_ACTION
-from .model import HookSpec, Position, Template
-from .trust import env_expansion_problems, trust_problems
-from .validate import (
-    Located,
-    PartialHooks,
-    Problem,
-    TemplateError,
-    describe,
-    read_hooks,
-    read_template_rate_limit,
+from .checks import (
+    TURN_OFF_ACTION,
+    condition_problems,
+    env_reference_problems,
+    unmatched_turn_offs,
 )
+from .model import HookSpec, Position, Template
+from .problems import Located, Problem, TemplateError, describe
+from .trust import env_expansion_problems, trust_problems
+from .validate import PartialHooks, read_hooks, read_template_rate_limit
 
 __all__ = [
     "TEMPLATE_FILE_NAME",
@@ -53,9 +52,16 @@ _METADATA_KEYS: dict[str, str] = {
     "name": "TEMPLATE_NAME",  # written after `template`, so an explicit `name` wins
 }
 _READ_KEYS = (
-    "lifecycle_hooks", "hooks", "hook_scripts", "env", "secrets", "limits", "user",
+    "lifecycle_hooks", "env", "secrets", "limits", "user",
     "hook_rate_limit", "share_with_agent", *_METADATA_KEYS,
 )  # fmt: skip
+
+# Reads another hook system's section of a file: (its hooks, what is wrong with it).
+SectionReader = Callable[[Located, str], tuple[list[HookSpec], list[Problem]]]
+
+# key -> (the reader of another hook system's section, read beside `lifecycle_hooks:` too),
+# registered by systems/.
+_OTHER_SYSTEMS: dict[str, tuple[SectionReader, bool]] = {}
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
 # Read before parsing: a template is a few kilobytes; 50 MB of YAML would take a minute and
@@ -134,8 +140,6 @@ def _merged_problems(
     """The rules of the merged template, less what the files' own rules already said;
     `turn_offs=False` for one template read alone, whose parent may be merged later;
     `partial`: hooks with problems of their own, whose conditions and trust are checked too."""
-    from .checks import condition_problems, unmatched_turn_offs
-
     # A hook that failed its own rules is not in `merged`: a child turning it off is not
     # "unmatched", the author has the hook's own problem to fix.
     failed_names = {problem.hook for problem in found if problem.hook is not None}
@@ -618,7 +622,7 @@ def _read_document(
     problems = [
         Problem(position, None, key, message)
         for key, position, message in root.duplicate_keys
-        if key in _READ_KEYS
+        if key in _READ_KEYS or key in _OTHER_SYSTEMS
     ]
     problems.extend(_misspelt_section(root))
     hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file, partial)
@@ -626,8 +630,6 @@ def _read_document(
     hooks, hook_problems = _read_other_systems(fields, file, hooks)
     problems.extend(hook_problems)
     env = _read_env(fields.get("env"), problems)
-    from .checks import env_reference_problems
-
     problems.extend(
         Problem(position, None, field_path, message)
         for position, field_path, message in env_reference_problems(fields.get("env"))
@@ -669,22 +671,26 @@ def _read_document(
     return template, problems
 
 
+def register_section_reader(
+    key: str, reader: SectionReader, *, beside_lifecycle_hooks: bool = False
+) -> None:
+    """Read the top-level `key` of a template file as hooks of another hook system, with
+    `reader` (systems/ registers core-agent's and the-loop's `hooks:` and the host protocol's
+    `hook_scripts:`; this module knows none of them). Unless `beside_lifecycle_hooks`, the
+    key is read only in a file without `lifecycle_hooks:`."""
+    _OTHER_SYSTEMS[key] = (reader, beside_lifecycle_hooks)
+
+
 def _read_other_systems(
     fields: dict[str, Located], file: str, hooks: list[HookSpec]
 ) -> tuple[list[HookSpec], list[Problem]]:
-    """The hooks of the other seeds' systems a file may hold: `hooks:` of core-agent's
-    `.agents/config.json` or of the-loop's config (only in a file without `lifecycle_hooks:`),
-    and `hook_scripts:` of the host-agnostic protocol. See docs/hook-systems.md."""
+    """The hooks of the other hook systems registered here that a file holds, in the order
+    they were registered. See docs/hook-systems.md."""
     problems: list[Problem] = []
-    if "lifecycle_hooks" not in fields and "hooks" in fields:
-        from ..systems import read_foreign_hooks
-
-        found, found_problems = read_foreign_hooks(fields["hooks"], file)
-        hooks, problems = hooks + found, problems + found_problems
-    if "hook_scripts" in fields:
-        from ..systems.host_protocol import read_hook_scripts
-
-        found, found_problems = read_hook_scripts(fields["hook_scripts"], file)
+    for key, (reader, beside_lifecycle_hooks) in _OTHER_SYSTEMS.items():
+        if key not in fields or ("lifecycle_hooks" in fields and not beside_lifecycle_hooks):
+            continue
+        found, found_problems = reader(fields[key], file)
         hooks, problems = hooks + found, problems + found_problems
     return hooks, problems
 
@@ -694,7 +700,7 @@ def _misspelt_section(root: Located) -> list[Problem]:
     would silently load no hooks at all."""
     if "lifecycle_hooks" in root.value:
         return []
-    import difflib
+    import difflib  # only a template with a mistake pays for it (about 1 ms before the spawn)
 
     return [
         Problem(

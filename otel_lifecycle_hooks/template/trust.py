@@ -1,7 +1,7 @@
 """Trust rules of a whole template: agent-controlled values never choose where a request goes or
 what a program runs, and `env:` expansion stays small.
 
-The agent can choose the values of the variables in `harness.reported.AGENT_CONTROLLED`
+The agent can choose the values of the variables in `reported.AGENT_CONTROLLED`
 (TOOL_NAME, ASSISTANT_TEXT, ERROR_MESSAGE, TASK_SUMMARY, PROMPT, MESSAGE, SESSION_ID, ...), and of
 any template `env:` entry whose value refers to one of them. Such a value is refused, with a
 message naming the variable and the safe form, where it would stand in:
@@ -39,10 +39,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from ..harness.reported import AGENT_CONTROLLED
+from ..reported import AGENT_CONTROLLED
 from ..variables import Reference, parse_template
 from .model import HookSpec, Position, Template
-from .validate import Problem
+from .problems import Problem
 
 # `HOOK_<NAME>_RESPONSE` / `_STATUS`: what another hook's endpoint answered.
 _CAPTURED = re.compile(r"HOOK_[A-Z0-9_]+_(?:RESPONSE|STATUS)")

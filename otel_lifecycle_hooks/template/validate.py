@@ -10,17 +10,17 @@ Messages never repeat a value that may be a secret (URLs, header values, token n
 
 from __future__ import annotations
 
-import json
 import re
+import shlex
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..errors import LifecycleHooksError
 from ..events import ALL_EVENTS, DEBOUNCEABLE_EVENTS, RUNTIME_EVENTS, TEMPLATE_EVENTS
 from ..loopback import LOOPBACK_FORMS, ambiguous_host_reason, is_loopback_host
+from ..variables import captured_variable_names, referenced_names
+from .checks import json_body_problem, reference_problems, turned_off, turns_off_only
 from .durations import DurationError, parse_duration
 from .model import (
     ACTION_TYPES,
@@ -39,6 +39,15 @@ from .model import (
     Position,
     RateLimit,
     Template,
+)
+from .problems import (
+    Located,
+    Problem,
+    describe,
+    did_you_mean,
+    field_positions,
+    offset_position,
+    quote,
 )
 
 if TYPE_CHECKING:
@@ -105,132 +114,6 @@ VARIABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HEADER_NAME_PATTERN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _ARTICLE: dict[str, str] = {"http": "an http", "webhook": "a webhook", "script": "a script"}
-
-
-# Not frozen, compared by identity: the loader fills a mapping's keys in after making it.
-@dataclass(slots=True, eq=False, repr=False)
-class Located:
-    """A parsed value and where it was written.
-
-    `value` is a scalar (str, int, float, bool, None, date), a list of Located, or a dict of
-    key -> Located. `source` is a scalar's text as written, `style` its YAML quoting style
-    (None when plain). Mappings keep their keys' positions and any key written twice.
-    """
-
-    value: Any
-    position: Position
-    source: str | None = None
-    style: str | None = None
-    key_positions: dict[str, Position] = field(init=False, default_factory=dict)
-    # (key, where the repeat stands, message) for each key written more than once
-    duplicate_keys: list[tuple[str, Position, str]] = field(init=False, default_factory=list)
-
-    def __repr__(self) -> str:
-        return f"Located({self.value!r}, {self.position})"
-
-    @property
-    def is_mapping(self) -> bool:
-        return isinstance(self.value, dict)
-
-    @property
-    def is_list(self) -> bool:
-        return isinstance(self.value, list)
-
-    @property
-    def is_scalar(self) -> bool:
-        return not (self.is_mapping or self.is_list)
-
-    def text(self) -> str:
-        """A scalar as a string: strings as they are, other scalars as written."""
-        if isinstance(self.value, str):
-            return self.value
-        if self.value is None:
-            return ""
-        return self.source if self.source is not None else str(self.value)
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a template, and where. Not changed once made."""
-
-    position: Position
-    hook: str | None
-    field: str | None
-    message: str
-    # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry (also
-    # points at a hook that has no usable name); None for the rest of the file.
-    index: int | None = None
-
-    def __str__(self) -> str:
-        parts = [str(self.position) if self.position.line else self.position.file]
-        if self.hook is not None:
-            parts.append(f'hook "{self.hook}"')
-        elif self.index is not None:
-            parts.append(f"lifecycle_hooks[{self.index}]")
-        if self.field:
-            parts.append(f'field "{self.field}"')
-        parts.append(self.message)
-        return ": ".join(parts)
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-ready view, for `validate --json`; `index` only for a problem about an entry
-        of `lifecycle_hooks`."""
-        view: dict[str, object] = {
-            "file": self.position.file,
-            "line": self.position.line,
-            "column": self.position.column,
-            "hook": self.hook,
-            "field": self.field,
-            "message": self.message,
-            "text": str(self),
-        }
-        if self.index is not None:
-            view["index"] = self.index
-        return view
-
-
-class TemplateError(LifecycleHooksError):
-    """Every problem of every file of a template that failed to load."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "\n".join(str(p) for p in self.problems)
-
-
-def describe(located: Located, show_text: bool = True) -> str:
-    """What a value is, for "got ..." messages; `show_text=False` hides a string's text."""
-    value = located.value
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return located.source or str(value).lower()
-    if isinstance(value, (int, float)):
-        return f"the number {located.source or value}"
-    if isinstance(value, str):
-        return quote(value) if show_text else "a string"
-    return f"the value {located.source or value}"
-
-
-def quote(text: str, limit: int = 60) -> str:
-    """A string in double quotes on one line, shortened past `limit` characters."""
-    shown = text if len(text) <= limit else text[: limit - 1] + "…"
-    return json.dumps(shown, ensure_ascii=False)
-
-
-def did_you_mean(word: str, options: Sequence[str]) -> str:
-    """` (did you mean "x"?)` when an option is close to `word`, else ""."""
-    import difflib  # only a template with a mistake pays for it
-
-    lowered = {option.lower(): option for option in options}
-    matches = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
-    return f" (did you mean {quote(lowered[matches[0]])}?)" if matches else ""
 
 
 class _Reporter:
@@ -308,8 +191,6 @@ def read_hook(
             entry, None, f"got {describe(entry)}; each hook is a mapping with name, on and action"
         )
         return None, r.problems
-    from .checks import json_body_problem, reference_problems, turned_off, turns_off_only
-
     if turns_off_only(entry):  # `- {name: x, enabled: false}` turns off a parent's hook
         return turned_off(entry, index), []
     fields: dict[str, Located] = entry.value
@@ -426,25 +307,6 @@ def _lenient_action(entry: Located) -> HookAction | None:
         command=argv,
         env=strings("env"),
     )
-
-
-def field_positions(entry: Located) -> Mapping[str, Position]:
-    """Where each field of a hook entry is written, by path: `on[0]`, `action.url`,
-    `action.headers.Host`, `action.command[2]`."""
-    positions: dict[str, Position] = {}
-
-    def visit(located: Located, path: str) -> None:
-        if path:
-            positions[path] = located.position
-        if located.is_mapping:
-            for key, value in located.value.items():
-                visit(value, f"{path}.{key}" if path else key)
-        elif located.is_list:
-            for item_index, item in enumerate(located.value):
-                visit(item, f"{path}[{item_index}]")
-
-    visit(entry, "")
-    return MappingProxyType(positions)
 
 
 def _read_name(
@@ -672,23 +534,15 @@ def _read_condition(r: _Reporter, located: Located | None) -> Condition | None:
             f'got {describe(located)}; write an expression such as "ACTIVITY == completed"',
         )
         return None
-    # Imported here: the parser and its classes cost start-up only to templates that use it.
+    # Imported here: the parser and its classes (about 5 ms, -X importtime) cost `run`'s
+    # start-up only when a template uses `condition:`.
     from .condition import ConditionSyntaxError, parse_condition
 
     try:
         return parse_condition(located.value)
     except ConditionSyntaxError as exc:
-        r.report(_offset_position(located, exc.offset), "condition", f"does not parse: {exc}")
+        r.report(offset_position(located, exc.offset), "condition", f"does not parse: {exc}")
         return None
-
-
-def _offset_position(located: Located, offset: int) -> Position:
-    """Where character `offset` of a one-line scalar stands in the file."""
-    position = located.position
-    if located.style not in (None, '"', "'") or "\n" in located.value:
-        return position  # block scalars: the value's start is the best we know
-    opening_quote = 1 if located.style else 0
-    return Position(position.file, position.line, position.column + opening_quote + offset)
 
 
 # --- action -----------------------------------------------------------------------------
@@ -863,8 +717,6 @@ def _read_command(r: _Reporter, located: Located | None, action: Located) -> tup
 
 
 def _argv_hint(command: str) -> str:
-    import shlex
-
     try:
         words = shlex.split(command)
     except ValueError:
@@ -1190,8 +1042,6 @@ def capture_warnings(template: Template) -> list[Problem]:
     """Uses of `${HOOK_<NAME>_RESPONSE}` / `_STATUS` that will render empty: a capture of no
     hook (or of a disabled one), or of a hook that can only run later in the session than
     the hook using it. Warnings, not errors: the template loads and runs as written."""
-    from ..variables import captured_variable_names
-
     producers = {
         captured_variable_names(hook.name)[0].removesuffix("_RESPONSE"): hook
         for hook in template.hooks
@@ -1219,8 +1069,6 @@ def capture_warnings(template: Template) -> list[Problem]:
 
 def _capture_references(hook: HookSpec, env: Mapping[str, str]) -> list[tuple[str, str]]:
     """(field, capture variable) for each capture the hook reads, through `env:` entries too."""
-    from ..variables import referenced_names
-
     action = hook.action
     texts = [("action.url", action.url or ""), ("action.body", action.body or "")]
     texts += [(f"action.headers.{k}", v) for k, v in action.headers.items()]

@@ -5,9 +5,3 @@ each delivery's attempts, with a Redeliver button that runs `replay`.
 answered (loopback Host, token, CSRF header), `server` is the HTTP server, and `static/` holds
 the page itself: plain HTML, CSS and JavaScript, nothing fetched from elsewhere.
 """
-
-from __future__ import annotations
-
-from .server import PageServer, serve
-
-__all__ = ["PageServer", "serve"]

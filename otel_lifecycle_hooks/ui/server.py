@@ -278,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         # The very code `replay ID` runs: select nothing of its own, send, journal the new row.
         # Only the templates `ui` was started with render it; without any, the refusal says
         # how to restart the page with the one the journal names.
-        from ..engine.replay import Replayer, restart_ui_advice
+        from ..replay import Replayer, restart_ui_advice
 
         server = self.server
         with server.redeliver_lock:

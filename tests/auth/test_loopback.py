@@ -14,7 +14,7 @@ from otel_lifecycle_hooks.engine.clock import FakeClock
 from otel_lifecycle_hooks.template import validate
 from otel_lifecycle_hooks.template.loader import load_template_text
 from otel_lifecycle_hooks.template.model import AuthSpec
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from tests.support.target_server import Reply
 
 HOSTS = [

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine, LifecycleHookProcessor
-from otel_lifecycle_hooks.engine.sampling import SessionRecordingSampler
+from otel_lifecycle_hooks.telemetry.sampling import SessionRecordingSampler
 from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import TargetServer
 

@@ -19,7 +19,7 @@ from otel_lifecycle_hooks.engine import HookEngine, SessionInfo
 from otel_lifecycle_hooks.engine.ratelimit import RateGate, TokenBucket, gates_for
 from otel_lifecycle_hooks.template.loader import load_template_text
 from otel_lifecycle_hooks.template.model import RateLimit
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from tests.support.target_server import TargetServer
 
 FIVE_PER_SECOND = RateLimit(5, 1.0, "5/s")

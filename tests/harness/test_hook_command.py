@@ -223,7 +223,7 @@ def test_any_bytes_and_any_arguments_return_0_and_never_raise(
 
 
 class FakeEngine:
-    """Stands in for engine.standalone: records what `fire` was handed."""
+    """Stands in for harness.standalone: records what `fire` was handed."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], list[Any], dict[str, Any]]] = []
@@ -238,10 +238,10 @@ class FakeEngine:
 @pytest.fixture
 def fake_engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     engine = FakeEngine()
-    module = types.ModuleType("otel_lifecycle_hooks.engine.standalone")
+    module = types.ModuleType("otel_lifecycle_hooks.harness.standalone")
     module.fire = engine.fire  # type: ignore[attr-defined]
     module.template_env = engine.template_env  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.engine.standalone", module)
+    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.harness.standalone", module)
     return engine
 
 
@@ -268,7 +268,7 @@ def test_without_a_supervisor_a_template_fires_in_process_and_state_carries_over
 def test_a_missing_engine_is_logged_and_exits_0(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], tmp_path: Path, load_payload: Loader
 ) -> None:
-    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.engine.standalone", None)
+    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.harness.standalone", None)
     env["OTEL_LIFECYCLE_HOOKS_STATE"] = str(tmp_path / "state.json")
     stdin = io.BytesIO(json.dumps(load_payload("claude", "stop")).encode())
     args = ["--dialect", "claude", "--template", str(tmp_path / "t.yaml")]

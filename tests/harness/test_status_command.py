@@ -78,10 +78,10 @@ def test_without_a_supervisor_a_template_fires_the_signal_in_process(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fired: list[tuple[list[str], list[Any]]] = []
-    module = types.ModuleType("otel_lifecycle_hooks.engine.standalone")
+    module = types.ModuleType("otel_lifecycle_hooks.harness.standalone")
     module.fire = lambda templates, derived, state: fired.append((templates, derived))  # type: ignore[attr-defined]
     module.template_env = lambda templates: {}  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.engine.standalone", module)
+    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.harness.standalone", module)
     monkeypatch.delenv("OTEL_LIFECYCLE_HOOKS_SOCKET", raising=False)
     monkeypatch.setenv("OTEL_LIFECYCLE_HOOKS_STATE", str(tmp_path / "state.json"))
     template = str(tmp_path / "scion-agent.yaml")

@@ -13,7 +13,7 @@ import pytest
 
 from otel_lifecycle_hooks.harness.dialect_yaml import DialectFileError, load_dialect_file
 from otel_lifecycle_hooks.harness.normalized import NormalizedEvent
-from otel_lifecycle_hooks.harness.reported import REPORTED_FIELDS
+from otel_lifecycle_hooks.reported import REPORTED_FIELDS
 from otel_lifecycle_hooks.supervisor.admission import Admission
 from tests.security.conftest import HostileWorkspace, wire_line
 from tests.supervisor.supervised import wait_until

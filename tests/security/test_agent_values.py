@@ -14,7 +14,7 @@ import pytest
 
 from otel_lifecycle_hooks.render import RenderError, render_url
 from otel_lifecycle_hooks.template.loader import load_template_text
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from otel_lifecycle_hooks.variables import Variables
 
 

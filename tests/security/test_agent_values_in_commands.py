@@ -23,7 +23,7 @@ from otel_lifecycle_hooks.engine import HookEngine, SessionInfo
 from otel_lifecycle_hooks.render import RenderError, render_argv
 from otel_lifecycle_hooks.template.loader import load_template_text
 from otel_lifecycle_hooks.template.model import HookAction, HookSpec, Template
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from otel_lifecycle_hooks.variables import Variables
 from tests.security.conftest import HostileWorkspace, wire_line
 from tests.supervisor.supervised import wait_until

@@ -25,7 +25,7 @@ from otel_lifecycle_hooks.harness.dialects import (
     shipped_dialect_names,
 )
 from otel_lifecycle_hooks.harness.normalized import NormalizedEvent
-from otel_lifecycle_hooks.harness.reported import allowed_fields
+from otel_lifecycle_hooks.reported import allowed_fields
 from otel_lifecycle_hooks.supervisor.admission import Admission, IngressCounts
 from otel_lifecycle_hooks.supervisor.server import EventServer
 

@@ -24,7 +24,7 @@ from otel_lifecycle_hooks import loopback
 from otel_lifecycle_hooks.actions import http
 from otel_lifecycle_hooks.render import RenderedRequest
 from otel_lifecycle_hooks.template.loader import load_template_text
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from tests.support.target_server import Reply, TargetServer
 
 TOKEN = "tok-loopback-5f1e"

@@ -32,7 +32,7 @@ import pytest
 from otel_lifecycle_hooks.engine import AgentSession, Execution, HookEngine, SessionInfo
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
 from otel_lifecycle_hooks.template.model import HookAction, HookSpec, Template
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from tests.supervisor.supervised import Workspace, wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as root and nobody")

@@ -13,7 +13,7 @@ from otel_lifecycle_hooks.template.loader import (
     load_template_text,
     load_templates,
 )
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 from otel_lifecycle_hooks.variables import Variables
 
 HOOK = """lifecycle_hooks:

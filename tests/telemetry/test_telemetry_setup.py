@@ -20,8 +20,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-from otel_lifecycle_hooks.engine.sampling import SessionRecordingSampler
 from otel_lifecycle_hooks.telemetry import setup
+from otel_lifecycle_hooks.telemetry.sampling import SessionRecordingSampler
 from otel_lifecycle_hooks.telemetry.setup import (
     attach_or_configure,
     build_resource,

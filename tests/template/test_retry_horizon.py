@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from otel_lifecycle_hooks.template.loader import load_template_text
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 
 def template(events: str, retry: str) -> str:

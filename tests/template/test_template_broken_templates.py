@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.template.loader import load_templates
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 BROKEN = Path(__file__).parent / "broken"
 BROKEN_FILES = sorted(BROKEN.glob("*.yaml"))

@@ -14,7 +14,7 @@ import pytest
 from otel_lifecycle_hooks.cli.dry_run import dry_run
 from otel_lifecycle_hooks.template.checks import malformed_references, template_warnings
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 
 def _hook(action: str, extra: str = "") -> str:

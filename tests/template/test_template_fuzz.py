@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from otel_lifecycle_hooks.template.loader import load_template_text
 from otel_lifecycle_hooks.template.model import Template
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -11,7 +11,7 @@ import yaml
 from otel_lifecycle_hooks.template import loader
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
 from otel_lifecycle_hooks.template.model import Template
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 SPEC_TESTS = Path(__file__).parent
 REPOSITORY = SPEC_TESTS.parent.parent

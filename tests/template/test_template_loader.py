@@ -9,7 +9,7 @@ import pytest
 
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
 from otel_lifecycle_hooks.template.model import AuthSpec, Template
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

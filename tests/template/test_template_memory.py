@@ -14,7 +14,7 @@ import yaml
 
 from otel_lifecycle_hooks.template import loader
 from otel_lifecycle_hooks.template.loader import load_template_text
-from otel_lifecycle_hooks.template.validate import Located, TemplateError
+from otel_lifecycle_hooks.template.problems import Located, TemplateError
 
 pytestmark = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
 

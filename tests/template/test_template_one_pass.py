@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 BROKEN = Path(__file__).parent / "broken"
 EVERY_KIND = BROKEN / "every_kind_at_once.yaml"

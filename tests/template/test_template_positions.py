@@ -11,7 +11,8 @@ import pytest
 from otel_lifecycle_hooks.cli.main import main
 from otel_lifecycle_hooks.template.checks import template_warnings
 from otel_lifecycle_hooks.template.loader import load_template_text, load_templates
-from otel_lifecycle_hooks.template.validate import TemplateError, capture_warnings
+from otel_lifecycle_hooks.template.problems import TemplateError
+from otel_lifecycle_hooks.template.validate import capture_warnings
 
 # The second hook (index 1) is the one with the problem, its action on line 7.
 HTTP = """\

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from otel_lifecycle_hooks.template.loader import load_templates
-from otel_lifecycle_hooks.template.validate import TemplateError
+from otel_lifecycle_hooks.template.problems import TemplateError
 
 HOOK = """\
 lifecycle_hooks:

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from otel_lifecycle_hooks.telemetry import autoload
+from otel_lifecycle_hooks import autoload
 
 
 class _Processor(SpanProcessor):

@@ -25,7 +25,7 @@ DRAIN_TIMEOUT = 15.0
 
 @functools.lru_cache(maxsize=4)
 def _template(paths: tuple[str, ...]) -> Any:
-    from ..template.loader import load_templates
+    from ..systems import load_templates
 
     return load_templates(list(paths))
 
@@ -53,9 +53,9 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str,
     session that `entry` holds (made on the first call)."""
     from opentelemetry.trace import SpanContext, TraceFlags
 
+    from ..engine.engine import HookEngine
+    from ..engine.session import AgentSession
     from ..telemetry.setup import configure_telemetry
-    from .engine import HookEngine
-    from .session import AgentSession
 
     environ = dict(os.environ)
     template = _template(tuple(template_paths))

@@ -38,29 +38,41 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..errors import LifecycleHooksError
-from ..journal import FAILED_OUTCOMES, ExecutionRow
-from ..journal.base import Journal
-from ..redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
-from ..render import (
+from .actions.http import make_client, send
+from .auth import AuthError, Credentials, check_transport
+from .engine.attempt_log import attempt_row
+from .engine.destination import journaled_metadata, operator_metadata, unsupplied
+from .engine.policies import outcome_of
+from .errors import LifecycleHooksError
+from .journal import FAILED_OUTCOMES, ExecutionRow
+from .journal.base import Journal
+from .journal.views import visible_executions
+from .redact import MIN_SECRET_LENGTH, REDACTED, Redactor, encoded_forms
+from .render import (
     FORM_CONTENT_TYPE,
     HOOK_ID_HEADER,
     RenderedRequest,
     RenderError,
     is_json_body,
+    json_string_state,
     render_action,
     render_body,
     render_headers,
     render_url,
 )
-from ..template.model import HookSpec, Template
-from ..variables import Variables, parse_template, secret_names_for
+from .systems import load_templates
+from .template.model import HookSpec, Template
+from .template.problems import TemplateError
+from .template.secrets import secret_names_for
+from .variables import Variables, parse_template
 
 log = logging.getLogger("otel_lifecycle_hooks.replay")
 
@@ -118,7 +130,6 @@ class _Prepared:
 def replay_command(execution_id: int, journal_args: Sequence[str], templates: Sequence[str]) -> str:
     """The `replay` command line that re-sends `execution_id` with `templates`, quoted for a
     shell (the paths may come from the journal: pasted as shown, each is one word)."""
-    import shlex
 
     words = ["otel-lifecycle-hooks", "replay", str(execution_id), *journal_args]
     for path in templates or ("FILE",):
@@ -129,7 +140,6 @@ def replay_command(execution_id: int, journal_args: Sequence[str], templates: Se
 def restart_ui_advice(journal_args: Sequence[str], hint: Sequence[str]) -> str:
     """What a Redeliver refused for want of a template tells the operator: restart `ui` with
     one (`hint`: the templates the journal names, shown quoted, never loaded)."""
-    import shlex
 
     words = ["otel-lifecycle-hooks", "ui", *journal_args]
     command = " ".join(shlex.quote(word) for word in words)
@@ -197,7 +207,6 @@ class Replayer:
         yet delivered by an earlier replay and within the journal's retention; of the agents,
         sessions, hook, event and failed outcomes given; with `last`, only the newest that
         many of them."""
-        from ..journal.views import visible_executions
 
         chosen: list[ExecutionRow | int] = []
         for execution_id in ids:
@@ -246,9 +255,6 @@ class Replayer:
         shown = _shown_request(prepared, key)
         if dry_run:
             return self._outcome(row, "dry-run", request=shown)
-        from ..actions.http import send
-        from ..engine.policies import outcome_of
-        from .attempt_log import attempt_row
 
         started_wall = self.wall_clock()
         result = send(
@@ -355,9 +361,6 @@ class Replayer:
 
     def _template(self, paths: tuple[str, ...]) -> Template | str:
         if paths not in self._loaded:
-            from ..template.loader import load_templates
-            from ..template.validate import TemplateError
-
             try:
                 self._loaded[paths] = load_templates([Path(p) for p in paths])
             except (TemplateError, OSError) as exc:
@@ -373,7 +376,6 @@ class Replayer:
                 f"hook {row.hook!r} is now a {hook.action.type} action; "
                 "only http and webhook deliveries are replayed"
             )
-        from .destination import journaled_metadata, operator_metadata, unsupplied
 
         # The journal is the agent's to write: what decides where the request goes (and with
         # which credential) comes from this command's side only, or the row is refused.
@@ -408,7 +410,6 @@ class Replayer:
     def _auth_headers(
         self, hook: HookSpec, request: RenderedRequest, template: Template, key: str
     ) -> dict[str, str]:
-        from ..auth import AuthError, check_transport
 
         environ = {**template.env, **self.environ}
         action = hook.action
@@ -430,16 +431,12 @@ class Replayer:
 
     def _client(self) -> Any:
         if self.http_client is None:
-            from ..actions.http import make_client
-
             self.http_client = make_client()
             self._owned.append(self.http_client)
         return self.http_client
 
     def _credentials(self) -> Any:
         if self.credentials is None:
-            from ..auth import Credentials
-
             self.credentials = Credentials()
             self._owned.append(self.credentials)
         return self.credentials
@@ -528,7 +525,6 @@ def _check_template_shape(request: RenderedRequest, hook: HookSpec, variables: V
     credential goes: the origin (scheme, userinfo, host, port) and the method must be the
     template's, every header must be one the template names, and a header the template writes
     as a constant must hold it."""
-    from urllib.parse import urlsplit
 
     try:
         fresh = render_action(hook.action, variables)
@@ -656,7 +652,6 @@ def _could_render(
 def _json_holes(literals: Sequence[str]) -> list[str]:
     """Each hole's pattern in a JSON body: inside a string, escaped string text; outside, a
     scalar or a whole string (as `render_body` writes a value there)."""
-    from ..render import json_string_state
 
     holes: list[str] = []
     in_string = escaped = False
