@@ -10,7 +10,6 @@ import pytest
 import otel_lifecycle_hooks
 from otel_lifecycle_hooks import LifecycleHooksError, TemplateError, load_templates
 from otel_lifecycle_hooks.auth.errors import AuthError
-from otel_lifecycle_hooks.engine.replay import ReplayRefused
 from otel_lifecycle_hooks.harness.dialect_yaml import DialectFileError
 from otel_lifecycle_hooks.harness.dialects import UnknownDialectError
 from otel_lifecycle_hooks.harness.install import InstallError
@@ -20,6 +19,7 @@ from otel_lifecycle_hooks.harness.without_supervisor import EngineMissing
 from otel_lifecycle_hooks.journal.retention import RetentionError
 from otel_lifecycle_hooks.journal.seal import JournalKeyError
 from otel_lifecycle_hooks.render import RenderError
+from otel_lifecycle_hooks.replay import ReplayRefused
 from otel_lifecycle_hooks.systems.inprocess import HookRegistrationError
 from otel_lifecycle_hooks.systems.the_loop import ExecutorLoadError
 from otel_lifecycle_hooks.telemetry.setup import MissingExtra

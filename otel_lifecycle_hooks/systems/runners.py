@@ -20,10 +20,10 @@ from ..engine.runners.base import OutputListener
 from ..engine.runners.http import send_request
 from ..engine.runners.script import PreparedScript, ScriptRunner, run_command
 from ..render import RenderedRequest
-from . import host_protocol
 from .core_agent import PROTOCOL as CORE_AGENT
 from .core_agent import envelope
 from .host_protocol import PROTOCOL as HOST_V1
+from .host_protocol import run_event
 from .the_loop import call_local, decide
 from .wire import hook_context
 
@@ -126,7 +126,7 @@ class HostProtocolRunner(ScriptRunner):
             return run_command(services, script, argv, stdin, left, on_output)
 
         log_line = services.output_listener(attempt.hook, script.redactor) or _ignore
-        return host_protocol.run_event(
+        return run_event(
             attempt.hook.name,
             attempt.event,
             attempt.session,

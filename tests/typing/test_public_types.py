@@ -23,7 +23,7 @@ EXPECTED = {
     ),
     "AgentSession": "-> otel_lifecycle_hooks.engine.session.AgentSession",
     "load_templates": "fallback=otel_lifecycle_hooks.template.model.Template]",
-    "TemplateError": "-> otel_lifecycle_hooks.template.validate.TemplateError",
+    "TemplateError": "-> otel_lifecycle_hooks.template.problems.TemplateError",
     "LifecycleHooksError": "-> otel_lifecycle_hooks.errors.LifecycleHooksError",
     "__version__": "str",
 }
