@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+from ..errors import LifecycleHooksError
+
+EXIT_CONFIG = 2  # a setting or an install that cannot work: what the message says to change
+
 # The console script imports this module on every harness event: `typing` is for checkers.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,6 +87,11 @@ def _run_parsed(args: list[str]) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except LifecycleHooksError as exc:
+        # What a command did not handle itself is still a user's error with a clear message
+        # (a missing extra, a bad setting): one line, not a traceback.
+        print(f"otel-lifecycle-hooks {parsed.subcommand}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return code
 
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..extras import postgres_missing
 from ..hooklog import HookLog, default_hook_log_path, diagnostics_to
 from ..supervisor.options import SupervisorOptions
 from ..supervisor.report import NORMAL, QUIET, VERBOSE, RunReport
@@ -18,6 +19,7 @@ from ..systems import load_templates
 from ..template.durations import DurationError, parse_duration
 from ..template.model import Template
 from ..template.problems import TemplateError
+from ..variables import JOURNAL_SETTINGS
 
 TEMPLATE_ENV = "OTEL_LIFECYCLE_HOOKS_TEMPLATE"
 
@@ -153,6 +155,13 @@ def _run(args: argparse.Namespace) -> int:
             "unset, no ./scion-agent.yaml): the agent runs without hooks",
             file=sys.stderr,
         )
+    journal_setting = args.journal or next(
+        (os.environ[name] for name in JOURNAL_SETTINGS if os.environ.get(name)), None
+    )
+    missing = postgres_missing(journal_setting)
+    if missing is not None:  # said before the agent starts: no journal could ever be written
+        print(f"otel-lifecycle-hooks run: {missing}", file=sys.stderr)
+        return 2
     try:
         template = load_templates(paths) if paths else Template()
     except TemplateError as exc:

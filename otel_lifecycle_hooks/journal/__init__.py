@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..extras import POSTGRES_SCHEMES, require_extra
 from . import base
 from .postgres import PostgresJournal
 from .rows import FAILED_OUTCOMES, OWED_EVENTS, AttemptRow, ExecutionRow, SessionRow
@@ -49,12 +50,11 @@ __all__ = [
     "open_journal",
 ]
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _SQLITE_SCHEME = "sqlite://"
 
 
 def is_postgres_url(location: str | Path) -> bool:
-    return isinstance(location, str) and location.startswith(_POSTGRES_SCHEMES)
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
 
 def journal_setting(environ: Mapping[str, str]) -> str:
@@ -102,5 +102,6 @@ def open_journal(
     `busy_timeout` is SQLite's (seconds a write waits for another process's lock);
     `spill_dir` and `environ` are PostgreSQL's (where writes that cannot reach it wait)."""
     if is_postgres_url(location):
+        require_extra("psycopg", "postgres", "a PostgreSQL journal")
         return PostgresJournal(str(location), spill_dir=spill_dir, environ=environ)
     return SqliteJournal(journal_location(location, {}), busy_timeout=busy_timeout)

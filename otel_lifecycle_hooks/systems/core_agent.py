@@ -20,10 +20,10 @@ from typing import Any
 from ..events import ALL_EVENTS
 from ..template.model import HookAction, HookSpec
 from ..template.problems import Located, Problem, describe, did_you_mean
-from .wire import event_context
+from .wire import CORE_AGENT_PROTOCOL, event_context
 
 DEFAULT_TIMEOUT_SECONDS = 10
-PROTOCOL = "core-agent"
+PROTOCOL = CORE_AGENT_PROTOCOL
 SHELL = "sh"
 
 

@@ -44,8 +44,9 @@ from ..template.durations import DurationError, parse_duration
 from ..template.model import DEFAULT_SCRIPT_TIMEOUT, MAX_TIMEOUT, HookAction, HookSpec
 from ..template.problems import Located, Problem, describe
 from ..version import __version__
+from .wire import HOST_PROTOCOL
 
-PROTOCOL = "host-v1"
+PROTOCOL = HOST_PROTOCOL
 HOST_NAME = "otel-lifecycle-hooks"
 # The version of the published wire this host speaks (its base payload's `host.version`).
 PROTOCOL_VERSION = 2

@@ -13,19 +13,20 @@ import time
 from typing import Any
 
 from ..actions.base import AttemptResult
-from ..actions.jsonrpc import read_answer, request_body
-from ..actions.root_guard import unsafe_code_file_as_root
 from ..engine.runners import ActionRegistry, ActionServices, Attempt
 from ..engine.runners.base import OutputListener
 from ..engine.runners.http import send_request
 from ..engine.runners.script import PreparedScript, ScriptRunner, run_command
 from ..render import RenderedRequest
-from .core_agent import PROTOCOL as CORE_AGENT
 from .core_agent import envelope
-from .host_protocol import PROTOCOL as HOST_V1
-from .host_protocol import run_event
-from .the_loop import call_local, decide
+from .wire import CORE_AGENT_PROTOCOL as CORE_AGENT
+from .wire import HOST_PROTOCOL as HOST_V1
 from .wire import hook_context
+
+# Every `run` registers these runners before the agent's spawn; what they run with (the-loop's
+# and the host protocol's modules, the condition parser, the JSON-RPC client and the root
+# guard) loads when a hook of theirs first runs: about 8 ms of each start-up otherwise
+# (`python -X importtime`, loaded 2-core machine), paid by every run whose template has none.
 
 
 def register_runners(registry: ActionRegistry) -> None:
@@ -57,9 +58,13 @@ class LocalExecutorRunner:
         if action.path:
             # In-process: the supervisor's rights, root's when it is root. A file the agent's
             # user could write would be the agent's code run as root.
+            from ..actions.root_guard import unsafe_code_file_as_root
+
             refusal = unsafe_code_file_as_root(action.path)
             if refusal is not None:
                 return AttemptResult("permanent", 0.0, error_type="UnsafeScript", message=refusal)
+        from .the_loop import call_local
+
         return call_local(action, attempt.event.name, system_context(attempt), attempt.timeout)
 
 
@@ -70,6 +75,9 @@ class JsonRpcRunner:
 
     def attempt(self, services: ActionServices, attempt: Attempt) -> AttemptResult:
         """Call each point of the event in turn, within the attempt's timeout."""
+        from ..actions.jsonrpc import read_answer, request_body
+        from .the_loop import decide
+
         request = attempt.rendered
         assert isinstance(request, RenderedRequest)
         started = time.monotonic()
@@ -124,6 +132,8 @@ class HostProtocolRunner(ScriptRunner):
         def run(stage: str, stdin: bytes, left: float, on_output: OutputListener) -> AttemptResult:
             argv = (*script.command.argv, stage)
             return run_command(services, script, argv, stdin, left, on_output)
+
+        from .host_protocol import run_event
 
         log_line = services.output_listener(attempt.hook, script.redactor) or _ignore
         return run_event(

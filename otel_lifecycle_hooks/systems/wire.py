@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+# The script protocols of the other seeds' hooks, as `action.protocol` names them.
+CORE_AGENT_PROTOCOL = "core-agent"  # seed 001: core-agent's envelope on stdin
+HOST_PROTOCOL = "host-v1"  # seed 003: `<script> <stage>`, JSONL on stdout
+
 
 def event_context(fields: Mapping[str, str]) -> dict[str, Any]:
     """An event's variables as JSON keys: `TOOL_NAME` -> `tool_name`."""

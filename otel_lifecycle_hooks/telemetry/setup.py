@@ -63,7 +63,7 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
-from ..errors import LifecycleHooksError
+from ..extras import MissingExtra, require_extra
 from .sampling import SessionRecordingSampler
 
 if TYPE_CHECKING:
@@ -829,26 +829,8 @@ def _metric_exporter(name: str, env: Mapping[str, str]) -> MetricExporter | None
 _missing_extras_told: set[str] = set()
 
 
-class MissingExtra(LifecycleHooksError):
-    """An exporter the configuration asks for needs a package extra that is not installed."""
-
-
-def _require_extra(module: str, extra: str, asked_by: str) -> None:
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package is missing, or blocked
-        found = False
-    if not found:
-        raise MissingExtra(
-            f"{asked_by} needs the {extra!r} extra, which is not installed: "
-            f"pip install 'otel-lifecycle-hooks[{extra}]'"
-        )
-
-
 def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[], None]]:
-    _require_extra(
+    require_extra(
         "opentelemetry.exporter.prometheus", "prometheus", "OTEL_METRICS_EXPORTER=prometheus"
     )
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -915,7 +897,7 @@ def _http_arguments(settings: OtlpSettings) -> dict[str, Any]:
 
 def _grpc_arguments(settings: OtlpSettings) -> dict[str, Any]:
     """The gRPC exporters' keyword arguments; tells once when the `grpc` extra is missing."""
-    _require_extra(
+    require_extra(
         "opentelemetry.exporter.otlp.proto.grpc",
         "grpc",
         "OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)",
