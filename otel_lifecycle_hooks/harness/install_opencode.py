@@ -24,15 +24,32 @@ def plugin_path(scope: Scope) -> Path:
     return Path(config_home) / "opencode" / "plugins" / PLUGIN_NAME
 
 
+# The bus events the dialect reads (harness/dialects/opencode.py). opencode 1.18 publishes about
+# ninety events for one prompt (plugin.added, message.part.updated, session.status, ...); each
+# would otherwise cost a Python process, so everything else stays inside opencode.
+FORWARDED_EVENTS = (
+    "session.created",
+    "session.idle",
+    "session.error",
+    "session.compacted",
+    "permission.asked",
+    "permission.updated",
+)
+
+
 def plugin_source(program: list[str]) -> str:
+    """The plugin's JavaScript: the hook command's argv and the events it forwards."""
     argv = json.dumps(hook_argv(DIALECT, program))
+    forwarded = json.dumps(list(FORWARDED_EVENTS))
     return f"""{MARKER}; removed by `harness uninstall opencode`.
-// Each event goes to the hook command on stdin; a failure never reaches the agent.
+// Only the events the package uses go to the hook command, on stdin, one at a time and in the
+// order opencode published them; a failure never reaches the agent.
 import {{ spawn }} from "node:child_process"
 
 const HOOK = {argv}
+const FORWARDED = new Set({forwarded})
 
-const send = (body) =>
+const run = (body) =>
   new Promise((resolve) => {{
     try {{
       const child = spawn(HOOK[0], HOOK.slice(1), {{ stdio: ["pipe", "ignore", "ignore"] }})
@@ -45,8 +62,38 @@ const send = (body) =>
     }}
   }})
 
+// One hook process at a time: started together they would reach the supervisor in any order.
+let queue = Promise.resolve()
+const send = (body) => (queue = queue.then(() => run(body)))
+
+// session.idle carries no text: the last text part of an assistant message is the answer.
+const assistantMessages = new Set()
+const answers = new Map()
+
+const remember = (event) => {{
+  const props = event.properties ?? {{}}
+  if (event.type === "message.updated" && props.info?.role === "assistant") {{
+    assistantMessages.add(props.info.id)
+  }} else if (event.type === "message.part.updated") {{
+    const part = props.part ?? {{}}
+    if (part.type === "text" && !part.synthetic && assistantMessages.has(part.messageID)) {{
+      answers.set(part.sessionID, part.text ?? "")
+    }}
+  }}
+}}
+
 export const OtelLifecycleHooks = async () => ({{
-  event: async ({{ event }}) => send(event),
+  event: async ({{ event }}) => {{
+    remember(event)
+    if (!FORWARDED.has(event.type)) return
+    const body = {{ ...event }}
+    if (event.type === "session.idle") {{
+      const sessionID = event.properties?.sessionID
+      body.answer = answers.get(sessionID) ?? ""
+      answers.delete(sessionID)
+    }}
+    return send(body)
+  }},
   "chat.message": async (input, output) => send({{ type: "chat.message", input, output }}),
   "tool.execute.before": async (input, output) =>
     send({{ type: "tool.execute.before", input, output }}),
