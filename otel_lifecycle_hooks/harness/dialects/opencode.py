@@ -79,7 +79,7 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
     elif raw == "chat.message":
         fields[PROMPT] = _parts_text(nested(body, "output", "parts"))
     elif raw.startswith("permission."):
-        fields[MESSAGE] = text(properties, "title", "message") or "Permission requested"
+        fields[MESSAGE] = _permission_message(properties)
         fields[NOTIFICATION_TYPE] = "permission_prompt"
         fields[TOOL_NAME] = text(properties, "tool", "type", "permission")
     elif raw == "session.error":
@@ -92,6 +92,20 @@ def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[Normalized
         or text(hook_input, "sessionID")
     )
     return [event(name, NAME, raw, {"session_id": session_id}, **fields)]
+
+
+def _permission_message(properties: Mapping[str, Any]) -> str:
+    """A title where the event has one; opencode 1.18 sends none, so the permission and what
+    it is asked for (`bash: go test ./...`)."""
+    titled = text(properties, "title", "message")
+    if titled:
+        return titled
+    asked = text(properties, "permission")
+    patterns = properties.get("patterns")
+    wanted = [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
+    if asked and wanted:
+        return f"{asked}: {', '.join(wanted)}"
+    return asked or "Permission requested"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
