@@ -67,13 +67,14 @@ let queue = Promise.resolve()
 const send = (body) => (queue = queue.then(() => run(body)))
 
 // session.idle carries no text: the last text part of an assistant message is the answer.
-const assistantMessages = new Set()
-const answers = new Map()
+// Both maps forget a session's entries at its idle, so a long session does not grow them.
+const assistantMessages = new Map() // message id -> session id
+const answers = new Map() // session id -> text
 
 const remember = (event) => {{
   const props = event.properties ?? {{}}
   if (event.type === "message.updated" && props.info?.role === "assistant") {{
-    assistantMessages.add(props.info.id)
+    assistantMessages.set(props.info.id, props.info.sessionID)
   }} else if (event.type === "message.part.updated") {{
     const part = props.part ?? {{}}
     if (part.type === "text" && !part.synthetic && assistantMessages.has(part.messageID)) {{
@@ -82,16 +83,21 @@ const remember = (event) => {{
   }}
 }}
 
+const answerOf = (sessionID) => {{
+  const answer = answers.get(sessionID) ?? ""
+  answers.delete(sessionID)
+  for (const [message, session] of assistantMessages) {{
+    if (session === sessionID) assistantMessages.delete(message)
+  }}
+  return answer
+}}
+
 export const OtelLifecycleHooks = async () => ({{
   event: async ({{ event }}) => {{
     remember(event)
     if (!FORWARDED.has(event.type)) return
     const body = {{ ...event }}
-    if (event.type === "session.idle") {{
-      const sessionID = event.properties?.sessionID
-      body.answer = answers.get(sessionID) ?? ""
-      answers.delete(sessionID)
-    }}
+    if (event.type === "session.idle") body.answer = answerOf(event.properties?.sessionID)
     return send(body)
   }},
   "chat.message": async (input, output) => send({{ type: "chat.message", input, output }}),
