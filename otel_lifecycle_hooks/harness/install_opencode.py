@@ -27,6 +27,13 @@ def plugin_path(scope: Scope) -> Path:
 # The bus events the dialect reads (harness/dialects/opencode.py). opencode 1.18 publishes about
 # ninety events for one prompt (plugin.added, message.part.updated, session.status, ...); each
 # would otherwise cost a Python process, so everything else stays inside opencode.
+# The plugin hooks (functions opencode calls, not bus events) that the plugin also forwards.
+PLUGIN_HOOKS = (
+    "chat.message",
+    "tool.execute.before",
+    "tool.execute.after",
+    "experimental.session.compacting",
+)
 FORWARDED_EVENTS = (
     "session.created",
     "session.idle",
@@ -105,6 +112,8 @@ export const OtelLifecycleHooks = async () => ({{
     send({{ type: "tool.execute.before", input, output }}),
   "tool.execute.after": async (input, output) =>
     send({{ type: "tool.execute.after", input, output }}),
+  "experimental.session.compacting": async (input) =>
+    send({{ type: "experimental.session.compacting", input }}),
 }})
 """
 

@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from otel_lifecycle_hooks.harness.install_opencode import FORWARDED_EVENTS, plugin_source
+from otel_lifecycle_hooks.harness.dialects import opencode as dialect
+from otel_lifecycle_hooks.harness.install_opencode import (
+    FORWARDED_EVENTS,
+    PLUGIN_HOOKS,
+    plugin_source,
+)
 
 SESSION = "ses_1"
 # A hook program that takes longer the earlier it starts: started together, the payloads
@@ -98,11 +103,7 @@ def test_only_the_events_the_dialect_reads_start_a_hook_process(
     delivered: list[dict[str, Any]],
 ) -> None:
     kinds = {payload["type"] for payload in delivered}
-    assert kinds <= set(FORWARDED_EVENTS) | {
-        "chat.message",
-        "tool.execute.before",
-        "tool.execute.after",
-    }
+    assert kinds <= set(FORWARDED_EVENTS) | set(PLUGIN_HOOKS)
     assert len(delivered) == 5
 
 
@@ -122,3 +123,10 @@ def test_the_end_of_the_turn_carries_the_last_assistant_text_not_the_users(
     delivered: list[dict[str, Any]],
 ) -> None:
     assert delivered[-1]["answer"] == "It printed ok."
+
+
+def test_the_plugin_forwards_exactly_what_the_dialect_translates() -> None:
+    assert set(FORWARDED_EVENTS) | set(PLUGIN_HOOKS) == dialect.TRANSLATED
+    source = plugin_source(["hook"])
+    for hook in PLUGIN_HOOKS:
+        assert f'"{hook}": async' in source

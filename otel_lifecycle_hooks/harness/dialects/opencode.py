@@ -53,6 +53,8 @@ _SIMPLE: dict[str, str] = {
     "experimental.session.compacting": "pre-compact",
     "session.compacted": "post-compact",
 }
+# Every raw event or plugin hook this dialect gives meaning to: what the plugin forwards.
+TRANSLATED: frozenset[str] = frozenset(_SIMPLE)
 
 
 def translate(payload: dict[str, Any], argv_extra: list[str]) -> list[NormalizedEvent]:
