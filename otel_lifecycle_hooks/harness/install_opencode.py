@@ -24,15 +24,39 @@ def plugin_path(scope: Scope) -> Path:
     return Path(config_home) / "opencode" / "plugins" / PLUGIN_NAME
 
 
+# The bus events the dialect reads (harness/dialects/opencode.py). opencode 1.18 publishes about
+# ninety events for one prompt (plugin.added, message.part.updated, session.status, ...); each
+# would otherwise cost a Python process, so everything else stays inside opencode.
+# The plugin hooks (functions opencode calls, not bus events) that the plugin also forwards.
+PLUGIN_HOOKS = (
+    "chat.message",
+    "tool.execute.before",
+    "tool.execute.after",
+    "experimental.session.compacting",
+)
+FORWARDED_EVENTS = (
+    "session.created",
+    "session.idle",
+    "session.error",
+    "session.compacted",
+    "permission.asked",
+    "permission.updated",
+)
+
+
 def plugin_source(program: list[str]) -> str:
+    """The plugin's JavaScript: the hook command's argv and the events it forwards."""
     argv = json.dumps(hook_argv(DIALECT, program))
+    forwarded = json.dumps(list(FORWARDED_EVENTS))
     return f"""{MARKER}; removed by `harness uninstall opencode`.
-// Each event goes to the hook command on stdin; a failure never reaches the agent.
+// Only the events the package uses go to the hook command, on stdin, one at a time and in the
+// order opencode published them; a failure never reaches the agent.
 import {{ spawn }} from "node:child_process"
 
 const HOOK = {argv}
+const FORWARDED = new Set({forwarded})
 
-const send = (body) =>
+const run = (body) =>
   new Promise((resolve) => {{
     try {{
       const child = spawn(HOOK[0], HOOK.slice(1), {{ stdio: ["pipe", "ignore", "ignore"] }})
@@ -45,13 +69,51 @@ const send = (body) =>
     }}
   }})
 
+// One hook process at a time: started together they would reach the supervisor in any order.
+let queue = Promise.resolve()
+const send = (body) => (queue = queue.then(() => run(body)))
+
+// session.idle carries no text: the last text part of an assistant message is the answer.
+// Both maps forget a session's entries at its idle, so a long session does not grow them.
+const assistantMessages = new Map() // message id -> session id
+const answers = new Map() // session id -> text
+
+const remember = (event) => {{
+  const props = event.properties ?? {{}}
+  if (event.type === "message.updated" && props.info?.role === "assistant") {{
+    assistantMessages.set(props.info.id, props.info.sessionID)
+  }} else if (event.type === "message.part.updated") {{
+    const part = props.part ?? {{}}
+    if (part.type === "text" && !part.synthetic && assistantMessages.has(part.messageID)) {{
+      answers.set(part.sessionID, part.text ?? "")
+    }}
+  }}
+}}
+
+const answerOf = (sessionID) => {{
+  const answer = answers.get(sessionID) ?? ""
+  answers.delete(sessionID)
+  for (const [message, session] of assistantMessages) {{
+    if (session === sessionID) assistantMessages.delete(message)
+  }}
+  return answer
+}}
+
 export const OtelLifecycleHooks = async () => ({{
-  event: async ({{ event }}) => send(event),
+  event: async ({{ event }}) => {{
+    remember(event)
+    if (!FORWARDED.has(event.type)) return
+    const body = {{ ...event }}
+    if (event.type === "session.idle") body.answer = answerOf(event.properties?.sessionID)
+    return send(body)
+  }},
   "chat.message": async (input, output) => send({{ type: "chat.message", input, output }}),
   "tool.execute.before": async (input, output) =>
     send({{ type: "tool.execute.before", input, output }}),
   "tool.execute.after": async (input, output) =>
     send({{ type: "tool.execute.after", input, output }}),
+  "experimental.session.compacting": async (input) =>
+    send({{ type: "experimental.session.compacting", input }}),
 }})
 """
 

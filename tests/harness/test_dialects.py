@@ -317,40 +317,7 @@ def test_codex_passes_normalized_names_through() -> None:
     assert translate("codex", {"type": "something-new"}) == []
 
 
-# opencode: https://opencode.ai/docs/plugins (events; tool.execute.before/after; chat.message).
-OPENCODE_CASES = {
-    "session_created": ("session-start", "session.created", {}),
-    "chat_message": ("prompt-submit", "chat.message", {"PROMPT": "add a --verbose flag"}),
-    "tool_execute_before": ("tool-start", "tool.execute.before", {"TOOL_NAME": "bash"}),
-    "tool_execute_after": ("tool-end", "tool.execute.after", {"TOOL_NAME": "bash"}),
-    "permission_asked": (
-        "notification",
-        "permission.asked",
-        {
-            "MESSAGE": "Run go test ./...?",
-            "NOTIFICATION_TYPE": "permission_prompt",
-            "TOOL_NAME": "bash",
-        },
-    ),
-    "session_idle": ("agent-end", "session.idle", {}),
-    "session_error": (
-        "agent-end",
-        "session.error",
-        {"ERROR_TYPE": "ProviderAuthError", "ERROR_MESSAGE": "invalid API key"},
-    ),
-    "session_compacted": ("post-compact", "session.compacted", {}),
-}
-
-
-@pytest.mark.parametrize("sample", sorted(OPENCODE_CASES))
-def test_opencode_events_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
-    event, raw, fields = OPENCODE_CASES[sample]
-    events = get_dialect("opencode").translate(load_payload("opencode", sample), [])
-    assert events == [NormalizedEvent(event, "opencode", raw, session_id="ses_7f3a", fields=fields)]
-
-
-def test_opencode_events_without_a_meaning_here_give_nothing(load_payload: Loader) -> None:
-    assert translate("opencode", load_payload("opencode", "file_edited")) == []
+# opencode: tests/harness/test_dialect_opencode.py (payloads recorded from the binary).
 
 
 # core-agent: seed 001, the `{hook_event_name, session_id, ...}` envelope with normalized names.

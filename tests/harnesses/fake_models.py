@@ -4,7 +4,9 @@ One server speaks all three wire formats the harnesses use:
 - Anthropic Messages (`POST /v1/messages`, streaming SSE or one JSON) for Claude Code;
 - Gemini (`POST /v1beta/models/<model>:streamGenerateContent?alt=sse`, and `:generateContent`
   for its routing classifier) for Gemini CLI;
-- OpenAI Responses (`POST /v1/responses`, SSE) for Codex.
+- OpenAI Responses (`POST /v1/responses`, SSE) for Codex;
+- OpenAI Chat Completions (`POST /v1/chat/completions`, SSE or one JSON) for opencode's
+  OpenAI-compatible provider.
 
 A script is a list of `Step`s for the agent's main conversation: step N answers the request
 that already holds N model turns (so retries and side calls never shift the script). A step is
@@ -114,6 +116,8 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"totalTokens": 10})
             elif path.endswith("/responses"):
                 self._openai(body)
+            elif path.endswith("/chat/completions"):
+                self._chat_completions(body)
             else:
                 self._json(404, {"error": {"message": f"no fake for {path}"}})
 
@@ -127,11 +131,13 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _sse(self, events: list[tuple[str | None, Any]]) -> None:
+        def _sse(self, events: list[tuple[str | None, Any]], done: bool = False) -> None:
             chunks = []
             for name, data in events:
                 head = f"event: {name}\n" if name else ""
                 chunks.append(f"{head}data: {json.dumps(data)}\n\n")
+            if done:  # Chat Completions ends its stream with a literal [DONE]
+                chunks.append("data: [DONE]\n\n")
             payload = "".join(chunks).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -334,6 +340,59 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                     ),
                     ("response.completed", {"type": "response.completed", "response": completed}),
                 ]
+            )
+
+        # -- OpenAI Chat Completions --
+
+        def _chat_completions(self, body: dict[str, Any]) -> None:
+            messages = body.get("messages") or []
+            turns = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+            step = server.step(turns) if body.get("tools") else Step.reply("Shell check")
+            number = len(server.requests)
+            message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+            finish = "stop"
+            if step.command is not None:
+                message["tool_calls"] = [
+                    {
+                        "index": 0,
+                        "id": f"call_{number:04d}",
+                        "type": "function",
+                        "function": {
+                            "name": "bash",  # opencode's shell tool
+                            "arguments": json.dumps(
+                                {"command": step.command, "description": "Run a command"}
+                            ),
+                        },
+                    }
+                ]
+                finish = "tool_calls"
+            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            head = {
+                "id": f"chatcmpl_{number:04d}",
+                "created": 0,
+                "model": body.get("model", "fake"),
+            }
+            if not body.get("stream"):
+                choice = {"index": 0, "message": message, "finish_reason": finish}
+                self._json(
+                    200,
+                    {**head, "object": "chat.completion", "choices": [choice], "usage": usage},
+                )
+                return
+            chunk = {**head, "object": "chat.completion.chunk"}
+            self._sse(
+                [
+                    (None, {**chunk, "choices": [{"index": 0, "delta": message}]}),
+                    (
+                        None,
+                        {
+                            **chunk,
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                            "usage": usage,
+                        },
+                    ),
+                ],
+                done=True,
             )
 
     return Handler

@@ -39,6 +39,7 @@ HARNESSES: dict[str, NpmHarness] = {
     "claude": NpmHarness("@anthropic-ai/claude-code", "2.1.332", "claude"),
     "gemini": NpmHarness("@google/gemini-cli", "0.61.0", "gemini"),
     "codex": NpmHarness("@openai/codex", "0.171.0", "codex"),
+    "opencode": NpmHarness("opencode-ai", "1.18.33", "opencode"),
 }
 
 

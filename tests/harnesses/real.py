@@ -21,6 +21,7 @@ import pytest
 from otel_lifecycle_hooks.harness.install import Scope, plan
 from tests.harnesses.fake_models import FakeModelServer, Step
 from tests.harnesses.npm_cache import HARNESSES, HarnessUnavailable, ensure_harness
+from tests.harnesses.opencode_setup import prepare_opencode
 from tests.harnesses.session import (
     PACKAGE_CLI,
     SessionResult,
@@ -202,6 +203,23 @@ class Codex(RealHarness):
         return [str(self.binary), "exec", "--skip-git-repo-check", *extra, prompt]
 
 
+class Opencode(RealHarness):
+    """opencode with an OpenAI-compatible provider at the fake API (`POST /v1/chat/completions`).
+
+    `prepare_opencode` (tests/harnesses/opencode_setup.py) also gives the config folder the
+    `@opencode-ai/plugin` package that opencode otherwise installs from npm at every start
+    when a plugin is present: offline, that stalls each run for over a minute.
+    """
+
+    name = "opencode"
+
+    def prepare(self, session: Session) -> None:
+        prepare_opencode(session.home, session.env, session.fake.url)
+
+    def command(self, prompt: str, extra: Sequence[str]) -> list[str]:
+        return [str(self.binary), "run", *extra, prompt]
+
+
 # A user's own hook that answers a permission prompt with "allow" (Claude Code and Codex read
 # the same answer on stdout).
 ALLOW_PERMISSION = {
@@ -219,7 +237,12 @@ def add_users_permission_hook(settings_file: Path, matcher: str | None) -> None:
     settings_file.write_text(json.dumps(settings, indent=2))
 
 
-HARNESS_CLASSES: dict[str, type[RealHarness]] = {"claude": Claude, "gemini": Gemini, "codex": Codex}
+HARNESS_CLASSES: dict[str, type[RealHarness]] = {
+    "claude": Claude,
+    "gemini": Gemini,
+    "codex": Codex,
+    "opencode": Opencode,
+}
 
 
 def wait_for_pid_file(path: Path, timeout: float = 60.0) -> int:

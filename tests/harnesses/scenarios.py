@@ -20,7 +20,12 @@ CODEX_SANDBOX = [
     "-c",
     "sandbox_workspace_write.network_access=true",
 ]
-RUN_TOOLS = {"claude": ["--allowedTools", "Bash"], "gemini": [], "codex": CODEX_SANDBOX}
+RUN_TOOLS = {
+    "claude": ["--allowedTools", "Bash"],
+    "gemini": [],
+    "codex": CODEX_SANDBOX,
+    "opencode": [],
+}
 
 
 @dataclass(frozen=True)

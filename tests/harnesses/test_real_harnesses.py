@@ -30,7 +30,12 @@ from tests.harnesses.real import (
 from tests.harnesses.session import PACKAGE_CLI
 
 # What each harness calls its shell tool in hook payloads.
-SHELL_TOOL = {"claude": "Bash", "gemini": "run_shell_command", "codex": "Bash"}
+SHELL_TOOL = {
+    "claude": "Bash",
+    "gemini": "run_shell_command",
+    "codex": "Bash",
+    "opencode": "bash",
+}
 # Flags each needs to run the shell tool headless without asking. Codex's sandbox refuses
 # sockets (so `status`) and writes outside the workspace unless told otherwise.
 CODEX_SANDBOX = [
@@ -39,7 +44,12 @@ CODEX_SANDBOX = [
     "-c",
     "sandbox_workspace_write.network_access=true",
 ]
-RUN_TOOLS = {"claude": ["--allowedTools", "Bash"], "gemini": [], "codex": CODEX_SANDBOX}
+RUN_TOOLS = {
+    "claude": ["--allowedTools", "Bash"],
+    "gemini": [],
+    "codex": CODEX_SANDBOX,
+    "opencode": [],
+}
 NEVER_IN_A_CLEAN_SESSION = {"pre-stop", "error", "limits-exceeded"}
 
 
@@ -99,7 +109,7 @@ def test_a_session_fires_its_hooks_with_their_variables_in_one_trace(
 
 # Gemini CLI starts its shell tool with `setsid`, out of the agent's process group: that case
 # is in test_real_harness_activity.py, with the other expectations on the supervisor's side.
-@pytest.mark.parametrize("name", ["claude", "codex"])
+@pytest.mark.parametrize("name", ["claude", "codex", "opencode"])
 def test_sigterm_in_the_middle_of_a_tool_stops_the_session_and_leaves_no_process(
     name: str, tmp_path: Path
 ) -> None:
