@@ -11,9 +11,14 @@ they stay visible under it. `AgentProcesses` follows them:
   in the agent's environment and so inherited by what it starts. An orphan that left the
   agent's session and dropped its environment before it was ever seen is not found. Each is
   known by (pid, start time), so that a reused pid is never mistaken for it;
-- `reap()` collects those orphans once they exited (zombies the supervisor now owns). Only
-  known agent processes are reaped, by pid: never `waitpid(-1)`, which would steal the exit
-  status of the supervisor's own children (script hooks, the agent itself);
+- `reap()` collects those orphans once they exited (zombies the supervisor now owns), and
+  every other zombie re-parented to the supervisor (what a script hook left in the background
+  and that ended), so that none fills the process table until `run` exits. Each is reaped by
+  pid: never `waitpid(-1)`, which would steal the exit status of the supervisor's own children
+  (script hooks, the agent itself). A zombie not of the agent's tree is taken only when it
+  cannot be one of those children: a process the supervisor started is in the supervisor's
+  session or leads a session of its own, and a session is left only by leading a new one, so
+  a zombie in a third session was re-parented here (`orphaned_zombies`);
 - `signal(sig)` sends `sig` to every known live one.
 
 The agent child itself gets PR_SET_PDEATHSIG (SIGKILL): if the supervisor is killed outright,
@@ -294,19 +299,39 @@ def agent_tree(
     return list(found.values())
 
 
+def orphaned_zombies(
+    supervisor_pid: int, supervisor_sid: int, processes: list[ProcessInfo]
+) -> list[ProcessInfo]:
+    """The zombies of `processes` re-parented to the supervisor that it cannot have started
+    itself: in a session that is neither its own nor one they lead (see the module's
+    docstring). Reaping them steals no exit status a `Popen` of this process waits for."""
+    return [
+        p
+        for p in processes
+        if p.state == "Z"
+        and p.ppid == supervisor_pid
+        and p.sid != supervisor_sid
+        and p.sid != p.pid
+    ]
+
+
 class AgentProcesses:
     """The agent's processes as the supervisor last saw them (Linux /proc)."""
 
     def __init__(self, agent_pid: int, tag: str, proc: str = _PROC) -> None:
         self.agent_pid = agent_pid
         self.supervisor_pid = os.getpid()
+        self._supervisor_sid = os.getsid(0)
         self._tag = f"{AGENT_TAG_ENV}={tag}".encode()
         self._proc = proc
         self.known: set[tuple[int, int]] = set()
 
     def scan(self) -> list[ProcessInfo]:
         """The agent's processes now, remembered for later scans."""
-        processes = list(all_processes(self._proc))
+        return self._tree(list(all_processes(self._proc)))
+
+    def _tree(self, processes: list[ProcessInfo]) -> list[ProcessInfo]:
+        """The agent's processes among `processes` (one snapshot), remembered."""
         unknown_children = [
             p.pid
             for p in processes
@@ -325,19 +350,27 @@ class AgentProcesses:
             return False
 
     def reap(self) -> int:
-        """Collect the agent's exited orphans that are now this process's children."""
+        """Collect the agent's exited orphans that are now this process's children, and the
+        other zombies re-parented here (a script hook's background child)."""
+        processes = list(all_processes(self._proc))
+        zombies = {
+            p.pid: p
+            for p in self._tree(processes)
+            if p.state == "Z"
+            and p.ppid == self.supervisor_pid
+            and p.pid != self.agent_pid  # the agent is its own Popen's to wait for
+        }
+        for orphan in orphaned_zombies(self.supervisor_pid, self._supervisor_sid, processes):
+            zombies.setdefault(orphan.pid, orphan)
         reaped = 0
-        for process in self.scan():
-            if (
-                process.state == "Z"
-                and process.ppid == self.supervisor_pid
-                and process.pid != self.agent_pid  # the agent is its own Popen's to wait for
-            ):
-                try:
-                    done, _ = os.waitpid(process.pid, os.WNOHANG)
-                except ChildProcessError:
-                    continue
-                reaped += done == process.pid
+        for pid in zombies:
+            if pid == self.agent_pid:
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            reaped += done == pid
         return reaped
 
     def reap_pids(self, pids: Sequence[int]) -> int:

@@ -5,9 +5,10 @@ every zombie re-parented to the supervisor is reaped, and a program the harness 
 
 from __future__ import annotations
 
+import os
 import signal
 
-from tests.supervisor.supervised import Workspace, recorded, wait_until
+from tests.supervisor.supervised import Workspace, recorded, script_hook, wait_until
 from tests.support.target_server import TargetServer
 
 # Hang bounds, not timing claims.
@@ -52,3 +53,49 @@ def test_pending_debounce_windows_are_delivered_when_a_stubborn_agents_stop_begi
     assert phase[0]["PHASE"] == "stopping"
     activity = [item for item in recorded(target_server) if item["EVENT"] == "activity-change"]
     assert activity[0]["ACTIVITY"] == "thinking"
+
+
+def zombie_children(pid: int) -> list[int]:
+    """The exited children of `pid` that nobody has reaped yet, read from /proc."""
+    zombies = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                line = stat.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        state, ppid = line[line.rfind(")") + 2 :].split()[:2]
+        if state == "Z" and int(ppid) == pid:
+            zombies.append(int(name))
+    return zombies
+
+
+def test_background_children_of_script_hooks_are_reaped_while_the_agent_runs(
+    workspace: Workspace,
+) -> None:
+    ready = workspace.root / "ready"
+    events = 10
+    # Each run leaves a child in the background and exits at once: the child is orphaned to
+    # the supervisor (a child subreaper) and ends (or is ended with the script's session).
+    leave_child = ["sh", "-c", "(sleep 0.2) &"]
+    template = workspace.template(script_hook("leaves-a-child", ["tool-start"], leave_child))
+    tool = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    command = workspace.agent_command(ready_file=str(ready), claude=[tool] * events)
+    run = workspace.start(template, command)
+    wait_until(ready.exists, timeout=HANG, what="the agent to start")
+
+    def all_hooks_ran() -> bool:
+        log = workspace.hook_log.read_text() if workspace.hook_log.exists() else ""
+        return log.count("hook=leaves-a-child") == events
+
+    wait_until(all_hooks_ran, timeout=HANG, what="the hooks to run")
+    wait_until(
+        lambda: not zombie_children(run.process.pid),
+        timeout=30.0,
+        what="the supervisor to reap its zombies",
+    )
+    assert run.process.poll() is None, run.stderr  # reaped while the agent still runs
+    run.signal(signal.SIGTERM)
+    assert run.wait(timeout=HANG) == 128 + signal.SIGTERM, run.stderr
