@@ -19,7 +19,12 @@ they stay visible under it. `AgentProcesses` follows them:
   cannot be one of those children: a process the supervisor started is in the supervisor's
   session or leads a session of its own, and a session is left only by leading a new one, so
   a zombie in a third session was re-parented here (`orphaned_zombies`);
-- `signal(sig)` sends `sig` to every known live one.
+- `signal(sig)` sends `sig` to every known live one (but those it is told to spare);
+- `harness_programs()` names the live ones still in the agent's own process group that are
+  not this package's (`hook` clients): programs the harness started itself, such as Codex's
+  `notify` of the user's own, which the end of the run leaves to finish (agent_tree.py). A
+  tool that detached left the group; one that stayed is spared no longer than the grace
+  period, after which everything is killed as before, so staying in the group buys nothing.
 
 The agent child itself gets PR_SET_PDEATHSIG (SIGKILL): if the supervisor is killed outright,
 the kernel ends the agent too, so it never runs on unsupervised. A small launcher sets it and
@@ -45,7 +50,7 @@ import logging
 import os
 import signal as signals
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +59,8 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _PROC = "/proc"
+# How this package's own processes (the `hook` client a harness runs) name it in their argv.
+_OUR_PROGRAMS = frozenset({b"otel-lifecycle-hooks", b"otel_lifecycle_hooks"})
 # Set in the agent's environment (a value unique to one run): what tells the agent's orphans
 # from the supervisor's own children (script hooks), both children of the supervisor.
 AGENT_TAG_ENV = "LIFECYCLE_HOOKS_AGENT_TAG"
@@ -390,12 +397,12 @@ class AgentProcesses:
             reaped += done == pid
         return reaped
 
-    def signal(self, signum: int) -> list[int]:
+    def signal(self, signum: int, spare: Collection[int] = ()) -> list[int]:
         """Send `signum` to every live process of the agent but the agent itself (its group
-        is signalled by the caller); returns the pids signalled."""
+        is signalled by the caller) and those of `spare`; returns the pids signalled."""
         sent = []
         for process in self.scan():
-            if process.pid == self.agent_pid or process.state == "Z":
+            if process.pid == self.agent_pid or process.state == "Z" or process.pid in spare:
                 continue
             try:
                 os.kill(process.pid, signum)
@@ -403,6 +410,26 @@ class AgentProcesses:
                 continue
             sent.append(process.pid)
         return sent
+
+    def harness_programs(self) -> list[int]:
+        """Pids of the live processes still in the agent's process group, but the agent and
+        this package's own: what the harness started itself (see the module's docstring)."""
+        return [
+            p.pid
+            for p in self.scan()
+            if p.pgid == self.agent_pid
+            and p.pid != self.agent_pid
+            and p.state != "Z"
+            and not self._is_ours(p.pid)
+        ]
+
+    def _is_ours(self, pid: int) -> bool:
+        try:
+            with open(f"{self._proc}/{pid}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            return False
+        return any(os.path.basename(arg) in _OUR_PROGRAMS for arg in argv)
 
     def alive(self) -> list[int]:
         """Pids of the agent's processes that have not exited (zombies excluded)."""

@@ -99,3 +99,28 @@ def test_background_children_of_script_hooks_are_reaped_while_the_agent_runs(
     assert run.process.poll() is None, run.stderr  # reaped while the agent still runs
     run.signal(signal.SIGTERM)
     assert run.wait(timeout=HANG) == 128 + signal.SIGTERM, run.stderr
+
+
+def test_a_program_the_harness_started_may_finish_after_the_agent_exits(
+    workspace: Workspace,
+) -> None:
+    pid_file, done = workspace.root / "notify.pid", workspace.root / "notify-done"
+    # Codex runs the user's notify program at a turn's end and may exit before it is done.
+    command = workspace.agent_command(notify=[str(pid_file), str(done), 1], exit=0)
+    run = workspace.start(None, command, "--grace-period", f"{HANG:.0f}s")
+    assert run.wait(timeout=HANG + 30) == 0, run.stderr
+    assert done.exists(), run.stderr  # not ended when the agent exited
+    pid = int(pid_file.read_text())
+    assert not os.path.exists(f"/proc/{pid}"), "it outlived run"
+
+
+def test_a_program_the_harness_started_is_still_killed_at_the_grace_deadline(
+    workspace: Workspace,
+) -> None:
+    pid_file, done = workspace.root / "notify.pid", workspace.root / "notify-done"
+    command = workspace.agent_command(notify=[str(pid_file), str(done), 600], exit=0)
+    run = workspace.start(None, command, "--grace-period", "2s")
+    assert run.wait(timeout=HANG) == 0, run.stderr
+    pid = int(pid_file.read_text())
+    assert not os.path.exists(f"/proc/{pid}"), "it outlived run"
+    assert not done.exists()
