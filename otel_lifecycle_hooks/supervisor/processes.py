@@ -18,7 +18,8 @@ they stay visible under it. `AgentProcesses` follows them:
   (script hooks, the agent itself). A zombie not of the agent's tree is taken only when it
   cannot be one of those children: a process the supervisor started is in the supervisor's
   session or leads a session of its own, and a session is left only by leading a new one, so
-  a zombie in a third session was re-parented here (`orphaned_zombies`);
+  a zombie in a third session was re-parented here (`orphaned_zombies`). One that led a
+  session of its own (a hook's `setsid` daemon never seen alive) is left for `run`'s exit;
 - `signal(sig)` sends `sig` to every known live one (but those it is told to spare);
 - `harness_programs()` names the live ones still in the agent's own process group that are
   not this package's (`hook` clients): programs the harness started itself, such as Codex's
