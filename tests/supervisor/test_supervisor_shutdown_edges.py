@@ -41,7 +41,7 @@ def test_pending_debounce_windows_are_delivered_when_a_stubborn_agents_stop_begi
     )
     prompt = {"hook_event_name": "UserPromptSubmit", "prompt": "next"}
     command = workspace.agent_command(ready_file=str(ready), on_term="ignore", claude=[prompt])
-    run = workspace.start(template, command, "--grace-period", "3s")
+    run = workspace.start(template, command, "--grace-period", "10s")
     wait_until(ready.exists, timeout=HANG, what="the agent to start")
 
     run.signal(signal.SIGTERM)
