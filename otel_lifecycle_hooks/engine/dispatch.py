@@ -8,8 +8,9 @@ non-blocking ones are queued and the call returns at once. A blocking call witho
 that finds its hook idle (nothing queued, pending or running) runs on the caller's own thread
 instead, holding the queue as running meanwhile: the caller would only wait for the worker,
 and two thread hand-offs are a visible share of a short script hook. A debounced hook keeps
-only the latest event of its window. Queues are bounded: past the bound the oldest runtime event of
-a non-blocking hook is dropped and counted, never a lifecycle event or a blocking one.
+only the latest event of its window; when stopping begins, every window closes at once
+(`close_windows`). Queues are bounded: past the bound the oldest runtime event of a
+non-blocking hook is dropped and counted, never a lifecycle event or a blocking one.
 
 A rate-limited hook (`rate_limit:`, and `hook_rate_limit:` for HTTP hooks) keeps at most one
 runtime event of a non-blocking hook waiting for its token: a newer one replaces it (the newest
@@ -105,6 +106,7 @@ class HookQueue:
         self._overflowed = False  # dropped since the queue was last empty
         self._running = False
         self._closing = False
+        self._windows_closed = False  # stopping began: debounced events wait for no window
         self._drain_deadline: float | None = None
         self._drained = False  # closing, and nothing is left that may still run
         self._scheduled = False  # the pool was asked to serve this queue, and has not yet
@@ -162,6 +164,10 @@ class HookQueue:
     def offer_debounced(self, job: _Job) -> None:
         assert self._window is not None
         with self._cond:
+            if self._windows_closed:
+                self._enqueue(job)  # stopping: no window may outlast the grace period
+                self._wake()
+                return
             if self._pending is not None:
                 self._listener.debounced(self.hook, self._pending.event)
             else:
@@ -289,6 +295,18 @@ class HookQueue:
                 self._cond.notify_all()
 
     # -- shutdown --
+
+    def close_window(self) -> None:
+        """Stopping began: the pending debounced event (its window's latest) is queued now,
+        and later ones are queued as they come, so that the grace period delivers them."""
+        with self._cond:
+            self._windows_closed = True
+            if self._pending is not None:
+                # Queued here, not at the next serve: an event offered after this one must
+                # not overtake it.
+                pending, self._pending, self._window_closes = self._pending, None, None
+                self._enqueue(pending)
+                self._wake()
 
     def close(self, deadline: float) -> None:
         """Stop taking work; what is queued or pending runs, cut short at `deadline`."""
@@ -439,6 +457,15 @@ class Dispatcher:
     def queue_depths(self) -> list[tuple[str, int]]:
         """(hook name, events waiting) for every hook."""
         return [(name, queue.depth) for name, queue in self._queues.items()]
+
+    def close_windows(self) -> None:
+        """Stopping began: every pending debounced event is delivered now, and later ones
+        without a window. A window flushed only at exit would come after a stubborn agent's
+        grace period, when nothing is left to deliver it in (the contract: a pending window
+        is never lost at shutdown)."""
+        for queue in self._queues.values():
+            if queue.hook.debounce:
+                queue.close_window()
 
     def shutdown(self, timeout: float) -> None:
         """Fire pending debounced events, drain every queue within `timeout` seconds."""

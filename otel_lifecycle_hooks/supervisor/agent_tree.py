@@ -223,14 +223,18 @@ class AgentTree:
     def end_leftovers(self, deadline: float, *, terminate: bool) -> None:
         """After the agent exited: TERM what it left running (when `terminate`: no stop sent
         TERM already), KILL it at `deadline`, and reap it, so that nothing the agent started
-        outlives `run`."""
+        outlives `run`. A program the harness started itself (Codex's `notify` of the user's
+        own, still in the agent's process group) is not sent TERM: it may finish until
+        `deadline`, and is killed there with the rest."""
         if self._processes is None:
             return
         group = self._group
         if terminate:
-            signalled = self._processes.signal(signal.SIGTERM)
+            spared = self._processes.harness_programs()
+            signalled = self._processes.signal(signal.SIGTERM, spare=spared)
             if group is not None:
-                signalled += group.signal(signal.SIGTERM, skip=self._signalled_already(signalled))
+                skip = self._signalled_already(signalled) | set(spared)
+                signalled += group.signal(signal.SIGTERM, skip=skip)
             if signalled:
                 log.warning("the agent exited and left processes running: stopping them")
         while self._leftovers() and time.monotonic() < deadline:

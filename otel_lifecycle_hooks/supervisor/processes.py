@@ -11,10 +11,21 @@ they stay visible under it. `AgentProcesses` follows them:
   in the agent's environment and so inherited by what it starts. An orphan that left the
   agent's session and dropped its environment before it was ever seen is not found. Each is
   known by (pid, start time), so that a reused pid is never mistaken for it;
-- `reap()` collects those orphans once they exited (zombies the supervisor now owns). Only
-  known agent processes are reaped, by pid: never `waitpid(-1)`, which would steal the exit
-  status of the supervisor's own children (script hooks, the agent itself);
-- `signal(sig)` sends `sig` to every known live one.
+- `reap()` collects those orphans once they exited (zombies the supervisor now owns), and
+  every other zombie re-parented to the supervisor (what a script hook left in the background
+  and that ended), so that none fills the process table until `run` exits. Each is reaped by
+  pid: never `waitpid(-1)`, which would steal the exit status of the supervisor's own children
+  (script hooks, the agent itself). A zombie not of the agent's tree is taken only when it
+  cannot be one of those children: a process the supervisor started is in the supervisor's
+  session or leads a session of its own, and a session is left only by leading a new one, so
+  a zombie in a third session was re-parented here (`orphaned_zombies`). One that led a
+  session of its own (a hook's `setsid` daemon never seen alive) is left for `run`'s exit;
+- `signal(sig)` sends `sig` to every known live one (but those it is told to spare);
+- `harness_programs()` names the live ones still in the agent's own process group that are
+  not this package's (`hook` clients): programs the harness started itself, such as Codex's
+  `notify` of the user's own, which the end of the run leaves to finish (agent_tree.py). A
+  tool that detached left the group; one that stayed is spared no longer than the grace
+  period, after which everything is killed as before, so staying in the group buys nothing.
 
 The agent child itself gets PR_SET_PDEATHSIG (SIGKILL): if the supervisor is killed outright,
 the kernel ends the agent too, so it never runs on unsupervised. A small launcher sets it and
@@ -40,7 +51,7 @@ import logging
 import os
 import signal as signals
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +60,8 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _PROC = "/proc"
+# How this package's own processes (the `hook` client a harness runs) name it in their argv.
+_OUR_PROGRAMS = frozenset({b"otel-lifecycle-hooks", b"otel_lifecycle_hooks"})
 # Set in the agent's environment (a value unique to one run): what tells the agent's orphans
 # from the supervisor's own children (script hooks), both children of the supervisor.
 AGENT_TAG_ENV = "LIFECYCLE_HOOKS_AGENT_TAG"
@@ -294,19 +307,39 @@ def agent_tree(
     return list(found.values())
 
 
+def orphaned_zombies(
+    supervisor_pid: int, supervisor_sid: int, processes: list[ProcessInfo]
+) -> list[ProcessInfo]:
+    """The zombies of `processes` re-parented to the supervisor that it cannot have started
+    itself: in a session that is neither its own nor one they lead (see the module's
+    docstring). Reaping them steals no exit status a `Popen` of this process waits for."""
+    return [
+        p
+        for p in processes
+        if p.state == "Z"
+        and p.ppid == supervisor_pid
+        and p.sid != supervisor_sid
+        and p.sid != p.pid
+    ]
+
+
 class AgentProcesses:
     """The agent's processes as the supervisor last saw them (Linux /proc)."""
 
     def __init__(self, agent_pid: int, tag: str, proc: str = _PROC) -> None:
         self.agent_pid = agent_pid
         self.supervisor_pid = os.getpid()
+        self._supervisor_sid = os.getsid(0)
         self._tag = f"{AGENT_TAG_ENV}={tag}".encode()
         self._proc = proc
         self.known: set[tuple[int, int]] = set()
 
     def scan(self) -> list[ProcessInfo]:
         """The agent's processes now, remembered for later scans."""
-        processes = list(all_processes(self._proc))
+        return self._tree(list(all_processes(self._proc)))
+
+    def _tree(self, processes: list[ProcessInfo]) -> list[ProcessInfo]:
+        """The agent's processes among `processes` (one snapshot), remembered."""
         unknown_children = [
             p.pid
             for p in processes
@@ -325,19 +358,27 @@ class AgentProcesses:
             return False
 
     def reap(self) -> int:
-        """Collect the agent's exited orphans that are now this process's children."""
+        """Collect the agent's exited orphans that are now this process's children, and the
+        other zombies re-parented here (a script hook's background child)."""
+        processes = list(all_processes(self._proc))
+        zombies = {
+            p.pid: p
+            for p in self._tree(processes)
+            if p.state == "Z"
+            and p.ppid == self.supervisor_pid
+            and p.pid != self.agent_pid  # the agent is its own Popen's to wait for
+        }
+        for orphan in orphaned_zombies(self.supervisor_pid, self._supervisor_sid, processes):
+            zombies.setdefault(orphan.pid, orphan)
         reaped = 0
-        for process in self.scan():
-            if (
-                process.state == "Z"
-                and process.ppid == self.supervisor_pid
-                and process.pid != self.agent_pid  # the agent is its own Popen's to wait for
-            ):
-                try:
-                    done, _ = os.waitpid(process.pid, os.WNOHANG)
-                except ChildProcessError:
-                    continue
-                reaped += done == process.pid
+        for pid in zombies:
+            if pid == self.agent_pid:
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            reaped += done == pid
         return reaped
 
     def reap_pids(self, pids: Sequence[int]) -> int:
@@ -357,12 +398,12 @@ class AgentProcesses:
             reaped += done == pid
         return reaped
 
-    def signal(self, signum: int) -> list[int]:
+    def signal(self, signum: int, spare: Collection[int] = ()) -> list[int]:
         """Send `signum` to every live process of the agent but the agent itself (its group
-        is signalled by the caller); returns the pids signalled."""
+        is signalled by the caller) and those of `spare`; returns the pids signalled."""
         sent = []
         for process in self.scan():
-            if process.pid == self.agent_pid or process.state == "Z":
+            if process.pid == self.agent_pid or process.state == "Z" or process.pid in spare:
                 continue
             try:
                 os.kill(process.pid, signum)
@@ -370,6 +411,26 @@ class AgentProcesses:
                 continue
             sent.append(process.pid)
         return sent
+
+    def harness_programs(self) -> list[int]:
+        """Pids of the live processes still in the agent's process group, but the agent and
+        this package's own: what the harness started itself (see the module's docstring)."""
+        return [
+            p.pid
+            for p in self.scan()
+            if p.pgid == self.agent_pid
+            and p.pid != self.agent_pid
+            and p.state != "Z"
+            and not self._is_ours(p.pid)
+        ]
+
+    def _is_ours(self, pid: int) -> bool:
+        try:
+            with open(f"{self._proc}/{pid}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            return False
+        return any(os.path.basename(arg) in _OUR_PROGRAMS for arg in argv)
 
     def alive(self) -> list[int]:
         """Pids of the agent's processes that have not exited (zombies excluded)."""

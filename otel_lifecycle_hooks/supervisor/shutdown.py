@@ -57,11 +57,16 @@ class Shutdown:
         return time.monotonic() + self.grace_period
 
     def begin(self, reason: str) -> float:
-        """pre-stop (legacy scripts, then hooks), then TERM; returns when to KILL."""
+        """Debounce windows closed, pre-stop (legacy scripts, then hooks), then TERM; returns
+        when to KILL."""
         self.reason = reason
         deadline = self.grace_deadline()
         self.deadline = deadline
         self._phases.set_phase("stopping")
+        if self.engine is not None:
+            # After phase-change to stopping (its window's latest state), before pre-stop
+            # spends the grace period: the workers deliver them meanwhile.
+            self.engine.dispatcher.close_windows()
         self._phases.legacy("pre-stop", deadline=deadline)
         self._phases.record_owed("pre-stop", deadline=deadline)
         self._agent.forward(signal.SIGTERM)

@@ -32,6 +32,9 @@ from tests.support.journal_key import JOURNAL_KEY
 #                   own (as Gemini's setsid shell tool), through a launcher that exits at
 #                   once, so it is orphaned; it writes its pid to pid_file, ignoring SIGTERM
 #                   if asked
+#   notify          [pid_file, done_file, seconds]: start a program in the agent's own process
+#                   group without waiting for it (as Codex starts the user's `notify`), that
+#                   writes its pid, sleeps, then writes done_file
 AGENT_PROGRAM = r"""
 import json, os, signal, subprocess, sys, time
 
@@ -78,6 +81,18 @@ if plan.get("detach"):
     )
     subprocess.run([sys.executable, "-c", launcher], check=True)  # exits at once: an orphan
     while not os.path.exists(detached_pid_file):
+        time.sleep(0.01)
+if plan.get("notify"):
+    notify_pid_file, done_file, notify_seconds = plan["notify"]
+    notify = (
+        "import os, time\n"
+        + f"open({notify_pid_file!r} + '.tmp', 'w').write(str(os.getpid()))\n"
+        + f"os.replace({notify_pid_file!r} + '.tmp', {notify_pid_file!r})\n"
+        + f"time.sleep({notify_seconds})\n"
+        + f"open({done_file!r}, 'w').write('done')\n"
+    )
+    subprocess.Popen([sys.executable, "-c", notify])
+    while not os.path.exists(notify_pid_file):
         time.sleep(0.01)
 if plan.get("touch"):
     write(plan["touch"], "started")

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.supervisor.processes import ProcessInfo, agent_tree, read_stat
+from otel_lifecycle_hooks.supervisor.processes import (
+    ProcessInfo,
+    agent_tree,
+    orphaned_zombies,
+    read_stat,
+)
 from tests.supervisor.supervised import Workspace, wait_until
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -52,6 +57,21 @@ def test_the_supervisors_own_children_and_reused_pids_are_not_the_agents() -> No
         proc(401, SUPERVISOR, start=99),  # a pid the agent's orphan had, now someone else's
     ]
     assert tree_pids(processes, known) == {AGENT}
+
+
+def test_only_zombies_the_supervisor_cannot_have_started_are_orphans_to_reap() -> None:
+    def zombie(pid: int, sid: int) -> ProcessInfo:
+        return ProcessInfo(pid, "Z", SUPERVISOR, sid, sid, 1)
+
+    own_session = SUPERVISOR + 1  # the supervisor's session (it leads none itself here)
+    processes = [
+        zombie(600, own_session),  # a child it started in its own session: its Popen's
+        zombie(601, 601),  # a child it started leading a session (a script hook): its Popen's
+        zombie(602, 601),  # that script's background child, re-parented: an orphan
+        ProcessInfo(603, "S", SUPERVISOR, 601, 601, 1),  # still running
+        ProcessInfo(604, "Z", 700, 601, 601, 1),  # someone else's zombie
+    ]
+    assert [p.pid for p in orphaned_zombies(SUPERVISOR, own_session, processes)] == [602]
 
 
 def test_a_stat_line_with_a_strange_command_name_is_read() -> None:
