@@ -14,6 +14,8 @@ from tests.harnesses.fake_models import Step
 from tests.harnesses.real import Session, add_users_permission_hook
 from tests.harnesses.session import PACKAGE_CLI
 
+# Flags each needs to run the shell tool headless without asking. Codex's sandbox refuses
+# sockets (so `status`) and writes outside the workspace unless told otherwise.
 CODEX_SANDBOX = [
     "--sandbox",
     "workspace-write",

@@ -27,6 +27,7 @@ from tests.harnesses.real import (
     wait_for_pid_file,
     wait_until_gone,
 )
+from tests.harnesses.scenarios import RUN_TOOLS
 from tests.harnesses.session import PACKAGE_CLI
 
 # What each harness calls its shell tool in hook payloads.
@@ -35,20 +36,6 @@ SHELL_TOOL = {
     "gemini": "run_shell_command",
     "codex": "Bash",
     "opencode": "bash",
-}
-# Flags each needs to run the shell tool headless without asking. Codex's sandbox refuses
-# sockets (so `status`) and writes outside the workspace unless told otherwise.
-CODEX_SANDBOX = [
-    "--sandbox",
-    "workspace-write",
-    "-c",
-    "sandbox_workspace_write.network_access=true",
-]
-RUN_TOOLS = {
-    "claude": ["--allowedTools", "Bash"],
-    "gemini": [],
-    "codex": CODEX_SANDBOX,
-    "opencode": [],
 }
 NEVER_IN_A_CLEAN_SESSION = {"pre-stop", "error", "limits-exceeded"}
 

@@ -6,13 +6,10 @@ the checkout is installed editable, so its code is always the one under test."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.cache import cache_root
+from tests.support.sdk_venv import cached_venv
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -22,18 +19,5 @@ def plain_install_bin() -> Path:
     key = hashlib.sha256(
         str(CHECKOUT).encode() + (CHECKOUT / "pyproject.toml").read_bytes()
     ).hexdigest()[:16]
-    home = cache_root() / f"plain-install-{key}"
-    stamp = home / ".installed"
-    with open(cache_root() / f"plain-install-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # other tests or work trees may build it at once
-        if not stamp.exists():
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
-            subprocess.run(
-                [
-                    str(home / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                    "-e", str(CHECKOUT), "opentelemetry-distro",
-                ],
-                check=True,
-            )  # fmt: skip
-            stamp.touch()
-    return home / "bin"
+    packages = ["-e", str(CHECKOUT), "opentelemetry-distro"]
+    return cached_venv(f"plain-install-{key}", packages) / "bin"

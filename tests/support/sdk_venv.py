@@ -12,21 +12,24 @@ from pathlib import Path
 from tests.support.cache import cache_root
 
 
-def sdk_python(version: str) -> Path:
-    """The python of a venv holding opentelemetry-api/-sdk `version` and pyyaml."""
-    home = cache_root() / f"otel-sdk-{version}"
-    python = home / "bin" / "python"
+def cached_venv(name: str, packages: list[str]) -> Path:
+    """The home of a venv `name` under `cache_root()` holding `packages` (pip arguments),
+    built once: other tests and work trees may ask for the same venv at once."""
+    home = cache_root() / name
     stamp = home / ".installed"
-    with open(cache_root() / f"otel-sdk-{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # other work trees may build the same venv at once
+    with open(cache_root() / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not stamp.exists():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
             subprocess.run(
-                [
-                    str(python), "-m", "pip", "install", "--quiet",
-                    f"opentelemetry-api=={version}", f"opentelemetry-sdk=={version}", "pyyaml",
-                ],
+                [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", *packages],
                 check=True,
-            )  # fmt: skip
+            )
             stamp.touch()
-    return python
+    return home
+
+
+def sdk_python(version: str) -> Path:
+    """The python of a venv holding opentelemetry-api/-sdk `version` and pyyaml."""
+    packages = [f"opentelemetry-api=={version}", f"opentelemetry-sdk=={version}", "pyyaml"]
+    return cached_venv(f"otel-sdk-{version}", packages) / "bin" / "python"
