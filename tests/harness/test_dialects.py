@@ -198,11 +198,13 @@ GEMINI_CASES = {
             "ERROR_MESSAGE": "exit code 1",
         },
     ),
+    # Recorded from Gemini CLI 0.61.0 (tests/harnesses/record_gemini_permission.py): the
+    # shell tool's permission prompt names no tool, only `details.type` "exec".
     "notification": (
         "notification",
         "Notification",
         {
-            "MESSAGE": "Allow run_shell_command?",
+            "MESSAGE": "Tool Confirm Shell Command requires execution",
             "NOTIFICATION_TYPE": "permission_prompt",
             "TOOL_NAME": "run_shell_command",
         },
@@ -214,10 +216,11 @@ GEMINI_CASES = {
 @pytest.mark.parametrize("sample", sorted(GEMINI_CASES))
 def test_gemini_payloads_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
     event, raw, fields = GEMINI_CASES[sample]
-    fields = {"TRANSCRIPT_PATH": "/home/agent/.gemini/tmp/chats/session-4f7d.json", **fields}
-    events = get_dialect("gemini").translate(load_payload("gemini", sample), [])
+    payload = load_payload("gemini", sample)
+    fields = {"TRANSCRIPT_PATH": payload["transcript_path"], **fields}
+    events = get_dialect("gemini").translate(payload, [])
     assert events == [
-        NormalizedEvent(event, "gemini", raw, session_id="gemini-session-4f7d", fields=fields)
+        NormalizedEvent(event, "gemini", raw, session_id=payload["session_id"], fields=fields)
     ]
 
 

@@ -1,0 +1,132 @@
+"""Record the payload Gemini CLI sends its `Notification` hook when it asks permission for a tool.
+
+    python -m tests.harnesses.record_gemini_permission OUTPUT.json
+
+Gemini CLI asks permission only in its interactive mode (headless without yolo it does not
+offer the shell tool at all), so this runs the real binary on a pseudo-terminal, offline against
+the fake model API, with a recorder as its only hook program. The fake model asks for a shell
+command; Gemini shows its permission dialog and fires `Notification` (`ToolPermission`); the
+first such payload is written to OUTPUT.json exactly as received, then Gemini is ended.
+The repository's copy lives at tests/harness/payloads/gemini/notification.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from otel_lifecycle_hooks.harness.install import Scope, plan
+from tests.harnesses.fake_models import FakeModelServer, Step
+from tests.harnesses.real import Gemini, Session, harness_binary
+from tests.harnesses.session import base_env
+from tests.support.target_server import TargetServer
+
+PROMPT = "Run the command, then say what it printed."
+COMMAND = "echo allowed > answered.txt"
+
+# Appends each payload (stdin) to the file named by its argument, one JSON object a line, and
+# answers nothing: Gemini goes on as if no hook were installed.
+RECORDER = """\
+import json, sys
+raw = sys.stdin.buffer.read()
+with open(sys.argv[1], "a", encoding="utf-8") as out:
+    out.write(json.dumps(json.loads(raw), ensure_ascii=False) + "\\n")
+"""
+
+
+def permission_payloads(root: Path, timeout: float = 90.0) -> list[dict[str, object]]:
+    """Every hook payload Gemini sent up to and including its first `ToolPermission`
+    notification, from one interactive session in `root` (an empty folder)."""
+    home, work = root / "home", root / "project"
+    home.mkdir(parents=True)
+    work.mkdir()
+    record = root / "payloads.jsonl"
+    recorder = root / "recorder.py"
+    recorder.write_text(RECORDER, encoding="utf-8")
+    script = [Step.shell(COMMAND), Step.reply("Done.")]
+    with FakeModelServer(script) as fake, TargetServer() as receiver:
+        env = base_env(home) | {"TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+        session = Session(root, home, work, env, fake, receiver)
+        gemini = Gemini(harness_binary("gemini"))
+        gemini.prepare(session)
+        program = [sys.executable, str(recorder), str(record)]
+        plan("install", "gemini", Scope(home, environ=env), program).apply()
+        argv = [str(gemini.binary), "--prompt-interactive", PROMPT]
+        return _drive(argv, env, work, record, timeout)
+
+
+def _drive(
+    argv: list[str], env: dict[str, str], cwd: Path, record: Path, timeout: float
+) -> list[dict[str, object]]:
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    screen = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+                # Answer the terminal's queries (cursor position, colours) as a terminal would.
+                if b"\x1b[6n" in chunk:
+                    os.write(controller, b"\x1b[1;1R")
+            payloads = _read(record)
+            if any(p.get("notification_type") == "ToolPermission" for p in payloads):
+                return payloads
+            if process.poll() is not None:
+                break
+        raise AssertionError(
+            f"no ToolPermission notification; recorded {_read(record)}; screen "
+            f"{screen[-3000:].decode(errors='replace')}"
+        )
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        os.close(controller)
+
+
+def _read(record: Path) -> list[dict[str, object]]:
+    if not record.exists():
+        return []
+    return [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines() if line]
+
+
+def record(output: Path) -> dict[str, object]:
+    """Record the notification into `output`, the session's scratch folder named by a stable
+    path (as record_sequences does): nothing else is changed."""
+    with tempfile.TemporaryDirectory() as scratch:
+        recorded = permission_payloads(Path(scratch))
+        notification = next(p for p in recorded if p.get("notification_type") == "ToolPermission")
+        text = json.dumps(notification, indent=2, ensure_ascii=False).replace(
+            scratch, "/tmp/session-root"
+        )
+    output.write_text(text + "\n", encoding="utf-8")
+    return dict(json.loads(text))
+
+
+if __name__ == "__main__":
+    print(json.dumps(record(Path(sys.argv[1])), indent=2))
