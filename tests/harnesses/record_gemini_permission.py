@@ -12,15 +12,19 @@ The repository's copy lives at tests/harness/payloads/gemini/notification.json.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from otel_lifecycle_hooks.harness.install import Scope, plan
@@ -29,6 +33,8 @@ from tests.harnesses.real import Gemini, Session, harness_binary
 from tests.harnesses.session import base_env
 from tests.support.target_server import TargetServer
 
+# The interactive TUI wants a terminal it knows (base_env's TERM=dumb is for headless runs).
+INTERACTIVE_ENV = {"TERM": "xterm-256color"}
 PROMPT = "Run the command, then say what it printed."
 COMMAND = "echo allowed > answered.txt"
 
@@ -53,20 +59,34 @@ def permission_payloads(root: Path, timeout: float = 90.0) -> list[dict[str, obj
     recorder.write_text(RECORDER, encoding="utf-8")
     script = [Step.shell(COMMAND), Step.reply("Done.")]
     with FakeModelServer(script) as fake, TargetServer() as receiver:
-        env = base_env(home) | {"TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+        env = base_env(home) | INTERACTIVE_ENV
         session = Session(root, home, work, env, fake, receiver)
         gemini = Gemini(harness_binary("gemini"))
         gemini.prepare(session)
         program = [sys.executable, str(recorder), str(record)]
         plan("install", "gemini", Scope(home, environ=env), program).apply()
         argv = [str(gemini.binary), "--prompt-interactive", PROMPT]
-        return _drive(argv, env, work, record, timeout)
+        drive(argv, env, work, lambda: any(map(is_permission_prompt, _read(record))), timeout)
+        return _read(record)
 
 
-def _drive(
-    argv: list[str], env: dict[str, str], cwd: Path, record: Path, timeout: float
-) -> list[dict[str, object]]:
+def is_permission_prompt(payload: dict[str, object]) -> bool:
+    """Gemini CLI's Notification hook payload for a tool's permission dialog."""
+    return payload.get("notification_type") == "ToolPermission"
+
+
+def drive(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    done: Callable[[], bool],
+    timeout: float,
+    stop: signal.Signals = signal.SIGKILL,
+) -> str:
+    """Run `argv` on a pseudo-terminal until `done()`, then send `stop` to its process group
+    and wait for it; the screen so far. Fails when it exits or `timeout` passes first."""
     controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     process = subprocess.Popen(
         argv,
         env=env,
@@ -85,27 +105,27 @@ def _drive(
             if ready:
                 try:
                     chunk = os.read(controller, 65536)
-                except OSError:
+                except OSError:  # EIO: the terminal is closed
                     break
                 if not chunk:
                     break
                 screen += chunk
-                # Answer the terminal's queries (cursor position, colours) as a terminal would.
+                # The TUI asks where its cursor is; a terminal answers.
                 if b"\x1b[6n" in chunk:
                     os.write(controller, b"\x1b[1;1R")
-            payloads = _read(record)
-            if any(p.get("notification_type") == "ToolPermission" for p in payloads):
-                return payloads
+            if done():
+                return screen.decode(errors="replace")
             if process.poll() is not None:
                 break
-        raise AssertionError(
-            f"no ToolPermission notification; recorded {_read(record)}; screen "
-            f"{screen[-3000:].decode(errors='replace')}"
-        )
+        raise AssertionError(f"not done; screen: {screen[-3000:].decode(errors='replace')}")
     finally:
         if process.poll() is None:
+            os.killpg(process.pid, stop)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+            process.wait(timeout=30)
         os.close(controller)
 
 
