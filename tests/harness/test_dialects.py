@@ -173,29 +173,33 @@ def test_a_missing_or_garbled_transcript_gives_no_text(tmp_path: Path) -> None:
 
 
 # Gemini CLI: https://geminicli.com/docs/hooks/reference (base input schema; per-event fields).
+GEMINI_SHELL_INPUT = '{"command":"echo tool-ran","description":"Run a command"}'
 GEMINI_CASES = {
+    # Recorded from Gemini CLI 0.61.0 by the real-harness suite (tests/harnesses/data/
+    # gemini-tool-turn.jsonl), but for after_model_chunk and pre_compress_manual.
     "session_start": ("session-start", "SessionStart", {"SOURCE": "startup"}),
-    "before_agent": ("agent-start", "BeforeAgent", {"PROMPT": "Refactor the parser"}),
-    "after_agent": (
-        "agent-end",
-        "AfterAgent",
-        {"ASSISTANT_TEXT": "The parser now uses a table of rules."},
+    "before_agent": (
+        "agent-start",
+        "BeforeAgent",
+        {"PROMPT": "Run the command, then say what it printed."},
     ),
+    "after_agent": ("agent-end", "AfterAgent", {"ASSISTANT_TEXT": "It printed tool-ran."}),
     "before_model": ("model-start", "BeforeModel", {}),
     "after_model_final": ("model-end", "AfterModel", {}),
     "before_tool": (
         "tool-start",
         "BeforeTool",
-        {"TOOL_NAME": "run_shell_command", "TOOL_INPUT": '{"command":"pytest -q"}'},
+        {"TOOL_NAME": "run_shell_command", "TOOL_INPUT": GEMINI_SHELL_INPUT},
     ),
     "after_tool": (
         "tool-end",
         "AfterTool",
         {
             "TOOL_NAME": "run_shell_command",
-            "TOOL_INPUT": '{"command":"pytest -q"}',
-            "TOOL_OUTPUT": "1 failed",
-            "ERROR_MESSAGE": "exit code 1",
+            "TOOL_INPUT": GEMINI_SHELL_INPUT,
+            # `llmContent`, what the model is given back.
+            "TOOL_OUTPUT": "<untrusted_context>\nOutput: tool-ran\nProcess Group PGID: 4354\n"
+            "</untrusted_context>",
         },
     ),
     # Recorded from Gemini CLI 0.61.0 (tests/harnesses/record_gemini_permission.py): the
