@@ -202,7 +202,7 @@ GEMINI_CASES = {
             "</untrusted_context>",
         },
     ),
-    # Recorded from Gemini CLI 0.61.0 (tests/harnesses/record_gemini_permission.py): the
+    # Recorded from Gemini CLI 0.61.0 (tests/harnesses/record_gemini_payloads.py): the
     # shell tool's permission prompt names no tool, only `details.type` "exec".
     "notification": (
         "notification",

@@ -1,7 +1,7 @@
 """The real Gemini CLI's permission prompt, under `run` with hooks from `harness install`.
 
 Gemini CLI asks permission only interactively, so it runs on a pseudo-terminal
-(tests/harnesses/record_gemini_permission.py drives it); nobody answers the dialog: the test
+(tests/harnesses/record_gemini_payloads.py drives it); nobody answers the dialog: the test
 ends the run once the prompt's `notification` event has reached the template's script hook.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.harnesses import record_gemini_permission as recording
+from tests.harnesses import record_gemini_payloads as recording
 from tests.harnesses.fake_models import FakeModelServer, Step
 from tests.harnesses.real import Gemini, Session, harness_binary, install_with_cli
 from tests.harnesses.session import PACKAGE_CLI, SessionResult, base_env, write_template

@@ -1,13 +1,14 @@
-"""Record the payload Gemini CLI sends its `Notification` hook when it asks permission for a tool.
+"""Record the Gemini CLI payload the real-harness scenarios cannot: a permission prompt's
+`Notification`.
 
-    python -m tests.harnesses.record_gemini_permission OUTPUT.json
+    python -m tests.harnesses.record_gemini_payloads tests/harness/payloads/gemini
 
-Gemini CLI asks permission only in its interactive mode (headless without yolo it does not
-offer the shell tool at all), so this runs the real binary on a pseudo-terminal, offline against
-the fake model API, with a recorder as its only hook program. The fake model asks for a shell
-command; Gemini shows its permission dialog and fires `Notification` (`ToolPermission`); the
-first such payload is written to OUTPUT.json exactly as received, then Gemini is ended.
-The repository's copy lives at tests/harness/payloads/gemini/notification.json.
+writes notification.json there as the binary sent it (only the session's scratch folder
+renamed, as record_sequences does). Gemini CLI asks permission only in its interactive mode
+(headless without yolo it does not offer the shell tool at all), so this runs the real binary on
+a pseudo-terminal, offline against the fake model API, with a recorder as its only hook program:
+the fake model asks for a shell command, Gemini shows its permission dialog and fires
+`Notification` (`ToolPermission`), and the session is ended there.
 """
 
 from __future__ import annotations
@@ -135,18 +136,23 @@ def _read(record: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines() if line]
 
 
-def record(output: Path) -> dict[str, object]:
-    """Record the notification into `output`, the session's scratch folder named by a stable
-    path (as record_sequences does): nothing else is changed."""
-    with tempfile.TemporaryDirectory() as scratch:
-        recorded = permission_payloads(Path(scratch))
-        notification = next(p for p in recorded if p.get("notification_type") == "ToolPermission")
-        text = json.dumps(notification, indent=2, ensure_ascii=False).replace(
-            scratch, "/tmp/session-root"
-        )
+def _write(output: Path, payload: dict[str, object], scratch: str) -> None:
+    # The session's scratch folder gets a stable name (as record_sequences gives it); nothing
+    # else is changed.
+    text = json.dumps(payload, indent=2, ensure_ascii=False).replace(scratch, "/tmp/session-root")
     output.write_text(text + "\n", encoding="utf-8")
-    return dict(json.loads(text))
+
+
+def record(folder: Path) -> list[Path]:
+    """Record notification.json into `folder`."""
+    written = []
+    with tempfile.TemporaryDirectory() as scratch:
+        prompt = next(filter(is_permission_prompt, permission_payloads(Path(scratch))))
+        _write(folder / "notification.json", prompt, scratch)
+        written.append(folder / "notification.json")
+    return written
 
 
 if __name__ == "__main__":
-    print(json.dumps(record(Path(sys.argv[1])), indent=2))
+    for path in record(Path(sys.argv[1])):
+        print(path)
