@@ -228,6 +228,18 @@ def test_gemini_payloads_become_their_normalized_event(sample: str, load_payload
     ]
 
 
+def test_gemini_failed_tool_gives_its_error_message(load_payload: Loader) -> None:
+    # Gemini CLI 0.61.0 sends `tool_response.error` as the tool result's `{message, type}`
+    # (absent for a shell command that merely exits non-zero, whose exit code is in
+    # `llmContent`); this is the recorded payload with the error its shell tool gives when
+    # the command cannot be started.
+    payload = load_payload("gemini", "after_tool")
+    error = {"message": "spawn bash ENOENT", "type": "shell_execute_error"}
+    payload["tool_response"] = {**payload["tool_response"], "error": error}
+    [(_, _, fields)] = translate("gemini", payload)
+    assert fields["ERROR_MESSAGE"] == "spawn bash ENOENT"
+
+
 def test_gemini_counts_a_streamed_model_call_once(load_payload: Loader) -> None:
     assert translate("gemini", load_payload("gemini", "after_model_chunk")) == []
     assert [e for e, _, _ in translate("gemini", load_payload("gemini", "after_model_final"))] == [

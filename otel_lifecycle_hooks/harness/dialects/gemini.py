@@ -75,7 +75,9 @@ def translate(payload: dict[str, object], argv_extra: list[str]) -> list[Normali
     elif raw == "AfterAgent":
         fields[ASSISTANT_TEXT] = text(payload, "prompt_response").strip()
     elif raw == "AfterTool":
-        fields[ERROR_MESSAGE] = as_text(nested(payload, "tool_response", "error"))
+        # Gemini CLI sends the tool result's `error` object, `{message, type}`.
+        error = nested(payload, "tool_response", "error")
+        fields[ERROR_MESSAGE] = as_text(nested(error, "message") or error)
         # What the model is given back (`llmContent`); the whole response when it has none.
         output = nested(payload, "tool_response", "llmContent")
         fields[TOOL_OUTPUT] = as_text(payload.get("tool_response") if output is None else output)
