@@ -176,7 +176,8 @@ def test_a_missing_or_garbled_transcript_gives_no_text(tmp_path: Path) -> None:
 GEMINI_SHELL_INPUT = '{"command":"echo tool-ran","description":"Run a command"}'
 GEMINI_CASES = {
     # Recorded from Gemini CLI 0.61.0 by the real-harness suite (tests/harnesses/data/
-    # gemini-tool-turn.jsonl), but for after_model_chunk and pre_compress_manual.
+    # gemini-tool-turn.jsonl) and tests/harnesses/record_gemini_payloads.py, but for
+    # after_model_chunk.
     "session_start": ("session-start", "SessionStart", {"SOURCE": "startup"}),
     "before_agent": (
         "agent-start",
