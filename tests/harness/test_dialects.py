@@ -261,14 +261,17 @@ def test_gemini_session_end_is_left_to_the_supervisor(load_payload: Loader) -> N
 # Codex hooks: https://developers.openai.com/codex/hooks (and codex-rs/hooks/schema/generated);
 # legacy notify: the JSON object passed as the last argv element of the `notify` program.
 def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
+    # Recorded from Codex 0.171.0 (tests/harnesses/data/codex-tool-turn.jsonl).
+    transcript = {"TRANSCRIPT_PATH": load_payload("codex", "pre_tool_use")["transcript_path"]}
     assert translate("codex", load_payload("codex", "pre_tool_use")) == [
         (
             "tool-start",
             "PreToolUse",
             {
+                **transcript,
                 "TOOL_NAME": "Bash",
-                "TOOL_INPUT": '{"command":"cargo test"}',
-                "TOOL_CALL_ID": "call_1",
+                "TOOL_INPUT": '{"command":"echo tool-ran"}',
+                "TOOL_CALL_ID": "call_0001",
             },
         )
     ]
@@ -277,18 +280,23 @@ def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
             "tool-end",
             "PostToolUse",
             {
+                **transcript,
                 "TOOL_NAME": "Bash",
-                "TOOL_INPUT": '{"command":"cargo test"}',
-                "TOOL_CALL_ID": "call_1",
-                "TOOL_OUTPUT": "test result: ok",
+                "TOOL_INPUT": '{"command":"echo tool-ran"}',
+                "TOOL_CALL_ID": "call_0001",
+                "TOOL_OUTPUT": "tool-ran\n",
             },
         )
     ]
     assert translate("codex", load_payload("codex", "user_prompt_submit")) == [
-        ("prompt-submit", "UserPromptSubmit", {"PROMPT": "fix the failing test"})
+        (
+            "prompt-submit",
+            "UserPromptSubmit",
+            {**transcript, "PROMPT": "Run the command, then say what it printed."},
+        )
     ]
     assert translate("codex", load_payload("codex", "stop")) == [
-        ("agent-end", "Stop", {"ASSISTANT_TEXT": "Fixed: the test now passes."})
+        ("agent-end", "Stop", {**transcript, "ASSISTANT_TEXT": "It printed tool-ran."})
     ]
 
 
@@ -296,11 +304,14 @@ def test_codex_model_requests_and_approval_prompts_are_mapped(load_payload: Load
     assert translate("codex", load_payload("codex", "pre_model_request")) == [
         ("model-start", "PreModelRequest", {})
     ]
-    assert translate("codex", load_payload("codex", "permission_request")) == [
+    # Recorded from Codex 0.171.0 (tests/harnesses/data/codex-permission.jsonl).
+    permission = load_payload("codex", "permission_request")
+    assert translate("codex", permission) == [
         (
             "notification",
             "PermissionRequest",
             {
+                "TRANSCRIPT_PATH": permission["transcript_path"],
                 "TOOL_NAME": "Bash",
                 "MESSAGE": "Permission requested for Bash",
                 "NOTIFICATION_TYPE": "permission_prompt",
@@ -324,8 +335,8 @@ def test_codex_notify_reads_its_json_from_the_last_argument(load_payload: Loader
             "agent-end",
             "codex",
             "agent-turn-complete",
-            session_id="019d036c-aaaa-7000-8000-000000000001",
-            fields={"ASSISTANT_TEXT": "Fixed: the test now passes."},
+            session_id="01a230f4-9ced-7b12-bd92-064255a3aa57",
+            fields={"ASSISTANT_TEXT": "It printed tool-ran."},
         )
     ]
 
