@@ -21,8 +21,6 @@ from otel_lifecycle_hooks.harness.dialects.claude import transcript_final_text
 from otel_lifecycle_hooks.harness.normalized import NormalizedEvent
 
 Loader = Callable[[str, str], dict[str, Any]]
-CLAUDE_SESSION = "8c35adc1-2f0e-4a0b-9d56-0c7b5f3e9a11"
-CLAUDE_TRANSCRIPT = "/home/agent/.claude/projects/-workspace/" + CLAUDE_SESSION + ".jsonl"
 
 
 def translate(
@@ -35,19 +33,21 @@ def translate(
 
 # Claude Code: https://code.claude.com/docs/en/hooks (common input fields; per-event input).
 CLAUDE_CASES = {
+    # Recorded from Claude Code 2.1.332 (tests/harnesses/data/claude-tool-turn.jsonl):
+    # session_start, user_prompt_submit, pre_tool_use, post_tool_use, stop, session_end.
     "session_start": ("session-start", "SessionStart", {"SOURCE": "startup"}),
     "user_prompt_submit": (
         "prompt-submit",
         "UserPromptSubmit",
-        {"PROMPT": "Write a function to calculate the factorial of a number"},
+        {"PROMPT": "Run the command, then say what it printed."},
     ),
     "pre_tool_use": (
         "tool-start",
         "PreToolUse",
         {
             "TOOL_NAME": "Bash",
-            "TOOL_INPUT": '{"command":"npm test","description":"Run the test suite"}',
-            "TOOL_CALL_ID": "toolu_01ABC123",
+            "TOOL_INPUT": '{"command":"echo tool-ran","description":"Run a command"}',
+            "TOOL_CALL_ID": "toolu_0001",
         },
     ),
     "pre_tool_use_ask_user": (
@@ -64,11 +64,11 @@ CLAUDE_CASES = {
         "tool-end",
         "PostToolUse",
         {
-            "TOOL_NAME": "Write",
-            "TOOL_INPUT": '{"file_path":"/workspace/factorial.py",'
-            '"content":"def factorial(n): ..."}',
-            "TOOL_CALL_ID": "toolu_01GHI789",
-            "TOOL_OUTPUT": '{"filePath":"/workspace/factorial.py","success":true}',
+            "TOOL_NAME": "Bash",
+            "TOOL_INPUT": '{"command":"echo tool-ran","description":"Run a command"}',
+            "TOOL_CALL_ID": "toolu_0001",
+            "TOOL_OUTPUT": '{"stdout":"tool-ran","stderr":"","interrupted":false,'
+            '"isImage":false,"noOutputExpected":false}',
         },
     ),
     "post_tool_use_failure": (
@@ -89,11 +89,7 @@ CLAUDE_CASES = {
             "NOTIFICATION_TYPE": "permission_prompt",
         },
     ),
-    "stop": (
-        "agent-end",
-        "Stop",
-        {"ASSISTANT_TEXT": "I've written factorial.py and all tests pass."},
-    ),
+    "stop": ("agent-end", "Stop", {"ASSISTANT_TEXT": "It printed tool-ran."}),
     "stop_failure": (
         "agent-end",
         "StopFailure",
@@ -110,10 +106,11 @@ CLAUDE_CASES = {
 @pytest.mark.parametrize("sample", sorted(CLAUDE_CASES))
 def test_claude_payloads_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
     event, raw, fields = CLAUDE_CASES[sample]
-    fields = {"TRANSCRIPT_PATH": CLAUDE_TRANSCRIPT, **fields}
-    events = get_dialect("claude").translate(load_payload("claude", sample), [])
+    payload = load_payload("claude", sample)
+    fields = {"TRANSCRIPT_PATH": payload["transcript_path"], **fields}
+    events = get_dialect("claude").translate(payload, [])
     assert events == [
-        NormalizedEvent(event, "claude", raw, session_id=CLAUDE_SESSION, fields=fields)
+        NormalizedEvent(event, "claude", raw, session_id=payload["session_id"], fields=fields)
     ]
 
 
@@ -173,36 +170,43 @@ def test_a_missing_or_garbled_transcript_gives_no_text(tmp_path: Path) -> None:
 
 
 # Gemini CLI: https://geminicli.com/docs/hooks/reference (base input schema; per-event fields).
+GEMINI_SHELL_INPUT = '{"command":"echo tool-ran","description":"Run a command"}'
 GEMINI_CASES = {
+    # Recorded from Gemini CLI 0.61.0 by the real-harness suite (tests/harnesses/data/
+    # gemini-tool-turn.jsonl) and tests/harnesses/record_gemini_payloads.py, but for
+    # after_model_chunk.
     "session_start": ("session-start", "SessionStart", {"SOURCE": "startup"}),
-    "before_agent": ("agent-start", "BeforeAgent", {"PROMPT": "Refactor the parser"}),
-    "after_agent": (
-        "agent-end",
-        "AfterAgent",
-        {"ASSISTANT_TEXT": "The parser now uses a table of rules."},
+    "before_agent": (
+        "agent-start",
+        "BeforeAgent",
+        {"PROMPT": "Run the command, then say what it printed."},
     ),
+    "after_agent": ("agent-end", "AfterAgent", {"ASSISTANT_TEXT": "It printed tool-ran."}),
     "before_model": ("model-start", "BeforeModel", {}),
     "after_model_final": ("model-end", "AfterModel", {}),
     "before_tool": (
         "tool-start",
         "BeforeTool",
-        {"TOOL_NAME": "run_shell_command", "TOOL_INPUT": '{"command":"pytest -q"}'},
+        {"TOOL_NAME": "run_shell_command", "TOOL_INPUT": GEMINI_SHELL_INPUT},
     ),
     "after_tool": (
         "tool-end",
         "AfterTool",
         {
             "TOOL_NAME": "run_shell_command",
-            "TOOL_INPUT": '{"command":"pytest -q"}',
-            "TOOL_OUTPUT": "1 failed",
-            "ERROR_MESSAGE": "exit code 1",
+            "TOOL_INPUT": GEMINI_SHELL_INPUT,
+            # `llmContent`, what the model is given back.
+            "TOOL_OUTPUT": "<untrusted_context>\nOutput: tool-ran\nProcess Group PGID: 4354\n"
+            "</untrusted_context>",
         },
     ),
+    # Recorded from Gemini CLI 0.61.0 (tests/harnesses/record_gemini_payloads.py): the
+    # shell tool's permission prompt names no tool, only `details.type` "exec".
     "notification": (
         "notification",
         "Notification",
         {
-            "MESSAGE": "Allow run_shell_command?",
+            "MESSAGE": "Tool Confirm Shell Command requires execution",
             "NOTIFICATION_TYPE": "permission_prompt",
             "TOOL_NAME": "run_shell_command",
         },
@@ -214,11 +218,24 @@ GEMINI_CASES = {
 @pytest.mark.parametrize("sample", sorted(GEMINI_CASES))
 def test_gemini_payloads_become_their_normalized_event(sample: str, load_payload: Loader) -> None:
     event, raw, fields = GEMINI_CASES[sample]
-    fields = {"TRANSCRIPT_PATH": "/home/agent/.gemini/tmp/chats/session-4f7d.json", **fields}
-    events = get_dialect("gemini").translate(load_payload("gemini", sample), [])
+    payload = load_payload("gemini", sample)
+    fields = {"TRANSCRIPT_PATH": payload["transcript_path"], **fields}
+    events = get_dialect("gemini").translate(payload, [])
     assert events == [
-        NormalizedEvent(event, "gemini", raw, session_id="gemini-session-4f7d", fields=fields)
+        NormalizedEvent(event, "gemini", raw, session_id=payload["session_id"], fields=fields)
     ]
+
+
+def test_gemini_failed_tool_gives_its_error_message(load_payload: Loader) -> None:
+    # Gemini CLI 0.61.0 sends `tool_response.error` as the tool result's `{message, type}`
+    # (absent for a shell command that merely exits non-zero, whose exit code is in
+    # `llmContent`); this is the recorded payload with the error its shell tool gives when
+    # the command cannot be started.
+    payload = load_payload("gemini", "after_tool")
+    error = {"message": "spawn bash ENOENT", "type": "shell_execute_error"}
+    payload["tool_response"] = {**payload["tool_response"], "error": error}
+    [(_, _, fields)] = translate("gemini", payload)
+    assert fields["ERROR_MESSAGE"] == "spawn bash ENOENT"
 
 
 def test_gemini_counts_a_streamed_model_call_once(load_payload: Loader) -> None:
@@ -241,14 +258,17 @@ def test_gemini_session_end_is_left_to_the_supervisor(load_payload: Loader) -> N
 # Codex hooks: https://developers.openai.com/codex/hooks (and codex-rs/hooks/schema/generated);
 # legacy notify: the JSON object passed as the last argv element of the `notify` program.
 def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
+    # Recorded from Codex 0.171.0 (tests/harnesses/data/codex-tool-turn.jsonl).
+    transcript = {"TRANSCRIPT_PATH": load_payload("codex", "pre_tool_use")["transcript_path"]}
     assert translate("codex", load_payload("codex", "pre_tool_use")) == [
         (
             "tool-start",
             "PreToolUse",
             {
+                **transcript,
                 "TOOL_NAME": "Bash",
-                "TOOL_INPUT": '{"command":"cargo test"}',
-                "TOOL_CALL_ID": "call_1",
+                "TOOL_INPUT": '{"command":"echo tool-ran"}',
+                "TOOL_CALL_ID": "call_0001",
             },
         )
     ]
@@ -257,18 +277,23 @@ def test_codex_hooks_translate_like_claude_hooks(load_payload: Loader) -> None:
             "tool-end",
             "PostToolUse",
             {
+                **transcript,
                 "TOOL_NAME": "Bash",
-                "TOOL_INPUT": '{"command":"cargo test"}',
-                "TOOL_CALL_ID": "call_1",
-                "TOOL_OUTPUT": "test result: ok",
+                "TOOL_INPUT": '{"command":"echo tool-ran"}',
+                "TOOL_CALL_ID": "call_0001",
+                "TOOL_OUTPUT": "tool-ran\n",
             },
         )
     ]
     assert translate("codex", load_payload("codex", "user_prompt_submit")) == [
-        ("prompt-submit", "UserPromptSubmit", {"PROMPT": "fix the failing test"})
+        (
+            "prompt-submit",
+            "UserPromptSubmit",
+            {**transcript, "PROMPT": "Run the command, then say what it printed."},
+        )
     ]
     assert translate("codex", load_payload("codex", "stop")) == [
-        ("agent-end", "Stop", {"ASSISTANT_TEXT": "Fixed: the test now passes."})
+        ("agent-end", "Stop", {**transcript, "ASSISTANT_TEXT": "It printed tool-ran."})
     ]
 
 
@@ -276,11 +301,14 @@ def test_codex_model_requests_and_approval_prompts_are_mapped(load_payload: Load
     assert translate("codex", load_payload("codex", "pre_model_request")) == [
         ("model-start", "PreModelRequest", {})
     ]
-    assert translate("codex", load_payload("codex", "permission_request")) == [
+    # Recorded from Codex 0.171.0 (tests/harnesses/data/codex-permission.jsonl).
+    permission = load_payload("codex", "permission_request")
+    assert translate("codex", permission) == [
         (
             "notification",
             "PermissionRequest",
             {
+                "TRANSCRIPT_PATH": permission["transcript_path"],
                 "TOOL_NAME": "Bash",
                 "MESSAGE": "Permission requested for Bash",
                 "NOTIFICATION_TYPE": "permission_prompt",
@@ -304,8 +332,8 @@ def test_codex_notify_reads_its_json_from_the_last_argument(load_payload: Loader
             "agent-end",
             "codex",
             "agent-turn-complete",
-            session_id="019d036c-aaaa-7000-8000-000000000001",
-            fields={"ASSISTANT_TEXT": "Fixed: the test now passes."},
+            session_id="01a230f4-9ced-7b12-bd92-064255a3aa57",
+            fields={"ASSISTANT_TEXT": "It printed tool-ran."},
         )
     ]
 

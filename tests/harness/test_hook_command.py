@@ -94,7 +94,7 @@ def test_codex_notify_is_read_from_the_last_argument(
     wire = json.loads(line)
     assert (wire["event"], wire["fields"]) == (
         "agent-end",
-        {"ASSISTANT_TEXT": "Fixed: the test now passes."},
+        {"ASSISTANT_TEXT": "It printed tool-ran."},
     )
 
 
