@@ -37,6 +37,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from opentelemetry import trace
+
 from .. import events as ev
 from ..actions.base import AttemptResult
 from ..engine.model import LifecycleEvent, SessionInfo
@@ -78,6 +80,11 @@ APPLIED_KEYS = frozenset({"log", "result"})
 DISCOVER_APPLIED_KEYS = APPLIED_KEYS | {"name", "stages"}
 
 NOT_APPLIED_STREAM = "not-applied"
+# On the hook's span: one event per stage whose answer held keys this host cannot act on, and
+# an attribute of the same name listing the notes (the words the journal's message holds).
+NOT_APPLIED_EVENT = "agent.lifecycle_hook.not_applied"
+ATTR_STAGE = "agent.lifecycle_hook.stage"
+ATTR_RESPONSE_KEYS = "agent.lifecycle_hook.response_keys"
 
 
 def stages_for(event: str) -> tuple[str, ...]:
@@ -278,6 +285,7 @@ def run_event(
             note = not_applied(stage, unapplied)
             log_line(NOT_APPLIED_STREAM, note)
             notes.append(note)
+            mark_not_applied(stage, unapplied, notes)
         return outcome, reader
 
     registration = registration_of(session, hook_name)
@@ -294,11 +302,17 @@ def run_event(
         if registration.stages is None or stage in registration.stages
     ]
     if not stages:
-        if discovery is not None:
+        # Only the event `discover` belongs to (or a failed `discover`) is the discovery's
+        # result; any other event ran none of its stages, so it is skipped, not a success.
+        if discovery is not None and (not discovery.ok or event.name == DISCOVERY_EVENT):
             return _with_notes(discovery._replace(duration=clock() - started), notes)
-        return AttemptResult(
-            "ok", 0.0, skipped=True, message=f"{event.name} fires no stage this script handles"
+        skipped = AttemptResult(
+            "ok",
+            clock() - started,
+            skipped=True,
+            message=f"{event.name} fires no stage this script handles",
         )
+        return _with_notes(skipped, notes)
     failure: AttemptResult | None = None
     merged: Any = None
     for stage in stages:
@@ -322,6 +336,14 @@ def run_event(
     if merged is not None:
         result = result._replace(response_body=result_text(merged).encode("utf-8"))
     return _with_notes(result, notes)
+
+
+def mark_not_applied(stage: str, keys: Sequence[str], notes: Sequence[str]) -> None:
+    """Put response keys this host cannot act on on the hook's span (the current one while
+    the attempt runs): an event per stage, and every note so far as one attribute."""
+    span = trace.get_current_span()
+    span.add_event(NOT_APPLIED_EVENT, {ATTR_STAGE: stage, ATTR_RESPONSE_KEYS: tuple(keys)})
+    span.set_attribute(NOT_APPLIED_EVENT, tuple(notes))
 
 
 def _with_notes(result: AttemptResult, notes: Sequence[str]) -> AttemptResult:
