@@ -30,6 +30,7 @@ becomes a blocking script hook with `protocol: host-v1`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -244,6 +245,85 @@ def read_registration(default_name: str, reader: StdoutReader) -> Registration:
     if isinstance(stages, list):
         handled = frozenset(s for s in stages if isinstance(s, str) and s in STAGES)
     return Registration(name if isinstance(name, str) and name else default_name, handled)
+
+
+# --- `discover` answers kept between processes (`hook --template`, no supervisor) ---------------
+
+# The key of the session's part of the harness state file that keeps the answers.
+DISCOVERY_CACHE_KEY = "host_v1_discover"
+
+
+def script_identity(path: str) -> list[int] | None:
+    """What tells one version of a script file from another: device, inode, size and mtime
+    (ns); None when it cannot be read."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns]
+
+
+def _protocol_scripts(hooks: Sequence[HookSpec]) -> list[tuple[str, str]]:
+    """(hook name, script path) of each hook of this protocol."""
+    return [
+        (hook.name, hook.action.command[0])
+        for hook in hooks
+        if hook.action.type == "script" and hook.action.protocol == PROTOCOL
+    ]
+
+
+def restore_registrations(
+    hooks: Sequence[HookSpec], kept: object, session: SessionInfo
+) -> dict[str, list[int]]:
+    """Give `session` the `discover` answers kept for `hooks`' scripts (the part of the state
+    file `keep_registrations` wrote), so `discover` is not asked again; returns each script's
+    identity as it is now, for `keep_registrations`.
+
+    The state file is writable by the agent, so a kept answer can only narrow what runs: it
+    is read only for a script the template lists, under that script's path, and only while
+    the file's identity is the one recorded when it answered; its stages are cut to those
+    this host fires, so at most the stages the event fires are run (as for a script that
+    named none), never another script or stage. Anything else is ignored: `discover` is
+    asked again."""
+    identities: dict[str, list[int]] = {}
+    answers = kept if isinstance(kept, Mapping) else {}
+    for hook_name, path in _protocol_scripts(hooks):
+        identity = script_identity(path)
+        if identity is None:
+            continue
+        identities[path] = identity
+        answer = answers.get(path)
+        if not isinstance(answer, Mapping) or answer.get("identity") != identity:
+            continue
+        stages, name = answer.get("stages"), answer.get("name")
+        if not isinstance(stages, list):
+            continue  # only an answer that named its stages is kept; anything else asks again
+        registration = Registration(
+            name if isinstance(name, str) and name else hook_name,
+            frozenset(s for s in stages if isinstance(s, str) and s in STAGES),
+        )
+        session.capture({_registration_key(hook_name): registration})
+    return identities
+
+
+def keep_registrations(
+    hooks: Sequence[HookSpec], session: SessionInfo, identities: Mapping[str, list[int]]
+) -> dict[str, Any]:
+    """The `discover` answers of this session that named their stages, by script path, each
+    with the script's identity from before it was asked (a script changed since is asked
+    again next time), for the state file."""
+    kept: dict[str, Any] = {}
+    for hook_name, path in _protocol_scripts(hooks):
+        registration = registration_of(session, hook_name)
+        identity = identities.get(path)
+        if registration is None or registration.stages is None or identity is None:
+            continue  # an answer without stages (or a failed discover) is asked again
+        kept[path] = {
+            "identity": identity,
+            "name": registration.name,
+            "stages": sorted(registration.stages),
+        }
+    return kept
 
 
 # Runs the script once: (stage, the stdin bytes, seconds it may take, where its output lines
