@@ -379,3 +379,34 @@ def test_answers_not_applied_are_events_on_the_hook_span(tmp_path: Path, spans: 
         "discover: tools not applied by this host",
         "before_tool: deny, args not applied by this host",
     )
+
+
+@pytest.mark.parametrize("scripts_first", [True, False])
+def test_hook_scripts_and_lifecycle_hooks_of_one_event_run_in_the_files_order(
+    tmp_path: Path, scripts_first: bool
+) -> None:
+    write_script(tmp_path, "audit.py")
+    seen = tmp_path / "seen"
+    scripts = "hook_scripts:\n  - hooks/audit.py\n"
+    lifecycle = (
+        "lifecycle_hooks:\n"
+        "  - name: reader\n"
+        "    on: tool-start\n"
+        "    blocking: true\n"
+        "    action:\n"
+        "      type: script\n"
+        f"      command: [sh, -c, 'printf %s \"$SEEN\" > {seen}']\n"
+        '      env: {SEEN: "${HOOK_RESULT_BEFORE_TOOL}"}\n'
+    )
+    template = tmp_path / "scion-agent.yaml"
+    template.write_text(scripts + lifecycle if scripts_first else lifecycle + scripts)
+
+    [tool_start], _ = fire(template, [("tool-start", {"TOOL_NAME": "Bash"})], tmp_path / "log")
+
+    names = [e.hook.name for e in tool_start.executions]
+    if scripts_first:  # the lifecycle hook sees the scripts' result of the same event
+        assert names == ["hook-script.audit.py", "reader"]
+        assert json.loads(seen.read_text()) == ["a", "b"]
+    else:
+        assert names == ["reader", "hook-script.audit.py"]
+        assert seen.read_text() == ""
