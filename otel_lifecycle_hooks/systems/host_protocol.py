@@ -349,6 +349,7 @@ def run_event(
     started = clock()
     agent_name = session.metadata.get("AGENT_NAME", "")
     notes: list[str] = []
+    not_applied_notes: list[str] = []  # for the span: only these, never a run's message
 
     def ask(stage: str, left: float) -> tuple[AttemptResult, StdoutReader]:
         reader = StdoutReader(lambda line: log_line("log", line))
@@ -365,7 +366,8 @@ def run_event(
             note = not_applied(stage, unapplied)
             log_line(NOT_APPLIED_STREAM, note)
             notes.append(note)
-            mark_not_applied(stage, unapplied, notes)
+            not_applied_notes.append(note)
+            mark_not_applied(stage, unapplied, not_applied_notes)
         return outcome, reader
 
     registration = registration_of(session, hook_name)
@@ -420,7 +422,7 @@ def run_event(
 
 def mark_not_applied(stage: str, keys: Sequence[str], notes: Sequence[str]) -> None:
     """Put response keys this host cannot act on on the hook's span (the current one while
-    the attempt runs): an event per stage, and every note so far as one attribute."""
+    the attempt runs): an event per stage, and the not-applied notes so far as one attribute."""
     span = trace.get_current_span()
     span.add_event(NOT_APPLIED_EVENT, {ATTR_STAGE: stage, ATTR_RESPONSE_KEYS: tuple(keys)})
     span.set_attribute(NOT_APPLIED_EVENT, tuple(notes))
