@@ -55,6 +55,7 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str,
 
     from ..engine.engine import HookEngine
     from ..engine.session import AgentSession
+    from ..systems import host_protocol
     from ..telemetry.setup import configure_telemetry
 
     environ = dict(os.environ)
@@ -94,9 +95,18 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str,
             entry["trace_id"] = format(context.trace_id, "032x")
             entry["span_id"] = format(context.span_id, "016x")
             entry["trace_flags"] = int(context.trace_flags)
+    # `discover` answers of host-protocol scripts, kept for the session across `hook` calls.
+    identities = host_protocol.restore_registrations(
+        template.hooks, entry.get(host_protocol.DISCOVERY_CACHE_KEY), session.info
+    )
     try:
         for item in derived:
             session.record(item.event, dict(item.fields))
+        kept = host_protocol.keep_registrations(template.hooks, session.info, identities)
+        if kept:
+            entry[host_protocol.DISCOVERY_CACHE_KEY] = kept
+        else:
+            entry.pop(host_protocol.DISCOVERY_CACHE_KEY, None)
     finally:
         session.end()
         engine.shutdown(DRAIN_TIMEOUT)

@@ -4,8 +4,8 @@
 (`--template`, or `$LIFECYCLE_HOOKS_TEMPLATE`, `os.pathsep`-separated). Each call is a new
 process, so what makes one harness session whole lives in the state file, keyed by the
 harness's session id: the activity tracker, the session id hooks see as SESSION_ID, the agent's
-name and the trace context of the session's first span (so that every later call's spans join
-the same trace and trace file).
+name, the trace context of the session's first span (so that every later call's spans join
+the same trace and trace file) and the `discover` answers of its host-protocol scripts.
 
 Under the state file's lock: load the state, move the session's tracker, hand the derived
 events to `standalone.fire(template_paths, derived, entry)` (`entry` is the session's

@@ -30,12 +30,15 @@ becomes a blocking script hook with `protocol: host-v1`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
+
+from opentelemetry import trace
 
 from .. import events as ev
 from ..actions.base import AttemptResult
@@ -78,6 +81,11 @@ APPLIED_KEYS = frozenset({"log", "result"})
 DISCOVER_APPLIED_KEYS = APPLIED_KEYS | {"name", "stages"}
 
 NOT_APPLIED_STREAM = "not-applied"
+# On the hook's span: one event per stage whose answer held keys this host cannot act on, and
+# an attribute of the same name listing the notes (the words the journal's message holds).
+NOT_APPLIED_EVENT = "agent.lifecycle_hook.not_applied"
+ATTR_STAGE = "agent.lifecycle_hook.stage"
+ATTR_RESPONSE_KEYS = "agent.lifecycle_hook.response_keys"
 
 
 def stages_for(event: str) -> tuple[str, ...]:
@@ -239,6 +247,85 @@ def read_registration(default_name: str, reader: StdoutReader) -> Registration:
     return Registration(name if isinstance(name, str) and name else default_name, handled)
 
 
+# --- `discover` answers kept between processes (`hook --template`, no supervisor) ---------------
+
+# The key of the session's part of the harness state file that keeps the answers.
+DISCOVERY_CACHE_KEY = "host_v1_discover"
+
+
+def script_identity(path: str) -> list[int] | None:
+    """What tells one version of a script file from another: device, inode, size and mtime
+    (ns); None when it cannot be read."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns]
+
+
+def _protocol_scripts(hooks: Sequence[HookSpec]) -> list[tuple[str, str]]:
+    """(hook name, script path) of each hook of this protocol."""
+    return [
+        (hook.name, hook.action.command[0])
+        for hook in hooks
+        if hook.action.type == "script" and hook.action.protocol == PROTOCOL
+    ]
+
+
+def restore_registrations(
+    hooks: Sequence[HookSpec], kept: object, session: SessionInfo
+) -> dict[str, list[int]]:
+    """Give `session` the `discover` answers kept for `hooks`' scripts (the part of the state
+    file `keep_registrations` wrote), so `discover` is not asked again; returns each script's
+    identity as it is now, for `keep_registrations`.
+
+    The state file is writable by the agent, so a kept answer can only narrow what runs: it
+    is read only for a script the template lists, under that script's path, and only while
+    the file's identity is the one recorded when it answered; its stages are cut to those
+    this host fires, so at most the stages the event fires are run (as for a script that
+    named none), never another script or stage. Anything else is ignored: `discover` is
+    asked again."""
+    identities: dict[str, list[int]] = {}
+    answers = kept if isinstance(kept, Mapping) else {}
+    for hook_name, path in _protocol_scripts(hooks):
+        identity = script_identity(path)
+        if identity is None:
+            continue
+        identities[path] = identity
+        answer = answers.get(path)
+        if not isinstance(answer, Mapping) or answer.get("identity") != identity:
+            continue
+        stages, name = answer.get("stages"), answer.get("name")
+        if not isinstance(stages, list):
+            continue  # only an answer that named its stages is kept; anything else asks again
+        registration = Registration(
+            name if isinstance(name, str) and name else hook_name,
+            frozenset(s for s in stages if isinstance(s, str) and s in STAGES),
+        )
+        session.capture({_registration_key(hook_name): registration})
+    return identities
+
+
+def keep_registrations(
+    hooks: Sequence[HookSpec], session: SessionInfo, identities: Mapping[str, list[int]]
+) -> dict[str, Any]:
+    """The `discover` answers of this session that named their stages, by script path, each
+    with the script's identity from before it was asked (a script changed since is asked
+    again next time), for the state file."""
+    kept: dict[str, Any] = {}
+    for hook_name, path in _protocol_scripts(hooks):
+        registration = registration_of(session, hook_name)
+        identity = identities.get(path)
+        if registration is None or registration.stages is None or identity is None:
+            continue  # an answer without stages (or a failed discover) is asked again
+        kept[path] = {
+            "identity": identity,
+            "name": registration.name,
+            "stages": sorted(registration.stages),
+        }
+    return kept
+
+
 # Runs the script once: (stage, the stdin bytes, seconds it may take, where its output lines
 # go as (stream, line)) -> how that run ended.
 ScriptRun = Callable[[str, bytes, float, Callable[[str, str], None]], AttemptResult]
@@ -262,6 +349,7 @@ def run_event(
     started = clock()
     agent_name = session.metadata.get("AGENT_NAME", "")
     notes: list[str] = []
+    not_applied_notes: list[str] = []  # for the span: only these, never a run's message
 
     def ask(stage: str, left: float) -> tuple[AttemptResult, StdoutReader]:
         reader = StdoutReader(lambda line: log_line("log", line))
@@ -278,6 +366,8 @@ def run_event(
             note = not_applied(stage, unapplied)
             log_line(NOT_APPLIED_STREAM, note)
             notes.append(note)
+            not_applied_notes.append(note)
+            mark_not_applied(stage, unapplied, not_applied_notes)
         return outcome, reader
 
     registration = registration_of(session, hook_name)
@@ -294,11 +384,17 @@ def run_event(
         if registration.stages is None or stage in registration.stages
     ]
     if not stages:
-        if discovery is not None:
+        # Only the event `discover` belongs to (or a failed `discover`) is the discovery's
+        # result; any other event ran none of its stages, so it is skipped, not a success.
+        if discovery is not None and (not discovery.ok or event.name == DISCOVERY_EVENT):
             return _with_notes(discovery._replace(duration=clock() - started), notes)
-        return AttemptResult(
-            "ok", 0.0, skipped=True, message=f"{event.name} fires no stage this script handles"
+        skipped = AttemptResult(
+            "ok",
+            clock() - started,
+            skipped=True,
+            message=f"{event.name} fires no stage this script handles",
         )
+        return _with_notes(skipped, notes)
     failure: AttemptResult | None = None
     merged: Any = None
     for stage in stages:
@@ -322,6 +418,14 @@ def run_event(
     if merged is not None:
         result = result._replace(response_body=result_text(merged).encode("utf-8"))
     return _with_notes(result, notes)
+
+
+def mark_not_applied(stage: str, keys: Sequence[str], notes: Sequence[str]) -> None:
+    """Put response keys this host cannot act on on the hook's span (the current one while
+    the attempt runs): an event per stage, and the not-applied notes so far as one attribute."""
+    span = trace.get_current_span()
+    span.add_event(NOT_APPLIED_EVENT, {ATTR_STAGE: stage, ATTR_RESPONSE_KEYS: tuple(keys)})
+    span.set_attribute(NOT_APPLIED_EVENT, tuple(notes))
 
 
 def _with_notes(result: AttemptResult, notes: Sequence[str]) -> AttemptResult:

@@ -11,7 +11,7 @@ sections of other hook systems that systems/ registers here; none is refused.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -627,7 +627,7 @@ def _read_document(
     problems.extend(_misspelt_section(root))
     hooks, hook_problems = read_hooks(fields.get("lifecycle_hooks"), file, partial)
     problems.extend(hook_problems)
-    hooks, hook_problems = _read_other_systems(fields, file, hooks)
+    hooks, hook_problems = _read_other_systems(fields, file, hooks, root.key_positions)
     problems.extend(hook_problems)
     env = _read_env(fields.get("env"), problems)
     problems.extend(
@@ -682,17 +682,28 @@ def register_section_reader(
 
 
 def _read_other_systems(
-    fields: dict[str, Located], file: str, hooks: list[HookSpec]
+    fields: dict[str, Located],
+    file: str,
+    hooks: list[HookSpec],
+    positions: Mapping[str, Position],
 ) -> tuple[list[HookSpec], list[Problem]]:
-    """The hooks of the other hook systems registered here that a file holds, in the order
-    they were registered. See docs/hook-systems.md."""
+    """`hooks` (those of `lifecycle_hooks:`) with the hooks of the other hook systems
+    registered here that a file holds, section by section in the order the file writes them:
+    hooks of one event run in declaration order, so a later section sees an earlier one's
+    results. See docs/hook-systems.md."""
     problems: list[Problem] = []
+    sections = [(positions.get("lifecycle_hooks"), hooks)]
     for key, (reader, beside_lifecycle_hooks) in _OTHER_SYSTEMS.items():
         if key not in fields or ("lifecycle_hooks" in fields and not beside_lifecycle_hooks):
             continue
         found, found_problems = reader(fields[key], file)
-        hooks, problems = hooks + found, problems + found_problems
-    return hooks, problems
+        sections.append((positions.get(key), found))
+        problems += found_problems
+    # Only an absent `lifecycle_hooks:` (no hooks) has no position; the sort is stable.
+    sections.sort(
+        key=lambda section: (section[0].line, section[0].column) if section[0] else (0, 0)
+    )
+    return [hook for _, found in sections for hook in found], problems
 
 
 def _misspelt_section(root: Located) -> list[Problem]:

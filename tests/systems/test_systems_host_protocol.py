@@ -315,9 +315,10 @@ def test_discover_is_asked_once_and_only_the_stages_it_names_are_fired(tmp_path:
     )
 
     assert calls.read_text().split() == ["discover", "before_stop"]
-    # Asked at the first event it saw; after that, an event of a stage it did not name
-    # runs nothing.
-    assert [e.outcome for e in tool_start.executions] == ["success"]
+    # Asked at the first event it saw; an event of a stage it did not name runs no stage, so
+    # it is journaled as skipped, even the one at which `discover` was asked.
+    assert [e.outcome for e in tool_start.executions] == ["skipped"]
+    assert "tool-start fires no stage this script handles" in tool_start.executions[0].message
     assert [e.outcome for e in tool_end.executions] == ["skipped"]
     assert [e.outcome for e in agent_end.executions] == ["success"]
     assert kept(script, "discover")["hook"] == "discover"
@@ -341,3 +342,71 @@ def test_answers_this_host_cannot_act_on_are_recorded_as_not_applied(tmp_path: P
         "[hook-script.guard.py not-applied] before_tool: deny, args not applied by this host"
         in text
     )
+
+
+def test_answers_not_applied_are_events_on_the_hook_span(tmp_path: Path, spans: Any) -> None:
+    provider, exporter = spans
+    published_script(tmp_path, ["before_tool"])
+    engine = HookEngine(
+        load_templates([write_template(tmp_path, ["guard.py"])]),
+        journal=False,
+        hook_log=tmp_path / "agent.log",
+        tracer_provider=provider,
+    )
+    session = AgentSession(engine, agent_name="hrns-agent", session_id="sess-7")
+    session.record("tool-start", {"TOOL_NAME": "Bash"})
+    session.end()
+    engine.shutdown(5)
+
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "agent.lifecycle_hook"]
+    found = [
+        (dict(e.attributes or {}))
+        for e in span.events
+        if e.name == "agent.lifecycle_hook.not_applied"
+    ]
+    assert found == [
+        {
+            "agent.lifecycle_hook.stage": "discover",
+            "agent.lifecycle_hook.response_keys": ("tools",),
+        },
+        {
+            "agent.lifecycle_hook.stage": "before_tool",
+            "agent.lifecycle_hook.response_keys": ("deny", "args"),
+        },
+    ]
+    assert span.attributes is not None
+    assert span.attributes["agent.lifecycle_hook.not_applied"] == (
+        "discover: tools not applied by this host",
+        "before_tool: deny, args not applied by this host",
+    )
+
+
+@pytest.mark.parametrize("scripts_first", [True, False])
+def test_hook_scripts_and_lifecycle_hooks_of_one_event_run_in_the_files_order(
+    tmp_path: Path, scripts_first: bool
+) -> None:
+    write_script(tmp_path, "audit.py")
+    seen = tmp_path / "seen"
+    scripts = "hook_scripts:\n  - hooks/audit.py\n"
+    lifecycle = (
+        "lifecycle_hooks:\n"
+        "  - name: reader\n"
+        "    on: tool-start\n"
+        "    blocking: true\n"
+        "    action:\n"
+        "      type: script\n"
+        f"      command: [sh, -c, 'printf %s \"$SEEN\" > {seen}']\n"
+        '      env: {SEEN: "${HOOK_RESULT_BEFORE_TOOL}"}\n'
+    )
+    template = tmp_path / "scion-agent.yaml"
+    template.write_text(scripts + lifecycle if scripts_first else lifecycle + scripts)
+
+    [tool_start], _ = fire(template, [("tool-start", {"TOOL_NAME": "Bash"})], tmp_path / "log")
+
+    names = [e.hook.name for e in tool_start.executions]
+    if scripts_first:  # the lifecycle hook sees the scripts' result of the same event
+        assert names == ["hook-script.audit.py", "reader"]
+        assert json.loads(seen.read_text()) == ["a", "b"]
+    else:
+        assert names == ["reader", "hook-script.audit.py"]
+        assert seen.read_text() == ""
