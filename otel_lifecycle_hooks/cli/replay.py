@@ -97,11 +97,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-lifecycle-hooks replay: there is no journal at {path}", file=sys.stderr)
         return 1
     journal = open_journal(path)
+    telemetry = None if args.dry_run else replay_telemetry("replay")
     replayer = Replayer(
         journal,
         templates=operator_templates(args.template, os.environ),
         environ=dict(os.environ),
         journal_args=("--journal", shown_location(args.journal)) if args.journal else (),
+        tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
+        meter_provider=telemetry.meter_provider if telemetry is not None else None,
     )
     try:
         outcomes = [
@@ -126,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         replayer.close()
         journal.close()
+        if telemetry is not None:
+            telemetry.shutdown()
     if args.json:
         print(json.dumps([outcome.as_dict() for outcome in outcomes], indent=2))
     elif not outcomes:
@@ -136,6 +141,19 @@ def run(args: argparse.Namespace) -> int:
             print("  " + json.dumps(outcome.request))
     done = ("success", "dry-run")
     return 0 if all(outcome.outcome in done for outcome in outcomes) else 1
+
+
+def replay_telemetry(command: str) -> Any:
+    """The telemetry a replay's hook span and metrics go to, from this command's OTEL_* (the
+    local trace file when no exporter is named), as a delivery's; None when it cannot be
+    built: telemetry never stops a replay."""
+    from ..telemetry.setup import configure_telemetry
+
+    try:
+        return configure_telemetry(None, os.environ)
+    except Exception as exc:  # noqa: BLE001 - telemetry never stops a replay
+        print(f"otel-lifecycle-hooks {command}: telemetry not set up: {exc}", file=sys.stderr)
+        return None
 
 
 def operator_templates(given: Sequence[str], environ: Mapping[str, str]) -> list[str]:
