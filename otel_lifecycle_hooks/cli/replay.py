@@ -14,7 +14,10 @@ row whose REPLAY_OF (`history`) names the original. Secrets are not journaled: c
 and redacted values are resolved again from the hook's template and the current environment.
 That template is one you name, with --template (parent first) or $LIFECYCLE_HOOKS_TEMPLATE:
 the journal may be written by the agent, so the template it names is never loaded; a replay
-without one is refused with the command that names it. Scripts are not replayed.
+without one is refused with the command that names it. Scripts are not replayed. Each replay
+is traced as a delivery is (a hook span linked to the original's, its traceparent on the
+request, the delivery metrics), to the telemetry OTEL_* configures (by default the local trace
+file).
 
 Exit 0 when every replay was delivered (or there was nothing to replay), 1 when one failed or
 was refused, 2 on a usage error.
