@@ -149,6 +149,8 @@ HOOK_ATTR_ATTEMPTS = "agent.lifecycle_hook.attempts"
 HOOK_ATTR_OUTCOME = "agent.lifecycle_hook.outcome"
 # Marks every span the engine makes, so that they never trigger hooks themselves.
 HOOK_ATTR_INTERNAL = "agent.lifecycle_hook.internal"
+# On a replay's hook span: the journal id of the execution it re-sends.
+HOOK_ATTR_REPLAYED_FROM = "agent.lifecycle_hook.replayed_from"
 
 OUTCOMES: tuple[str, ...] = ("success", "failed", "timeout", "skipped", "refused")
 

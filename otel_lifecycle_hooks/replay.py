@@ -46,10 +46,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, TraceFlags
+
+from . import events as ev
+from .actions.base import AttemptResult
 from .actions.http import make_client, send
 from .auth import AuthError, Credentials, check_transport
 from .engine.attempt_log import attempt_row
 from .engine.destination import journaled_metadata, operator_metadata, unsupplied
+from .engine.hook_span import end_span, hex_id
+from .engine.model import Execution, LifecycleEvent
 from .engine.policies import outcome_of
 from .errors import LifecycleHooksError
 from .journal import FAILED_OUTCOMES, ExecutionRow
@@ -69,6 +76,7 @@ from .render import (
     render_url,
 )
 from .systems import load_templates
+from .telemetry.metrics import HookMetrics
 from .template.model import HookSpec, Template
 from .template.problems import TemplateError
 from .template.secrets import secret_names_for
@@ -173,7 +181,9 @@ class Replayer:
     `$LIFECYCLE_HOOKS_TEMPLATE`), parent first, the only ones a replay renders from;
     `environ`: where secrets are read now; `advice(row, hint)`: what to tell an operator who
     named none, `hint` being the templates the journal names (default: the `replay` command
-    with `journal_args`); `http_client` / `credentials` default to the ones live hooks use."""
+    with `journal_args`); `http_client` / `credentials` default to the ones live hooks use.
+    `tracer_provider` / `meter_provider` (the global ones by default) get each replay's hook
+    span and delivery metrics, as a live delivery's."""
 
     journal: Journal
     templates: Sequence[str] = ()
@@ -183,6 +193,9 @@ class Replayer:
     http_client: Any = None
     credentials: Any = None
     wall_clock: Callable[[], float] = time.time
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    _metrics: HookMetrics | None = None
     _loaded: dict[tuple[str, ...], Template | str] = field(default_factory=dict)
     _owned: list[Any] = field(default_factory=list)
 
@@ -249,19 +262,30 @@ class Replayer:
         key = row.idempotency_key or ""
         try:
             self._check_replayable(row)
-            prepared = self._prepare(row, self._hook_for(row))
+            hook_and_template = self._hook_for(row)
+            prepared = self._prepare(row, hook_and_template)
         except ReplayRefused as refusal:
             return self._outcome(row, "refused", message=str(refusal))
         shown = _shown_request(prepared, key)
         if dry_run:
             return self._outcome(row, "dry-run", request=shown)
 
+        hook = hook_and_template[0]
         started_wall = self.wall_clock()
-        result = send(
-            self._client(), prepared.request, prepared.timeout, extra_headers=prepared.extra_headers
-        )
+        span = self._start_span(row, hook)
+        # The hook span is current while sending: the CLIENT span and the request's
+        # `traceparent` are its children, as for a live delivery.
+        with trace.use_span(span, end_on_exit=False):
+            result = send(
+                self._client(),
+                prepared.request,
+                prepared.timeout,
+                extra_headers=prepared.extra_headers,
+            )
         outcome = outcome_of(result)
         message = prepared.redactor.redact_text(result.message)
+        span_context = span.get_span_context()
+        self._record_telemetry(span, row, hook, result, outcome, message, started_wall)
         new_id = self.journal.record_execution(
             ExecutionRow(
                 hook=row.hook,
@@ -278,6 +302,8 @@ class Replayer:
                 idempotency_key=row.idempotency_key,
                 request=row.request,
                 replayed_from=row.id,
+                trace_id=hex_id(span_context.trace_id, 32),
+                span_id=hex_id(span_context.span_id, 16),
             ),
             [attempt_row(1, started_wall, result, prepared.redactor)],
         )
@@ -292,6 +318,58 @@ class Replayer:
         for owned in self._owned:
             owned.close()
         self._owned.clear()
+
+    # -- telemetry --
+
+    def _start_span(self, row: ExecutionRow, hook: HookSpec) -> Span:
+        """The replay's hook span: a delivery's attributes, the replayed row's id, and a link
+        to the original delivery's span (a replay starts a trace of its own)."""
+        provider = self.tracer_provider or trace.get_tracer_provider()
+        original = _journaled_span_context(row)
+        try:
+            return provider.get_tracer("otel_lifecycle_hooks").start_span(
+                ev.HOOK_SPAN_NAME,
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    ev.HOOK_ATTR_NAME: hook.name,
+                    ev.HOOK_ATTR_EVENT: row.event,
+                    ev.ATTR_EVENT: row.event,
+                    ev.HOOK_ATTR_ACTION: hook.action.type,
+                    ev.HOOK_ATTR_BLOCKING: hook.blocking,
+                    ev.HOOK_ATTR_ON_ERROR: hook.on_error,
+                    ev.HOOK_ATTR_INTERNAL: True,
+                    ev.HOOK_ATTR_REPLAYED_FROM: row.id or 0,
+                },
+                links=[Link(original)] if original is not None else (),
+            )
+        except Exception:  # telemetry never stops a replay
+            log.debug("could not start the replay's span", exc_info=True)
+            return trace.INVALID_SPAN
+
+    def _record_telemetry(
+        self,
+        span: Span,
+        row: ExecutionRow,
+        hook: HookSpec,
+        result: AttemptResult,
+        outcome: str,
+        message: str,
+        started_wall: float,
+    ) -> None:
+        """End the hook span with the outcome and record the delivery metrics."""
+        execution = Execution(
+            hook=hook, event=LifecycleEvent(row.event, timestamp=started_wall),
+            session_id=row.session_id or "", outcome=outcome, attempts=1,
+            duration=result.duration, started_at=started_wall,
+            idempotency_key=row.idempotency_key or "", status_code=result.status_code,
+            error_type=result.error_type, message=message, replayed_from=row.id,
+        )  # fmt: skip
+        end_span(span, execution)
+        if self._metrics is None:
+            self._metrics = HookMetrics(self.meter_provider)
+        self._metrics.record_execution(
+            hook.name, row.event, hook.action.type, outcome, result.duration
+        )
 
     # -- the steps --
 
@@ -431,7 +509,7 @@ class Replayer:
 
     def _client(self) -> Any:
         if self.http_client is None:
-            self.http_client = make_client()
+            self.http_client = make_client(self.tracer_provider, self.meter_provider)
             self._owned.append(self.http_client)
         return self.http_client
 
@@ -449,6 +527,20 @@ class Replayer:
 
 
 # -- pure helpers ---------------------------------------------------------------------------
+
+
+def _journaled_span_context(row: ExecutionRow) -> SpanContext | None:
+    """The original delivery's span, from the ids its row holds; None when it has none (or
+    they are not W3C hex: the journal is the agent's to write)."""
+    try:
+        trace_id = int(row.trace_id or "", 16)
+        span_id = int(row.span_id or "", 16)
+    except ValueError:
+        return None
+    if len(row.trace_id or "") != 32 or len(row.span_id or "") != 16:
+        return None
+    context = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+    return context if context.is_valid else None
 
 
 def _matches(value: str, wanted: str | Sequence[str] | None) -> bool:

@@ -14,7 +14,10 @@ row whose REPLAY_OF (`history`) names the original. Secrets are not journaled: c
 and redacted values are resolved again from the hook's template and the current environment.
 That template is one you name, with --template (parent first) or $LIFECYCLE_HOOKS_TEMPLATE:
 the journal may be written by the agent, so the template it names is never loaded; a replay
-without one is refused with the command that names it. Scripts are not replayed.
+without one is refused with the command that names it. Scripts are not replayed. Each replay
+is traced as a delivery is (a hook span linked to the original's, its traceparent on the
+request, the delivery metrics), to the telemetry OTEL_* configures (by default the local trace
+file).
 
 Exit 0 when every replay was delivered (or there was nothing to replay), 1 when one failed or
 was refused, 2 on a usage error.
@@ -97,11 +100,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-lifecycle-hooks replay: there is no journal at {path}", file=sys.stderr)
         return 1
     journal = open_journal(path)
+    telemetry = None if args.dry_run else replay_telemetry("replay")
     replayer = Replayer(
         journal,
         templates=operator_templates(args.template, os.environ),
         environ=dict(os.environ),
         journal_args=("--journal", shown_location(args.journal)) if args.journal else (),
+        tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
+        meter_provider=telemetry.meter_provider if telemetry is not None else None,
     )
     try:
         outcomes = [
@@ -126,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         replayer.close()
         journal.close()
+        if telemetry is not None:
+            telemetry.shutdown()
     if args.json:
         print(json.dumps([outcome.as_dict() for outcome in outcomes], indent=2))
     elif not outcomes:
@@ -136,6 +144,19 @@ def run(args: argparse.Namespace) -> int:
             print("  " + json.dumps(outcome.request))
     done = ("success", "dry-run")
     return 0 if all(outcome.outcome in done for outcome in outcomes) else 1
+
+
+def replay_telemetry(command: str) -> Any:
+    """The telemetry a replay's hook span and metrics go to, from this command's OTEL_* (the
+    local trace file when no exporter is named), as a delivery's; None when it cannot be
+    built: telemetry never stops a replay."""
+    from ..telemetry.setup import configure_telemetry
+
+    try:
+        return configure_telemetry(None, os.environ)
+    except Exception as exc:  # noqa: BLE001 - telemetry never stops a replay
+        print(f"otel-lifecycle-hooks {command}: telemetry not set up: {exc}", file=sys.stderr)
+        return None
 
 
 def operator_templates(given: Sequence[str], environ: Mapping[str, str]) -> list[str]:

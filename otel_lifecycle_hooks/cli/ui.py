@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..journal import open_journal
     from ..ui.server import NotLoopback, PageServer, serve
-    from .replay import operator_templates, shown_location
+    from .replay import operator_templates, replay_telemetry, shown_location
 
     path = journal_path(args)
     if isinstance(path, Path) and not path.is_file():  # reading must not create a journal
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     journal = open_journal(path)
+    telemetry = replay_telemetry("ui")
     try:
         try:
             server = PageServer(
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
                 templates=operator_templates(args.template, os.environ),
                 environ=dict(os.environ),
                 journal_args=("--journal", shown_location(args.journal)) if args.journal else (),
+                tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
+                meter_provider=telemetry.meter_provider if telemetry is not None else None,
             )
         except NotLoopback as exc:
             print(f"otel-lifecycle-hooks ui: {exc}", file=sys.stderr)
@@ -107,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
             serve(server)
     finally:
         journal.close()
+        if telemetry is not None:
+            telemetry.shutdown()  # the redeliveries' spans and metrics are exported
     return 0
 
 

@@ -10,6 +10,9 @@ it without a protobuf schema::
      "attributes": {...}, "events": [{"name": ..., "time_unix_nano": ..., "attributes": {...}}],
      "resource": {"service.name": ...}, "scope": {"name": ..., "version": ...}}
 
+A span with links (a replay's, to the delivery it re-sends) also has
+`"links": [{"trace_id": ..., "span_id": ..., "attributes": {...}}]`.
+
 The file is rotated at a size bound, so that a long or busy session cannot fill the disk
 (a webhook delivery writes two spans, about 2 KB): before a write would take `<name>.jsonl`
 past `LIFECYCLE_HOOKS_TRACE_FILE_MAX_BYTES` (default 20 MiB), it becomes `<name>.jsonl.1`,
@@ -201,7 +204,7 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
     context = span.get_span_context()
     parent = span.parent
     scope = span.instrumentation_scope
-    return {
+    record: dict[str, Any] = {
         "trace_id": format(context.trace_id, "032x") if context else None,
         "span_id": format(context.span_id, "016x") if context else None,
         "parent_span_id": format(parent.span_id, "016x") if parent else None,
@@ -225,6 +228,16 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
         "resource": _resource_record(span.resource),
         "scope": {"name": scope.name, "version": scope.version} if scope else None,
     }
+    if span.links:  # a replay's link to the delivery it re-sends; other spans have none
+        record["links"] = [
+            {
+                "trace_id": format(link.context.trace_id, "032x"),
+                "span_id": format(link.context.span_id, "016x"),
+                "attributes": _plain(link.attributes),
+            }
+            for link in span.links
+        ]
+    return record
 
 
 def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -55,7 +55,8 @@ class NotLoopback(ValueError, LifecycleHooksError):
 
 class PageServer(ThreadingHTTPServer):
     """Serves the journal's page on `host:port` (port 0: any free port) to whoever holds
-    `token`. `templates` and `environ` are what redeliveries read, as for `replay`."""
+    `token`. `templates` and `environ` are what redeliveries read, as for `replay`;
+    `tracer_provider` / `meter_provider` get their hook spans and metrics (default: global)."""
 
     daemon_threads = True  # a browser's open connection never holds up shutdown
 
@@ -70,6 +71,8 @@ class PageServer(ThreadingHTTPServer):
         environ: Mapping[str, str] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         journal_args: Sequence[str] = (),
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         if not is_loopback_host(host) or host.strip().lower().startswith("localhost"):
             # A name would be resolved; only a loopback address literal is bound.
@@ -87,6 +90,8 @@ class PageServer(ThreadingHTTPServer):
         self.templates = tuple(templates)
         self.journal_args = tuple(journal_args)  # `ui`'s own --journal, for the advice below
         self.environ = dict(os.environ if environ is None else environ)
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
         # One redelivery at a time: a double click must not send a delivery twice.
         self.redeliver_lock = threading.Lock()
         self._files = {
@@ -285,6 +290,7 @@ class _Handler(BaseHTTPRequestHandler):
             replayer = Replayer(
                 server.journal, templates=list(server.templates), environ=server.environ,
                 advice=lambda _row, hint: restart_ui_advice(server.journal_args, hint),
+                tracer_provider=server.tracer_provider, meter_provider=server.meter_provider,
             )  # fmt: skip
             try:
                 [row] = replayer.select([execution_id])
