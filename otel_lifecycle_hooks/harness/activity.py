@@ -40,7 +40,8 @@ task_completed -> completed plus `task-completed` (always, with the message as T
 limits_exceeded -> limits_exceeded plus `limits-exceeded`.
 
 Counters for the supervisor's limits: `turns` counts the agent-ends that close a turn,
-`model_calls` counts model-end. The tracker does no I/O; its only clock is the one it is given.
+`model_calls` counts model-start (Codex tells no model-end; Claude Code tells neither). The
+tracker does no I/O; its only clock is the one it is given.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ class ActivityTracker:
         self.turn_ended_by = (event.raw_event or name) if name in _TURN_ENDS else None
         previous = self.activity
         completes = False
-        if name == "model-end":
+        if name == "model-start":
+            # Counted at its start: Codex reports only that (PreModelRequest), Gemini both.
             self.model_calls += 1
         if name in _TURN_ENDS:
             if name == "agent-end" and self.in_turn:

@@ -296,7 +296,14 @@ def test_turns_and_model_calls_are_counted_for_limits() -> None:
     names = ("model-start", "model-end", "model-end", "agent-end", "model-start", "model-end")
     for name in (*names, "agent-end", "agent-end"):  # the last one closes no open turn
         tracker.observe(ev(name))
-    assert (tracker.turns, tracker.model_calls) == (2, 3)
+    assert (tracker.turns, tracker.model_calls) == (2, 2)  # each call counted at its start
+
+
+def test_a_model_call_is_counted_from_codex_which_reports_only_its_start() -> None:
+    tracker = ActivityTracker(clock=FakeClock())
+    for name in ("prompt-submit", "model-start", "tool-start", "tool-end", "model-start"):
+        tracker.observe(ev(name))
+    assert tracker.model_calls == 2
 
 
 def test_the_injected_clock_dates_each_change() -> None:
