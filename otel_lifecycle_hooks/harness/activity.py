@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import ACTIVITY_CHANGE, LIMITS_EXCEEDED, TASK_COMPLETED
+from ..events import ACTIVITY_CHANGE, LIMITS_EXCEEDED, REPORTED_LIMIT, TASK_COMPLETED
 from .dialects._common import WAITING_TOOLS
 from .normalized import (
     ASSISTANT_TEXT,
@@ -192,7 +192,8 @@ class ActivityTracker:
                 Derived(TASK_COMPLETED, {TASK_SUMMARY: message, "ACTIVITY": self.activity})
             )
         elif status == "limits_exceeded":
-            derived.append(Derived(LIMITS_EXCEEDED, {MESSAGE: message, "ACTIVITY": self.activity}))
+            fields = {"LIMIT_NAME": REPORTED_LIMIT, MESSAGE: message, "ACTIVITY": self.activity}
+            derived.append(Derived(LIMITS_EXCEEDED, fields))
         return derived
 
     def snapshot(self) -> dict[str, object]:

@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
-# `status limits_exceeded`, and the LIMIT_NAME its limits-exceeded event carries.
+# The status by which the agent reports a limit of its own.
 REPORTED_LIMIT_STATUS = "limits_exceeded"
-REPORTED_LIMIT = "reported"
 
 # How long the agent's exit waits for its last events still unread in the event socket.
 LAST_MESSAGES_BOUND = 1.0  # seconds
@@ -118,7 +117,7 @@ class AgentEvents:
             # A limit the agent (or its wrapper) reached: a limit as the supervisor's own are,
             # named "reported", and it stops the agent.
             self._tracker.signal(message.status, message.message)
-            self._phases.limit_exceeded(REPORTED_LIMIT, None, message.message)
+            self._phases.limit_exceeded(ev.REPORTED_LIMIT, None, message.message)
             return
         if message.kind == "status":
             derived = self._tracker.signal(message.status, message.message)

@@ -284,6 +284,7 @@ def test_limits_exceeded_signal_fires_the_limits_event() -> None:
     )
     assert [d.event for d in derived] == ["activity-change", "limits-exceeded"]
     assert derived[1].fields["MESSAGE"] == "max_turns of 5"
+    assert derived[1].fields["LIMIT_NAME"] == "reported"  # also without a supervisor
 
 
 def test_an_unknown_signal_is_refused() -> None:
