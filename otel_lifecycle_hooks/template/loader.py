@@ -734,8 +734,7 @@ def _read_env(located: Located | None, problems: list[Problem]) -> dict[str, str
 
 
 # The limits a template may set (supervisor/limits.py enforces them).
-_COUNT_LIMITS = ("max_turns", "max_model_calls")
-_LIMITS = (*_COUNT_LIMITS, "max_duration")
+_LIMITS = ("max_turns", "max_model_calls", "max_duration")
 # Harnesses whose hooks tell no model call: `max_model_calls` could never be reached there.
 _NO_MODEL_CALLS = {"claude": "Claude Code"}
 
