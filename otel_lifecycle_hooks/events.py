@@ -15,6 +15,8 @@ PHASE_CHANGE = "phase-change"
 ACTIVITY_CHANGE = "activity-change"
 TASK_COMPLETED = "task-completed"
 LIMITS_EXCEEDED = "limits-exceeded"
+# LIMIT_NAME of a limit the agent reported itself (`status limits_exceeded`).
+REPORTED_LIMIT = "reported"
 ERROR = "error"
 
 TEMPLATE_EVENTS: tuple[str, ...] = (

@@ -40,7 +40,8 @@ task_completed -> completed plus `task-completed` (always, with the message as T
 limits_exceeded -> limits_exceeded plus `limits-exceeded`.
 
 Counters for the supervisor's limits: `turns` counts the agent-ends that close a turn,
-`model_calls` counts model-end. The tracker does no I/O; its only clock is the one it is given.
+`model_calls` counts model-start (Codex tells no model-end; Claude Code tells neither). The
+tracker does no I/O; its only clock is the one it is given.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import ACTIVITY_CHANGE, LIMITS_EXCEEDED, TASK_COMPLETED
+from ..events import ACTIVITY_CHANGE, LIMITS_EXCEEDED, REPORTED_LIMIT, TASK_COMPLETED
 from .dialects._common import WAITING_TOOLS
 from .normalized import (
     ASSISTANT_TEXT,
@@ -147,7 +148,8 @@ class ActivityTracker:
         self.turn_ended_by = (event.raw_event or name) if name in _TURN_ENDS else None
         previous = self.activity
         completes = False
-        if name == "model-end":
+        if name == "model-start":
+            # Counted at its start: Codex reports only that (PreModelRequest), Gemini both.
             self.model_calls += 1
         if name in _TURN_ENDS:
             if name == "agent-end" and self.in_turn:
@@ -190,7 +192,8 @@ class ActivityTracker:
                 Derived(TASK_COMPLETED, {TASK_SUMMARY: message, "ACTIVITY": self.activity})
             )
         elif status == "limits_exceeded":
-            derived.append(Derived(LIMITS_EXCEEDED, {MESSAGE: message, "ACTIVITY": self.activity}))
+            fields = {"LIMIT_NAME": REPORTED_LIMIT, MESSAGE: message, "ACTIVITY": self.activity}
+            derived.append(Derived(LIMITS_EXCEEDED, fields))
         return derived
 
     def snapshot(self) -> dict[str, object]:

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
+# The status by which the agent reports a limit of its own.
+REPORTED_LIMIT_STATUS = "limits_exceeded"
+
 # How long the agent's exit waits for its last events still unread in the event socket.
 LAST_MESSAGES_BOUND = 1.0  # seconds
 
@@ -110,6 +113,12 @@ class AgentEvents:
             self._tracker = ActivityTracker(
                 turn_end_completes_task=turn_end_completes_task(self._environ, self._template_env)
             )
+        if message.kind == "status" and message.status == REPORTED_LIMIT_STATUS:
+            # A limit the agent (or its wrapper) reached: a limit as the supervisor's own are,
+            # named "reported", and it stops the agent.
+            self._tracker.signal(message.status, message.message)
+            self._phases.limit_exceeded(ev.REPORTED_LIMIT, None, message.message)
+            return
         if message.kind == "status":
             derived = self._tracker.signal(message.status, message.message)
         elif message.event is not None:

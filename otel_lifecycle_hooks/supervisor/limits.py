@@ -1,12 +1,22 @@
-"""Agent limits: `max_turns` (agent-end count), `max_model_calls` (model-end count) and
-`max_duration` (a timer), from the template's `limits:` or `SCION_MAX_*` variables."""
+"""Agent limits: `max_turns` (turns closed by agent-end), `max_model_calls` (model-start
+count) and `max_duration` (a timer), from the template's `limits:` or `SCION_MAX_*` variables.
+
+The template's values were checked when it was loaded (template/loader.py); the variables are
+checked here, each error naming the variable and a fix.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..template.durations import parse_duration
+from ..errors import LifecycleHooksError
+from ..template.durations import DurationError, parse_duration
+
+
+class LimitError(ValueError, LifecycleHooksError):
+    """A limit whose value is not one: the message names where it was set and a fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,17 +30,21 @@ class Limits:
     @classmethod
     def from_sources(cls, template_limits: Mapping[str, str], environ: Mapping[str, str]) -> Limits:
         """Environment (`SCION_MAX_TURNS`, `SCION_MAX_MODEL_CALLS`, `SCION_MAX_DURATION`) over
-        the template's `limits:`."""
+        the template's `limits:`; raise LimitError for a value that is not a limit."""
 
-        def pick(key: str) -> str | None:
-            value = environ.get(f"SCION_{key.upper()}") or template_limits.get(key)
-            return str(value) if value not in (None, "") else None
+        def pick(key: str) -> tuple[str, str] | None:
+            """(where the value was set, the value), or None when it is not set."""
+            variable = f"SCION_{key.upper()}"
+            if environ.get(variable):
+                return variable, environ[variable]
+            value = template_limits.get(key)
+            return (f"limits.{key}", str(value)) if value not in (None, "") else None
 
         turns, calls, duration = pick("max_turns"), pick("max_model_calls"), pick("max_duration")
         return cls(
-            max_turns=_positive_int("max_turns", turns),
-            max_model_calls=_positive_int("max_model_calls", calls),
-            max_duration=parse_duration(duration) if duration else None,
+            max_turns=_positive_int(turns),
+            max_model_calls=_positive_int(calls),
+            max_duration=_duration(duration),
         )
 
     def exceeded(self, turns: int, model_calls: int) -> tuple[str, int] | None:
@@ -42,13 +56,22 @@ class Limits:
         return None
 
 
-def _positive_int(name: str, value: str | None) -> int | None:
-    if value is None:
+def _positive_int(source: tuple[str, str] | None) -> int | None:
+    if source is None:
         return None
+    where, value = source
+    text = value.strip()
+    if not text.isdecimal() or int(text) <= 0:
+        message = f"{where}: got {json.dumps(value)}; write a whole number above 0, e.g. 50"
+        raise LimitError(message)
+    return int(text)
+
+
+def _duration(source: tuple[str, str] | None) -> float | None:
+    if source is None:
+        return None
+    where, value = source
     try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{name}: expected a whole number, got {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"{name}: expected a number above 0, got {number}")
-    return number
+        return parse_duration(value)
+    except DurationError as error:
+        raise LimitError(f"{where}: {error}") from None

@@ -22,7 +22,7 @@ class Phases:
         self.phase = "created"
         self.activity = "idle"
         self.dispatching = False  # the main thread is firing hooks
-        self.limit_hit: tuple[str, int] | None = None
+        self.limit_hit: tuple[str, int | None] | None = None
         self.session: AgentSession | None = None  # once the engine is made
         # The moment an owed event begins, journaled before its hooks are sent (journaling.py).
         self.owed_moment: Callable[[str], float] | None = None
@@ -66,14 +66,18 @@ class Phases:
         previous, self.activity = self.activity, activity
         return previous
 
-    def limit_exceeded(self, name: str, count: int) -> None:
-        """The first limit hit: activity `limits_exceeded`, then limits-exceeded's hooks."""
+    def limit_exceeded(self, name: str, count: int | None, message: str = "") -> None:
+        """The first limit hit: activity `limits_exceeded`, then limits-exceeded's hooks.
+        `count` is None for a limit the agent reported (`status limits_exceeded`)."""
         if self.limit_hit is not None:
             return
         self.limit_hit = (name, count)
         previous = self.set_activity("limits_exceeded")
         self.record("activity-change", {"PREVIOUS_ACTIVITY": previous})
-        self.record("limits-exceeded", {"LIMIT_NAME": name, "LIMIT_COUNT": str(count)})
+        fields = {"LIMIT_NAME": name, "LIMIT_COUNT": "" if count is None else str(count)}
+        if message:
+            fields["MESSAGE"] = message
+        self.record("limits-exceeded", fields)
 
     def legacy(self, event: str, deadline: float | None = None) -> None:
         """The seed's hook scripts for `event` (legacy.py), before the template's hooks."""

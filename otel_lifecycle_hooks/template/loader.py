@@ -24,8 +24,9 @@ from .checks import (
     env_reference_problems,
     unmatched_turn_offs,
 )
+from .durations import DurationError, parse_duration
 from .model import HookSpec, Position, Template
-from .problems import Located, Problem, TemplateError, describe
+from .problems import Located, Problem, TemplateError, describe, did_you_mean
 from .trust import env_expansion_problems, trust_problems
 from .validate import PartialHooks, read_hooks, read_template_rate_limit
 
@@ -641,7 +642,7 @@ def _read_document(
         for key, variable in _METADATA_KEYS.items()
         if key in fields and fields[key].is_scalar and fields[key].value is not None
     }
-    limits = _read_limits(fields.get("limits"), problems)
+    limits = _read_limits(fields.get("limits"), metadata.get("HARNESS_NAME", ""), problems)
     env_located = fields.get("env")
     if env and env_located is not None:
         problems.extend(
@@ -743,7 +744,13 @@ def _read_env(located: Located | None, problems: list[Problem]) -> dict[str, str
     return env
 
 
-def _read_limits(located: Located | None, problems: list[Problem]) -> dict[str, str]:
+# The limits a template may set (supervisor/limits.py enforces them).
+_LIMITS = ("max_turns", "max_model_calls", "max_duration")
+# Harnesses whose hooks tell no model call: `max_model_calls` could never be reached there.
+_NO_MODEL_CALLS = {"claude": "Claude Code"}
+
+
+def _read_limits(located: Located | None, harness: str, problems: list[Problem]) -> dict[str, str]:
     if located is None or located.value is None:
         return {}
     if not located.is_mapping:
@@ -755,12 +762,43 @@ def _read_limits(located: Located | None, problems: list[Problem]) -> dict[str, 
         return {}
     limits: dict[str, str] = {}
     for name, value in located.value.items():
-        if value.is_scalar and value.value is not None:
+        problem = _limit_problem(name, value, harness)
+        if problem is None:
             limits[name] = value.text()
-        else:
-            message = f"got {describe(value)}; a limit is a number or a duration"
-            problems.append(Problem(value.position, None, f"limits.{name}", message))
+            continue
+        # An unknown key is pointed at by its name; a wrong value, by the value.
+        position = located.key_positions[name] if name not in _LIMITS else value.position
+        problems.append(Problem(position, None, f"limits.{name}", problem))
     return limits
+
+
+def _limit_problem(name: str, value: Located, harness: str) -> str | None:
+    """What is wrong with `limits.<name>: value`, or None: a typo must not load as no limit,
+    and a bad value must be refused here rather than end `run` at its start."""
+    if name not in _LIMITS:
+        return (
+            f"unknown limit{did_you_mean(name, _LIMITS)}; the limits are "
+            "max_turns, max_model_calls and max_duration"
+        )
+    if not value.is_scalar or value.value is None:
+        return f"got {describe(value)}; a limit is a number or a duration"
+    if name == "max_duration":
+        try:
+            parse_duration(value.value)
+        except DurationError as error:
+            return str(error)
+        return None
+    number = value.value
+    if isinstance(number, str) and number.strip().isdecimal():
+        number = int(number)  # "50", quoted, is the same whole number
+    if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+        return f"got {describe(value)}; write a whole number above 0, e.g. {name}: 50"
+    if name == "max_model_calls" and harness in _NO_MODEL_CALLS:
+        return (
+            f"{_NO_MODEL_CALLS[harness]} reports no model call to its hooks, so this limit "
+            "could never be reached; use max_turns or max_duration"
+        )
+    return None
 
 
 def _read_shared(located: Located | None, problems: list[Problem]) -> set[str]:

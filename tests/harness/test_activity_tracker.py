@@ -284,6 +284,7 @@ def test_limits_exceeded_signal_fires_the_limits_event() -> None:
     )
     assert [d.event for d in derived] == ["activity-change", "limits-exceeded"]
     assert derived[1].fields["MESSAGE"] == "max_turns of 5"
+    assert derived[1].fields["LIMIT_NAME"] == "reported"  # also without a supervisor
 
 
 def test_an_unknown_signal_is_refused() -> None:
@@ -296,7 +297,14 @@ def test_turns_and_model_calls_are_counted_for_limits() -> None:
     names = ("model-start", "model-end", "model-end", "agent-end", "model-start", "model-end")
     for name in (*names, "agent-end", "agent-end"):  # the last one closes no open turn
         tracker.observe(ev(name))
-    assert (tracker.turns, tracker.model_calls) == (2, 3)
+    assert (tracker.turns, tracker.model_calls) == (2, 2)  # each call counted at its start
+
+
+def test_a_model_call_is_counted_from_codex_which_reports_only_its_start() -> None:
+    tracker = ActivityTracker(clock=FakeClock())
+    for name in ("prompt-submit", "model-start", "tool-start", "tool-end", "model-start"):
+        tracker.observe(ev(name))
+    assert tracker.model_calls == 2
 
 
 def test_the_injected_clock_dates_each_change() -> None:

@@ -69,3 +69,26 @@ def test_max_duration_stops_the_agent_and_the_run_exits_10(
     assert events[1]["LIMIT_NAME"] == "max_duration"
     assert int(events[1]["LIMIT_COUNT"]) >= 1
     assert events[-1]["EXIT_CODE"] == "143"  # the agent's own: it was stopped with SIGTERM
+
+
+def test_a_reported_limit_names_itself_and_stops_the_agent_as_a_reached_limit_does(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    template = workspace.template(recorder_hook(target_server.url("/events"), EVENTS))
+    command = workspace.agent_command(status=[["limits_exceeded", "budget of 5 USD spent"]])
+    run = workspace.start(template, command, "--grace-period", "30s")  # a bound only
+
+    assert run.wait(timeout=120) == 10, run.stderr
+
+    events = [
+        e
+        for e in recorded(target_server)
+        if e["EVENT"] != "activity-change" or e["ACTIVITY"] == "limits_exceeded"
+    ]
+    assert [(e["EVENT"], e["LIMIT_NAME"]) for e in events] == [
+        ("activity-change", ""),
+        ("limits-exceeded", "reported"),
+        ("pre-stop", ""),
+        ("session-end", ""),
+    ]
+    assert events[-1]["EXIT_CODE"] == "143"  # stopped with SIGTERM, as at a reached limit

@@ -375,3 +375,37 @@ def test_a_hook_repeated_through_an_alias_is_a_duplicate_name() -> None:
         't.yaml:3:18: hook "a": field "name": duplicate: line 3, column 18 already names a hook '
         '"a"; names must be unique'
     )
+
+
+def test_limits_values_are_checked_with_their_place_in_the_file() -> None:
+    found = problems(
+        """
+        limits:
+          max_duration: 3
+          max_turns: abc
+          max_model_calls: 0
+          max_turn: 1
+        """
+    )
+    assert found == [
+        't.yaml:3:17: field "limits.max_duration": got 3 with no unit; write "3s" or "3ms"',
+        't.yaml:4:14: field "limits.max_turns": got "abc"; write a whole number above 0, '
+        "e.g. max_turns: 50",
+        't.yaml:5:20: field "limits.max_model_calls": got the number 0; '
+        "write a whole number above 0, e.g. max_model_calls: 50",
+        't.yaml:6:3: field "limits.max_turn": unknown limit (did you mean "max_turns"?); '
+        "the limits are max_turns, max_model_calls and max_duration",
+    ]
+
+
+def test_good_limits_load_as_written() -> None:
+    template = load("limits: {max_turns: 5, max_model_calls: 20, max_duration: 1m30s}\n")
+    assert template.limits == {"max_turns": "5", "max_model_calls": "20", "max_duration": "1m30s"}
+
+
+def test_max_model_calls_is_refused_for_claude_code_which_reports_no_model_call() -> None:
+    found = problems("harness: claude\nlimits:\n  max_model_calls: 10\n")
+    assert found == [
+        't.yaml:3:20: field "limits.max_model_calls": Claude Code reports no model call to '
+        "its hooks, so this limit could never be reached; use max_turns or max_duration",
+    ]

@@ -115,3 +115,10 @@ SCHEMA_REFUSES = [
 @pytest.mark.parametrize("name", SCHEMA_REFUSES)
 def test_the_schema_refuses_what_the_loader_refuses(name: str) -> None:
     assert schema_errors(yaml_as_json(HERE / "broken" / f"{name}.yaml")) != []
+
+
+def test_the_schema_checks_limits_as_the_loader_does() -> None:
+    assert schema_errors({"limits": {"max_turns": 5, "max_model_calls": "20"}}) == []
+    assert schema_errors({"limits": {"max_duration": "1m30s"}}) == []
+    for limits in ({"max_turn": 1}, {"max_duration": 3}, {"max_turns": "abc"}, {"max_turns": 0}):
+        assert schema_errors({"limits": limits}) != [], limits
