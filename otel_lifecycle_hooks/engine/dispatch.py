@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -416,7 +417,8 @@ class Dispatcher:
             for hook in self.template.hooks_for(event.name):
                 self.listener.dropped(hook, event, "shutdown")
             return result
-        for hook in self.template.hooks_for(event.name):
+        hooks = self.template.hooks_for(event.name)
+        for index, hook in enumerate(hooks):
             queue = self._queues[hook.name]
             if hook.debounce:
                 queue.offer_debounced(_Job(event, session, deadline=deadline))
@@ -436,8 +438,18 @@ class Dispatcher:
             if fails_transition(hook, execution.outcome, event.name) and result.failed is None:
                 result.failed = execution
                 if event.name in ev.ABORTABLE_EVENTS:
-                    break  # the transition is aborted: the later hooks are for it
+                    # The transition is aborted: the later hooks are for it, so they do not
+                    # run, and each is recorded as skipped, saying why.
+                    self._skip_the_rest(hooks[index + 1 :], event, session, hook.name)
+                    break
         return result
+
+    def _skip_the_rest(
+        self, hooks: Sequence[HookSpec], event: LifecycleEvent, session: SessionInfo, failed: str
+    ) -> None:
+        reason = f"not run: hook {failed!r} failed at {event.name} with on_error: fail"
+        for hook in hooks:
+            self.executor.run(hook, event, session, not_run=reason)
 
     def _wait(self, future: Future[Execution], deadline: float | None) -> Execution | None:
         timeout = None

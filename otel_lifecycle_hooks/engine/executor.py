@@ -215,8 +215,11 @@ class HookExecutor:
         event: LifecycleEvent,
         session: SessionInfo,
         deadline: float | None = None,
+        not_run: str | None = None,
     ) -> Execution:
-        """Execute `hook` for `event`; `deadline` (monotonic) cuts attempts and retries short."""
+        """Execute `hook` for `event`; `deadline` (monotonic) cuts attempts and retries short.
+        With `not_run` (why), it is recorded as skipped without running, as every execution is
+        recorded: its span, the metrics, the hook log and the journal."""
         started_wall = self.clock.wall()
         started = self.clock.monotonic()
         variables = self.variables_for(hook, event, session)
@@ -229,7 +232,9 @@ class HookExecutor:
         request: dict[str, object] | None = None
         try:
             with trace.use_span(span, end_on_exit=False):
-                if hook.condition is not None and not hook.condition.evaluate(
+                if not_run is not None:
+                    outcome, message = "skipped", not_run
+                elif hook.condition is not None and not hook.condition.evaluate(
                     lambda name: variables.get(name, record=False)
                 ):
                     outcome, message = "skipped", f"condition false: {hook.condition.source}"
