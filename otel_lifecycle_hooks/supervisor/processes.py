@@ -226,6 +226,15 @@ def _find_program(program: str, path: str) -> str | None:
     return next((c for c in candidates if os.path.exists(c)), None)
 
 
+def _collect(pid: int) -> bool:
+    """Reap `pid` if it has exited as this process's child; whether it was reaped."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == pid
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """One line of /proc/<pid>/stat: what tells whose process it is."""
@@ -370,16 +379,7 @@ class AgentProcesses:
         }
         for orphan in orphaned_zombies(self.supervisor_pid, self._supervisor_sid, processes):
             zombies.setdefault(orphan.pid, orphan)
-        reaped = 0
-        for pid in zombies:
-            if pid == self.agent_pid:
-                continue
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                continue
-            reaped += done == pid
-        return reaped
+        return sum(_collect(pid) for pid in zombies if pid != self.agent_pid)
 
     def reap_pids(self, pids: Sequence[int]) -> int:
         """Collect those of `pids` that exited as this process's children (the agent's
@@ -389,13 +389,8 @@ class AgentProcesses:
             if pid == self.agent_pid:
                 continue  # its Popen's to wait for
             info = read_stat(pid, self._proc)
-            if info is None or info.state != "Z" or info.ppid != self.supervisor_pid:
-                continue
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                continue
-            reaped += done == pid
+            if info is not None and info.state == "Z" and info.ppid == self.supervisor_pid:
+                reaped += _collect(pid)
         return reaped
 
     def signal(self, signum: int, spare: Collection[int] = ()) -> list[int]:
