@@ -1,6 +1,7 @@
 """The package's optional extras, and the one line a user gets when a setting needs one that is
 not installed: `[grpc]` (the OTLP gRPC exporter), `[prometheus]` (the Prometheus reader),
-`[postgres]` (a PostgreSQL journal)."""
+`[postgres]` (a PostgreSQL journal), `[gcp]` (google-auth, for `auth: gcp-default` and
+`gcp-service-account`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The package as users install it: the built wheel in a clean venv installs without a warning,
-passes `pip check`, brings no grpcio, and its `run` exports over OTLP/http to a real
-collector: rotel (PyPI `rotel`) on loopback, which prints what it received (its debug log) and
-drops it; the assertions read that print-out.
+passes `pip check`, brings no grpcio and no google-auth, and its `run` exports over OTLP/http to
+a real collector: rotel (PyPI `rotel`) on loopback, which prints what it received (its debug
+log) and drops it; the assertions read that print-out.
 
 The wheel is built once per test session. Its dependencies are downloaded once into a
 wheelhouse under `cache_root()` (keyed by the wheel's requirements, built under a lock), and
@@ -106,6 +106,9 @@ def test_the_wheel_installs_cleanly_without_grpcio(installed: tuple[Path, str]) 
     assert "otel-lifecycle-hooks" in names and "httpx" in names
     assert "grpcio" not in names
     assert "opentelemetry-exporter-prometheus" not in names
+    # google-auth and its cryptography stack are the `[gcp]` extra; shtab (completion) is small.
+    assert {"google-auth", "cryptography", "rsa"} & names == set()
+    assert "shtab" in names
 
 
 def test_the_installed_run_exports_spans_and_the_client_histogram_over_otlp_http_to_rotel(
@@ -165,3 +168,40 @@ def test_the_installed_run_asked_for_grpc_says_which_extra_in_one_line(
     assert done.returncode == 0, done.stderr
     told = [line for line in done.stderr.splitlines() if "otel-lifecycle-hooks[grpc]" in line]
     assert len(told) == 1, done.stderr
+
+
+def test_the_installed_gcp_hook_without_the_gcp_extra_says_which_extra_in_one_line(
+    installed: tuple[Path, str], tmp_path: Path
+) -> None:
+    python, _ = installed
+    template = tmp_path / "agent.yaml"
+    template.write_text(
+        "lifecycle_hooks:\n"
+        "  - name: register\n"
+        "    on: [post-start]\n"
+        "    action:\n"
+        '      {type: http, url: "http://127.0.0.1:9/agents", auth: {type: gcp-default}}\n'
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))},
+        "HOME": str(tmp_path),
+        "OTEL_SDK_DISABLED": "true",
+    }
+    install = "pip install 'otel-lifecycle-hooks[gcp]'"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(python), "-m", "otel_lifecycle_hooks", *args],
+            capture_output=True, text=True, env=env, check=False, timeout=60,
+        )  # fmt: skip
+
+    validated = cli("validate", str(template))
+    assert validated.returncode == 0, validated.stderr
+    (warning,) = [line for line in validated.stderr.splitlines() if install in line]
+    assert warning.startswith(f"warning: {template}:5:"), validated.stderr
+    ran = cli("run", "-t", str(template), "--", "true")
+    assert ran.returncode == 0, ran.stderr
+    told = [line for line in ran.stderr.splitlines() if install in line]
+    assert len(told) == 1, ran.stderr
+    assert "auth: gcp-default needs the 'gcp' extra" in told[0]
+    assert "Traceback" not in ran.stderr and "No module named" not in ran.stderr

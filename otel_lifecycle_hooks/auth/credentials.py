@@ -11,8 +11,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from ..extras import missing_extra
 from ..template.model import AuthSpec, HookAction
 from .cache import REFRESH_MARGIN, TokenCache, utc_now
+from .errors import CREDENTIALS_UNAVAILABLE, AuthError
 from .guard import check_transport
 from .signing import parse_secret, sign_request
 from .static import AUTHORIZATION, read_secret, static_headers
@@ -113,6 +115,9 @@ class Credentials:
             self._secrets.add(value)
 
     def _token_cache(self, auth: AuthSpec, environ: Mapping[str, str]) -> TokenCache:
+        missing = missing_extra("google.auth", "gcp", f"auth: {auth.type}")
+        if missing is not None:  # the `gcp` extra brings google-auth; the attempt fails, told why
+            raise AuthError(missing, error_type=CREDENTIALS_UNAVAILABLE)
         # google-auth is imported only when a hook first needs it
         from .gcp import (
             CREDENTIALS_ENV,
