@@ -6,13 +6,25 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow test-all bench lint clean
 
-$(STAMP): pyproject.toml
+# Two stamps: the demo needs only the package and its dependencies; the tests and lint need the
+# test extras too (Playwright, psycopg, rotel, ...). Installing the extras also satisfies the demo.
+BASE_STAMP := $(VENV)/.base-stamp
+
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(BASE_STAMP): pyproject.toml | $(BIN)/python
+	@echo "Installing otel-lifecycle-hooks and its dependencies into $(VENV) (what the demo needs)"
+	$(BIN)/python -m pip install --progress-bar on -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "Installing otel-lifecycle-hooks with its test extras into $(VENV) (about a minute at first)"
+	$(BIN)/python -m pip install --progress-bar on -e '.[test]'
+	touch $(STAMP) $(BASE_STAMP)
+
+demo: $(BASE_STAMP)
 	$(BIN)/python examples/demo/run_demo.py
 
 # The default tier (pyproject's addopts leave out tests marked `slow`).

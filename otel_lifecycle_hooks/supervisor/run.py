@@ -15,6 +15,7 @@ loop here), and this session in the journal with the recovery of earlier runs
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -64,6 +65,9 @@ log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
 EXIT_LIMITS = 10
 EXIT_SUPERVISOR_FAILURE = 1
+# The agent's command could not be started, as shells and `docker run` tell it apart.
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
 # How often the main loop collects the agent's exited orphans (re-parented to the supervisor).
 REAP_INTERVAL = 1.0
 
@@ -189,7 +193,7 @@ class Supervisor:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             message = f"could not start {options.command[0]!r}: {reason}"
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
-            return self._fail(message, type(exc).__name__)
+            return self._fail(message, type(exc).__name__, exit_code=_spawn_exit_code(exc))
         session.release_event_records()
         telemetry.start_metrics()
         self.agent.follow()
@@ -298,8 +302,11 @@ class Supervisor:
         print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
         return self._fail(message, (failed.error_type if failed else None) or "HookFailed")
 
-    def _fail(self, message: str, error_type: str) -> int:
-        """The supervisor's own failure: phase error, `error`, then session-end; exit 1."""
+    def _fail(
+        self, message: str, error_type: str, *, exit_code: int = EXIT_SUPERVISOR_FAILURE
+    ) -> int:
+        """The supervisor's own failure: phase error, `error`, then session-end; `exit_code`
+        (1, or 127/126 for an agent command not found / not executable)."""
         if self.agent.running:
             self.agent.stop(self.shutdown.grace_deadline())  # never left unsupervised
         if self.agent.child is not None:
@@ -308,8 +315,8 @@ class Supervisor:
             self.phases.set_phase("error")
             self.phases.record("error", {"ERROR_MESSAGE": message, "ERROR_TYPE": error_type})
         if not self._ended:
-            self._end_session(EXIT_SUPERVISOR_FAILURE)
-        return EXIT_SUPERVISOR_FAILURE
+            self._end_session(exit_code)
+        return exit_code
 
     def _end_session(self, exit_code: int) -> None:
         self._ended = True
@@ -402,3 +409,14 @@ def _slug(name: str) -> str:
     while "--" in slug:
         slug = slug.replace("--", "-")
     return slug or "agent"
+
+
+def _spawn_exit_code(exc: Exception) -> int:
+    """The exit code of a start that failed with `exc`: 127 not found, 126 not executable."""
+    if isinstance(exc, FileNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, (PermissionError, IsADirectoryError)) or (
+        isinstance(exc, OSError) and exc.errno == errno.ENOEXEC
+    ):
+        return EXIT_NOT_EXECUTABLE
+    return EXIT_SUPERVISOR_FAILURE

@@ -69,7 +69,7 @@ def test_a_command_that_does_not_exist_fails_the_run_with_a_clear_message(
     template = workspace.template(recorder_hook(target_server.url("/events"), PHASE_EVENTS))
     run = workspace.start(template, ["no-such-agent-command", "--serve"])
 
-    assert run.wait(timeout=120) == 1, run.stderr
+    assert run.wait(timeout=120) == 127, run.stderr  # as a shell says "not found"
     assert "could not start 'no-such-agent-command'" in run.stderr
     events = recorded(target_server)
     assert [(e["EVENT"], e["PHASE"]) for e in events][-4:] == [
@@ -79,7 +79,7 @@ def test_a_command_that_does_not_exist_fails_the_run_with_a_clear_message(
         ("session-end", "error"),
     ]
     assert "no-such-agent-command" in events[-2]["ERROR_MESSAGE"]
-    assert events[-1]["EXIT_CODE"] == "1"
+    assert events[-1]["EXIT_CODE"] == "127"
 
 
 def test_an_agent_killed_by_a_signal_nobody_sent_is_an_error(
