@@ -13,11 +13,15 @@ import sys
 from ..errors import LifecycleHooksError
 
 EXIT_CONFIG = 2  # a setting or an install that cannot work: what the message says to change
+EXIT_USAGE = 2  # as argparse exits on a command line it cannot parse
+PROG = "otel-lifecycle-hooks"
 
 # The console script imports this module on every harness event: `typing` is for checkers.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    import argparse
+    from collections.abc import Iterable, Sequence
+    from types import ModuleType
 
 # command name -> module under otel_lifecycle_hooks.cli
 COMMANDS: dict[str, str] = {
@@ -34,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "trace": "trace",
     "harness": "harness",
     "ui": "ui",
+    "completion": "completion",
 }
 
 
@@ -50,25 +55,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run_parsed(args)
 
 
-def _run_parsed(args: list[str]) -> int:
+def build_parser(names: Iterable[str]) -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    """The command line's parser with the commands `names` (from COMMANDS), and their modules.
+    `completion` builds it with every command; a run builds it with the one it names."""
     import argparse
     import importlib
 
     from .. import __version__
+    from .examples import attach_examples
 
     parser = argparse.ArgumentParser(
-        prog="otel-lifecycle-hooks",
+        prog=PROG,
         description="Lifecycle hooks for AI agents, visible as OpenTelemetry traces and metrics.",
     )
-    parser.add_argument(
-        "--version", "-V", action="version", version=f"otel-lifecycle-hooks {__version__}"
-    )
+    parser.add_argument("--version", "-V", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     modules = {}
-    # A named command needs only its own module: importing all of them (`test` pulls in the
-    # HTTP stack) would cost every `run` and `status` tens of milliseconds.
-    wanted = {args[0]: COMMANDS[args[0]]} if args and args[0] in COMMANDS else COMMANDS
-    for name, module_name in wanted.items():
+    for name in names:
+        module_name = COMMANDS[name]
         try:
             module = importlib.import_module(f"{__package__}.{module_name}")
         except ModuleNotFoundError as exc:
@@ -76,7 +80,30 @@ def _run_parsed(args: list[str]) -> int:
                 raise
             continue  # a command not built yet
         module.add_parser(subparsers)
+        attach_examples(subparsers.choices[name], name)
         modules[name] = module
+    return parser, modules
+
+
+def unknown_command(word: str) -> str:
+    """The one line for a first word that is no command, naming the nearest ones."""
+    import difflib
+
+    near = difflib.get_close_matches(word, COMMANDS, n=3, cutoff=0.6)
+    if not near:
+        return f"{PROG}: {word!r} is not a command; the commands are {', '.join(COMMANDS)}"
+    named = " or ".join(repr(name) for name in near)
+    return f"{PROG}: {word!r} is not a command; did you mean {named}?"
+
+
+def _run_parsed(args: list[str]) -> int:
+    if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+        print(unknown_command(args[0]), file=sys.stderr)
+        return EXIT_USAGE
+    # A named command needs only its own module: importing all of them (`test` pulls in the
+    # HTTP stack) would cost every `run` and `status` tens of milliseconds.
+    wanted = [args[0]] if args and args[0] in COMMANDS else list(COMMANDS)
+    parser, modules = build_parser(wanted)
     parsed = parser.parse_args(args)
     try:
         code = int(modules[parsed.subcommand].run(parsed) or 0)
@@ -90,7 +117,7 @@ def _run_parsed(args: list[str]) -> int:
     except LifecycleHooksError as exc:
         # What a command did not handle itself is still a user's error with a clear message
         # (a missing extra, a bad setting): one line, not a traceback.
-        print(f"otel-lifecycle-hooks {parsed.subcommand}: {exc}", file=sys.stderr)
+        print(f"{PROG} {parsed.subcommand}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return code
 

@@ -1,7 +1,9 @@
 """`otel-lifecycle-hooks status [ask_user|blocked|task_completed|limits_exceeded [MESSAGE]]`.
 
 Without a signal, `status` shows each running supervisor: its agent, phase and activity (exit
-1 when none runs).
+1 when none runs). `--json` prints them for a script or a health check, in a stable shape:
+{"supervisors": [{"pid", "agent_name", "agent_id", "phase", "activity", "started_at"}]},
+oldest first, `started_at` in RFC 3339 UTC; an empty list (exit 1) when none runs.
 
 Explicit agent signals, as `sciontool status` has: an agent (or its harness) says it waits for
 the user, is blocked on something, finished its task, or hit a limit. The signal goes to the
@@ -13,7 +15,10 @@ delivered; 1, with the reason on stderr, when it could not be.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 # The message used when none is given, as sciontool words it.
@@ -47,10 +52,25 @@ def add_parser(subparsers: Any) -> None:
         default=[],
         help="templates to run in-process when no supervisor is reachable",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="without a signal: print the running supervisors as JSON (shape above)",
+    )
 
 
 def run(args: Any) -> int:
     """Send the signal; 0 when delivered, 1 when nothing could take it."""
+    if args.signal is None and args.json:
+        from ..supervisor.running import running_supervisors
+
+        supervisors = [status_view(entry) for entry in running_supervisors()]
+        print(json.dumps({"supervisors": supervisors}, indent=2))
+        return 0 if supervisors else 1
+    if args.json:
+        print("otel-lifecycle-hooks status: --json is for the running supervisors; it takes "
+              "no signal", file=sys.stderr)  # fmt: skip
+        return 2
     if args.signal is None:
         from ..supervisor.running import describe_running
 
@@ -77,3 +97,19 @@ def run(args: Any) -> int:
         print(f"otel-lifecycle-hooks status: {reason}; {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def status_view(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One supervisor as `status --json` shows it: the documented keys only, typed."""
+    try:
+        started = dt.datetime.fromtimestamp(float(entry.get("started_at") or 0), dt.UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        started = dt.datetime.fromtimestamp(0, dt.UTC)
+    return {
+        "pid": int(entry["pid"]),
+        "agent_name": str(entry.get("agent_name") or ""),
+        "agent_id": str(entry.get("agent_id") or ""),
+        "phase": str(entry.get("phase") or ""),
+        "activity": str(entry.get("activity") or ""),
+        "started_at": started.isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
