@@ -79,12 +79,19 @@ def wheelhouse_for(wheel: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """(python of a clean venv with the wheel installed, pip's install output)."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this checkout."""
     built = tmp_path_factory.mktemp("wheel")
     pip(sys.executable, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(built), str(ROOT),
         machine_config=True)  # fmt: skip
-    (wheel,) = built.glob("otel_lifecycle_hooks-*.whl")
+    (found,) = built.glob("otel_lifecycle_hooks-*.whl")
+    return found
+
+
+@pytest.fixture(scope="session")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """(python of a clean venv with the wheel installed, pip's install output)."""
+    built = wheel.parent
     house = wheelhouse_for(wheel)
     venv = tmp_path_factory.mktemp("clean") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -205,3 +212,26 @@ def test_the_installed_gcp_hook_without_the_gcp_extra_says_which_extra_in_one_li
     assert len(told) == 1, ran.stderr
     assert "auth: gcp-default needs the 'gcp' extra" in told[0]
     assert "Traceback" not in ran.stderr and "No module named" not in ran.stderr
+
+
+def test_the_wheels_metadata_has_classifiers_and_google_auth_only_under_the_gcp_extra(
+    wheel: Path,
+) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(name).decode()
+    headers = metadata.split("\n\n", 1)[0].splitlines()
+    classifiers = {
+        line.removeprefix("Classifier: ") for line in headers if line.startswith("Classifier:")
+    }
+    assert {
+        "Typing :: Typed",
+        "Topic :: System :: Monitoring",
+        "Programming Language :: Python :: 3.11",
+    } <= classifiers
+    assert any(c.startswith("Development Status :: ") for c in classifiers)
+    assert "License-Expression: Apache-2.0" in headers
+    google = [line for line in requirements_of(wheel) if "google-auth" in line]
+    assert google and all('extra == "gcp"' in line for line in google), google
+    assert any(line.startswith("Requires-Dist: shtab") and "extra" not in line
+               for line in requirements_of(wheel))  # fmt: skip
