@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +129,35 @@ def test_each_shells_script_names_every_command_and_runs_options(shell: str, mar
     for name in COMMANDS:
         assert name in done.stdout
     assert "grace-period" in done.stdout and "--agent-name" not in done.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)"
+)
+def test_fish_completes_a_command_and_an_option(tmp_path: Path) -> None:
+    script = tmp_path / "otel-lifecycle-hooks.fish"
+    script.write_text(_cli("completion", "fish").stdout)
+    asked = f"source {script}; complete -C '{PROG} val'; echo ---; complete -C '{PROG} run --gr'"
+    done = subprocess.run(
+        ["fish", "--no-config", "-c", asked],
+        capture_output=True, text=True, timeout=120, check=False,  # a hang guard
+        env={"PATH": f"{SCRIPT.parent}:/usr/bin:/bin", "HOME": str(tmp_path)},
+    )  # fmt: skip
+    commands, options = done.stdout.split("---\n")
+    assert [line.split("\t")[0] for line in commands.splitlines()] == ["validate"], done
+    assert [line.split("\t")[0] for line in options.splitlines()] == ["--grace-period"], done
+
+
+@pytest.mark.skipif(
+    shutil.which("zsh") is None, reason="zsh is not installed (apt-get install zsh)"
+)
+def test_the_zsh_script_is_valid_zsh(tmp_path: Path) -> None:
+    script = tmp_path / "_otel-lifecycle-hooks"
+    script.write_text(_cli("completion", "zsh").stdout)
+    done = subprocess.run(
+        ["zsh", "-n", str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_an_unknown_shell_is_a_usage_error_naming_the_valid_ones() -> None:
