@@ -10,6 +10,7 @@ import importlib.util
 from .errors import LifecycleHooksError
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+GCP_AUTH_TYPES = ("gcp-default", "gcp-service-account")
 
 
 class MissingExtra(LifecycleHooksError):
@@ -43,3 +44,10 @@ def postgres_missing(location: object) -> str | None:
     if not (isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)):
         return None
     return missing_extra("psycopg", "postgres", "a PostgreSQL journal")
+
+
+def gcp_missing(auth_type: str) -> str | None:
+    """Why a hook's `auth: <auth_type>` cannot get a token with what is installed, or None."""
+    if auth_type not in GCP_AUTH_TYPES:
+        return None
+    return missing_extra("google.auth", "gcp", f"auth: {auth_type}")

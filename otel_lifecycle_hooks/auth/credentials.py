@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ..extras import missing_extra
+from ..extras import GCP_AUTH_TYPES, gcp_missing
 from ..template.model import AuthSpec, HookAction
 from .cache import REFRESH_MARGIN, TokenCache, utc_now
 from .errors import CREDENTIALS_UNAVAILABLE, AuthError
@@ -21,8 +21,6 @@ from .static import AUTHORIZATION, read_secret, static_headers
 
 if TYPE_CHECKING:
     from .gcp import BoundedRequest, CacheKey
-
-_GCP_TYPES = ("gcp-default", "gcp-service-account")
 
 
 class Credentials:
@@ -61,7 +59,7 @@ class Credentials:
         if auth.type == "none":
             return {}
         check_transport(url, auth)
-        if auth.type in _GCP_TYPES:
+        if auth.type in GCP_AUTH_TYPES:
             token = self._token_cache(auth, environ).token()
             self._remember(token)
             return {AUTHORIZATION: f"Bearer {token}"}
@@ -115,7 +113,7 @@ class Credentials:
             self._secrets.add(value)
 
     def _token_cache(self, auth: AuthSpec, environ: Mapping[str, str]) -> TokenCache:
-        missing = missing_extra("google.auth", "gcp", f"auth: {auth.type}")
+        missing = gcp_missing(auth.type)
         if missing is not None:  # the `gcp` extra brings google-auth; the attempt fails, told why
             raise AuthError(missing, error_type=CREDENTIALS_UNAVAILABLE)
         # google-auth is imported only when a hook first needs it

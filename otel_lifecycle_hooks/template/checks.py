@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..extras import missing_extra
+from ..extras import gcp_missing
 from ..render import is_json_body, render_body
 from ..variables import (
     EVENT_VARIABLES,
@@ -254,12 +254,10 @@ def template_warnings(template: Template) -> list[Problem]:
             missing = script_problem(hook.action.command)
             if missing is not None:
                 problems.append(warning(hook, "action.command", missing))
-        auth = hook.action.auth
-        if auth.type in ("gcp-default", "gcp-service-account"):
-            # The template is valid, yet every token fetch would fail on this install.
-            extra = missing_extra("google.auth", "gcp", f"auth: {auth.type}")
-            if extra is not None:
-                problems.append(warning(hook, "action.auth.type", extra))
+        # The template is valid, yet every token fetch would fail on this install.
+        extra = gcp_missing(hook.action.auth.type)
+        if extra is not None:
+            problems.append(warning(hook, "action.auth.type", extra))
     return problems
 
 
