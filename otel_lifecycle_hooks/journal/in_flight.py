@@ -49,6 +49,9 @@ class InFlight:
         self._rows: dict[_Key, tuple[str, int]] = {}
         # The same, for those journaled as interrupted while they still run.
         self._interrupted: dict[_Key, tuple[str, int]] = {}
+        # Held across a running row's write and an interrupted record's, which come from two
+        # threads (the hook's, the shutdown's): the second finds the first's row to rewrite.
+        self._writing = threading.Lock()
 
     def retrying(
         self,
@@ -64,6 +67,21 @@ class InFlight:
         Never raises (a journal that cannot be written never stops a hook)."""
         if not attempt_log:
             return
+        with self._writing:
+            self._journal_running(
+                hook, event, session, idempotency_key, attempt_log, max_attempts, delay
+            )
+
+    def _journal_running(
+        self,
+        hook: Any,
+        event: Any,
+        session: Any,
+        idempotency_key: str,
+        attempt_log: Sequence[AttemptRow],
+        max_attempts: int,
+        delay: float,
+    ) -> None:
         try:
             key = (session.session_id, hook.name, event.name, idempotency_key)
             with self._lock:
@@ -100,6 +118,12 @@ class InFlight:
 
     def record(self, execution: Any) -> int | None:
         """Journal an execution that ended: its in-flight row rewritten, or a new row."""
+        if execution.outcome == INTERRUPTED:
+            with self._writing:
+                return self._record(execution)
+        return self._record(execution)
+
+    def _record(self, execution: Any) -> int | None:
         found = None
         if self._rows or self._interrupted:  # the common case, nothing in flight, is one check
             key = _key_of(execution)
