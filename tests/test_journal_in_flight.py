@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
 from otel_lifecycle_hooks.journal import AttemptRow, ExecutionRow, Journal, views
+from otel_lifecycle_hooks.journal.in_flight import InFlight
 from otel_lifecycle_hooks.supervisor.recovery import owed_events
 from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import Reply, TargetServer
@@ -183,3 +185,53 @@ def test_history_follow_prints_a_running_delivery_again_when_it_ends(tmp_path: P
     assert (first["id"], first["outcome"]) == (1, "running")
     assert (again["id"], again["outcome"], again["attempts"]) == (1, "success", 2)
     assert lines.empty()
+
+
+class _HeldRunningWrite(Journal):
+    """A real journal whose `running` row's write waits until the shutdown's interrupted
+    record of the same execution has reached it, or a while has passed (where that record
+    waits for the running row's write instead)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writing_running = threading.Event()
+        self.interrupted_reached = threading.Event()
+
+    def record_execution(
+        self, row: ExecutionRow, attempts: Sequence[AttemptRow] = ()
+    ) -> int | None:
+        if row.outcome == "running":
+            self.writing_running.set()
+            self.interrupted_reached.wait(2.0)
+        elif row.outcome == "interrupted":
+            self.interrupted_reached.set()
+        return super().record_execution(row, attempts)
+
+
+def test_an_interrupted_record_made_while_the_running_row_is_written_rewrites_that_row(
+    tmp_path: Path,
+) -> None:
+    # The shutdown gives up on a delivery while its first retry wait is being journaled: the
+    # interrupted record must rewrite the running row, not sit beside it.
+    journal = _HeldRunningWrite(tmp_path / "journal.sqlite3")
+    in_flight = InFlight(journal)
+    hook, event = SimpleNamespace(name="notify"), SimpleNamespace(name="post-start")
+    session = SimpleNamespace(session_id="s1", metadata={})
+    attempt = AttemptRow(1, time.time(), "failed", response_status=503)
+    retrying = threading.Thread(
+        target=in_flight.retrying, args=(hook, event, session, "key-1", [attempt], 3, 1.0)
+    )
+    retrying.start()
+    assert journal.writing_running.wait(60.0)
+    interrupted = SimpleNamespace(
+        hook=hook, event=event, session_id="s1", outcome="interrupted", attempts=1,
+        duration=0.0, started_at=time.time(), idempotency_key="key-1", status_code=None,
+        exit_code=None, error_type="Interrupted", message="interrupted: shutdown", request=None,
+        trace_id=None, span_id=None, agent_id=None, replayed_from=None, attempt_log=(),
+    )  # fmt: skip
+    in_flight.record(interrupted)
+    retrying.join(60.0)
+
+    rows = journal.executions()
+    assert [(row.outcome, row.attempts) for row in rows] == [("interrupted", 1)], rows
+    journal.close()

@@ -17,6 +17,11 @@ runtime event of a non-blocking hook waiting for its token: a newer one replaces
 wins; the replaced one is counted as dropped, reason `rate_limited`). Lifecycle events and
 blocking calls never wait for a token and are never dropped; they still spend one, and a
 runtime event waiting in front of them is let through with them so that order is kept.
+
+A delivery has one end, recorded once: at shutdown, the dispatcher records a delivery still in
+flight as `interrupted` (the process may end before it does) only if it claims that delivery's
+end first; a delivery that then ends after all rewrites that journal row with what it did
+(`replay` must not send a delivery that arrived), and is not counted a second time.
 """
 
 from __future__ import annotations
@@ -52,10 +57,23 @@ class _Job:
     session: SessionInfo
     future: Future[Execution] | None = None  # set when a caller waits for it
     deadline: float | None = None
+    # Who records this job's end: its run (`ended`) or the shutdown that stopped waiting for
+    # it (`given_up`), whichever takes `end_lock` first. The shutdown records it under the
+    # lock, so a run that ends meanwhile finds that record made, to rewrite.
+    ended: bool = False
+    given_up: bool = False
+    end_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def droppable(self) -> bool:
         return self.future is None and self.event.name not in ev.LIFECYCLE_EVENTS
+
+    def claim_end(self) -> bool:
+        """Whether the job's run records its own end: False when the shutdown gave up on it
+        and recorded it as interrupted already."""
+        with self.end_lock:
+            self.ended = not self.given_up
+            return self.ended
 
 
 # Filled in as the blocking hooks finish: mutable, compared by identity.
@@ -276,7 +294,9 @@ class HookQueue:
         with self._cond:
             self.current = job
         try:
-            execution = self._executor.run(self.hook, job.event, job.session, deadline)
+            execution = self._executor.run(
+                self.hook, job.event, job.session, deadline, claim=job.claim_end
+            )
         except BaseException as exc:  # never leave a waiting caller hanging
             if job.future is not None:
                 job.future.set_exception(exc)
@@ -496,16 +516,8 @@ class Dispatcher:
         # waiting for workers, half a second apiece would be minutes.
         last_call = time.monotonic() + 0.5
         for queue in self._queues.values():
-            if not queue.join(last_call - time.monotonic()) and queue.current is not None:
-                # Still in flight: the process may end before it does, and then its own record
-                # would never be written. It may yet have reached its target: `interrupted`.
-                self._undelivered(
-                    queue,
-                    queue.current,
-                    "shutdown",
-                    "still running at the shutdown deadline",
-                    outcome="interrupted",
-                )
+            if not queue.join(last_call - time.monotonic()):
+                self._give_up(queue)
             for job in queue.abandon():
                 self._undelivered(queue, job, "shutdown", "the shutdown deadline came first")
                 log.error(
@@ -514,6 +526,25 @@ class Dispatcher:
                     job.event.name,
                 )
         self.pool.stop()
+
+    def _give_up(self, queue: HookQueue) -> None:
+        """The job still in flight after the last call: the process may end before it does,
+        and then its own record would never be written. It may yet have reached its target:
+        recorded as `interrupted`, unless its run recorded its end first."""
+        job = queue.current
+        if job is None:
+            return
+        with job.end_lock:
+            if job.ended:
+                return
+            job.given_up = True
+            self._undelivered(
+                queue,
+                job,
+                "shutdown",
+                "still running at the shutdown deadline",
+                outcome="interrupted",
+            )
 
     def settle(self, deadline: float) -> int:
         """Let what is queued be delivered until `deadline` (monotonic), so that what comes

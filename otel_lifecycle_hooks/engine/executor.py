@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -216,10 +216,13 @@ class HookExecutor:
         session: SessionInfo,
         deadline: float | None = None,
         not_run: str | None = None,
+        claim: Callable[[], bool] | None = None,
     ) -> Execution:
         """Execute `hook` for `event`; `deadline` (monotonic) cuts attempts and retries short.
         With `not_run` (why), it is recorded as skipped without running, as every execution is
-        recorded: its span, the metrics, the hook log and the journal."""
+        recorded: its span, the metrics, the hook log and the journal. `claim`, asked as the
+        run ends, says whether the run records its end: False when the dispatcher's shutdown
+        recorded it as interrupted meanwhile (engine/dispatch.py)."""
         started_wall = self.clock.wall()
         started = self.clock.monotonic()
         variables = self.variables_for(hook, event, session)
@@ -288,5 +291,8 @@ class HookExecutor:
             attempt_log=tuple(loop.rows),
         )
         end_span(span, execution)
-        self.observers.execution(execution)
+        if claim is None or claim():
+            self.observers.execution(execution)
+        else:
+            self.observers.ended_late(execution)
         return execution

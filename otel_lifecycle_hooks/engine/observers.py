@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
@@ -53,6 +53,15 @@ class ExecutionObserver(Protocol):
 
     def on_execution(self, execution: Execution) -> None:
         """An execution ended (or was recorded without running: dropped, interrupted)."""
+
+
+@runtime_checkable
+class LateEndObserver(Protocol):
+    """An observer that keeps a record of each execution it can rewrite (the journal)."""
+
+    def on_late_end(self, execution: Execution) -> None:
+        """`execution` ended after the shutdown had recorded it as interrupted: its record
+        now says what it did."""
 
 
 class ExecutionCallback:
@@ -116,3 +125,14 @@ class Observers:
                 observer.on_execution(execution)
             except Exception:  # a broken observer must not stop the others
                 log.exception("recording hook execution of %s failed", execution.hook.name)
+
+    def ended_late(self, execution: Execution) -> None:
+        """`execution` ended after the shutdown recorded it as interrupted and counted it:
+        the observers that keep a rewritable record correct it, and nothing counts it again
+        (a delivery is one execution in the metrics and one line in the hook log)."""
+        for observer in self._observers:
+            if isinstance(observer, LateEndObserver):
+                try:
+                    observer.on_late_end(execution)
+                except Exception:  # a broken observer must not stop the others
+                    log.exception("correcting the record of %s failed", execution.hook.name)

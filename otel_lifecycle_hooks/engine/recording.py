@@ -167,6 +167,12 @@ class JournalObserver:
         for watcher in self._watchers:
             _tell(watcher.recorded, execution, history_id)
 
+    def on_late_end(self, execution: Execution) -> None:
+        """Rewrite the row the shutdown journaled as interrupted with what the execution did
+        (the watchers were shown that row already)."""
+        if self._journal is not None:
+            self._in_flight_of(self._journal).record(execution)
+
 
 class Recorders:
     """The recorders an engine feeds, as the executor's observers and dispatch's listener."""

@@ -8,6 +8,10 @@ execution that succeeds or fails at its first attempt costs nothing here: no ret
 
 A `running` row whose run was killed stays `running`: readers show it as unfinished, and
 crash recovery does not count it as a hook that ran.
+
+An execution the engine's shutdown stopped waiting for is journaled as `interrupted` while it
+still runs (engine/dispatch.py); its row is kept here too, so that if it ends after all, before
+the journal closes, that row is rewritten with what it did, not joined by a second.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import Journal
-from .rows import RUNNING, AttemptRow, ExecutionRow, attempts_of, execution_row_of, new_row_uid
+from .rows import (
+    INTERRUPTED,
+    RUNNING,
+    AttemptRow,
+    ExecutionRow,
+    attempts_of,
+    execution_row_of,
+    new_row_uid,
+)
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
@@ -35,6 +47,11 @@ class InFlight:
         self._lock = threading.Lock()
         # Per execution in flight: its row's uid and how many of its attempts are journaled.
         self._rows: dict[_Key, tuple[str, int]] = {}
+        # The same, for those journaled as interrupted while they still run.
+        self._interrupted: dict[_Key, tuple[str, int]] = {}
+        # Held across a running row's write and an interrupted record's, which come from two
+        # threads (the hook's, the shutdown's): the second finds the first's row to rewrite.
+        self._writing = threading.Lock()
 
     def retrying(
         self,
@@ -50,9 +67,26 @@ class InFlight:
         Never raises (a journal that cannot be written never stops a hook)."""
         if not attempt_log:
             return
+        with self._writing:
+            self._journal_running(
+                hook, event, session, idempotency_key, attempt_log, max_attempts, delay
+            )
+
+    def _journal_running(
+        self,
+        hook: Any,
+        event: Any,
+        session: Any,
+        idempotency_key: str,
+        attempt_log: Sequence[AttemptRow],
+        max_attempts: int,
+        delay: float,
+    ) -> None:
         try:
             key = (session.session_id, hook.name, event.name, idempotency_key)
             with self._lock:
+                if key in self._interrupted:
+                    return  # its interrupted row stands until it ends
                 uid, written = self._rows.get(key) or (new_row_uid(), 0)
             started_at = attempt_log[0].started_at
             following = len(attempt_log) + 1
@@ -84,14 +118,32 @@ class InFlight:
 
     def record(self, execution: Any) -> int | None:
         """Journal an execution that ended: its in-flight row rewritten, or a new row."""
-        if self._rows:  # the common case, nothing in flight, is one check
+        if execution.outcome == INTERRUPTED:
+            with self._writing:
+                return self._record(execution)
+        return self._record(execution)
+
+    def _record(self, execution: Any) -> int | None:
+        found = None
+        if self._rows or self._interrupted:  # the common case, nothing in flight, is one check
+            key = _key_of(execution)
             with self._lock:
-                found = self._rows.pop(_key_of(execution), None)
-            if found is not None:
-                uid, written = found
-                row = execution_row_of(execution)._replace(row_uid=uid)
-                return self._journal.update_execution(row, attempts_of(execution)[written:])
-        return self._journal.record(execution)
+                found = self._rows.pop(key, None) or self._interrupted.pop(key, None)
+        if found is None and execution.outcome != INTERRUPTED:
+            return self._journal.record(execution)
+        uid, written = found or (new_row_uid(), 0)
+        row = execution_row_of(execution)._replace(row_uid=uid)
+        attempts = attempts_of(execution)[written:]
+        if execution.outcome == INTERRUPTED:
+            # The shutdown's record knows of no attempt; the row it rewrites knows how many.
+            row = row._replace(attempts=max(row.attempts, written))
+            # Journaled while it still runs (the shutdown gave up on it): its own end may come
+            # yet, and then rewrites this row. Kept before the write, which that end follows.
+            with self._lock:
+                self._interrupted[_key_of(execution)] = (uid, written + len(attempts))
+        if found is None:
+            return self._journal.record_execution(row, attempts)
+        return self._journal.update_execution(row, attempts)
 
 
 def _key_of(execution: Any) -> _Key:

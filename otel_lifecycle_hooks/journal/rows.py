@@ -28,6 +28,8 @@ FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
 # An execution still being retried (`in_flight.py`): journaled at its first retry, rewritten
 # in place with its outcome when it ends. Not an outcome a finished execution ever has.
 RUNNING = "running"
+# The engine's shutdown stopped waiting for the delivery: it may have reached its target.
+INTERRUPTED = "interrupted"
 # The events whose hooks a killed session still owes, and the post-start that makes them owed:
 # the moment each began is journaled before its hooks are sent (it is their X-Scion-Hook-ID).
 OWED_EVENTS = ("pre-stop", "session-end")

@@ -70,6 +70,7 @@ class GatedExecutor:
         event: LifecycleEvent,
         session: SessionInfo,
         deadline: float | None = None,
+        claim: Callable[[], bool] | None = None,  # nothing is recorded here
     ) -> Execution:
         with self._lock:
             self._active += 1

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import sqlite3
 import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+
+from otel_lifecycle_hooks.actions.base import AttemptResult
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
+from otel_lifecycle_hooks.engine.clock import FakeClock
 from otel_lifecycle_hooks.engine.recording import ExecutionWatcher
+from otel_lifecycle_hooks.engine.runners import ActionServices, Attempt, builtin_runners
+from otel_lifecycle_hooks.engine.runners.http import HttpRunner
 from otel_lifecycle_hooks.journal import FAILED_OUTCOMES
+from otel_lifecycle_hooks.telemetry.metrics import DROPPED, EXECUTIONS
 from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import Reply, TargetServer
 
@@ -100,3 +111,170 @@ def test_an_interruption_that_wakes_a_blocking_hooks_retry_wait_is_journaled_as_
     assert error_type == "interrupted", (outcome, error_type, message)
     assert "run interrupted before attempt 2" in message
     session.end()
+
+
+class _HeldHttpRunner:
+    """The real HTTP runner, each attempt held until the test lets it go: the test decides
+    when a delivery in flight ends, not the scheduler."""
+
+    renders = True
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self._http = HttpRunner()
+
+    def attempt(self, services: ActionServices, attempt: Attempt) -> AttemptResult:
+        self.started.set()
+        self.release.wait(60.0)  # a hang guard: the test releases it
+        return self._http.attempt(services, attempt)
+
+
+def test_a_delivery_that_ends_after_the_shutdown_gave_up_on_it_has_one_row_saying_what_it_did(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    # The shutdown stops waiting for a delivery in flight and journals it as interrupted (the
+    # process may end before it does). If it ends after all, before the journal is closed,
+    # that same row says what it truly did (a 200: `replay` must not send it again), and it
+    # is counted once: no second row, no second execution in the metrics or the hook log.
+    target_server.always("/hook", Reply.json(200, "{}"))
+    held = _HeldHttpRunner()
+    runners = builtin_runners()
+    runners.register("http", held)
+    reader = InMemoryMetricReader()
+    journal = tmp_path / "journal.sqlite3"
+    hook_log = tmp_path / "hooks.log"
+    engine = HookEngine(
+        load_template_text(
+            textwrap.dedent(
+                f"""
+                lifecycle_hooks:
+                  - name: target
+                    on: [tool-start]
+                    action:
+                      type: http
+                      method: POST
+                      url: "{target_server.url("/hook")}"
+                      body: '{{}}'
+                """
+            )
+        ),
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        journal=journal,
+        hook_log=hook_log,
+        runners=runners,
+    )
+    session = AgentSession(engine, agent_name="agent")
+    session.record("tool-start", {"TOOL_NAME": "first"})
+    assert held.started.wait(60.0)  # in flight, held
+
+    engine.dispatcher.shutdown(0.0)  # gives up on it: its last call passes while it is held
+    assert [row[:2] for row in _rows(journal)] == [("interrupted", "Interrupted")]
+
+    held.release.set()  # it ends after all
+    deadline = time.monotonic() + 60.0
+    while not any(outcome == "success" for outcome, *_ in _rows(journal)):
+        assert time.monotonic() < deadline, _rows(journal)
+        time.sleep(0.02)
+    target_server.wait_for(1)
+
+    [(outcome, error_type, attempts)] = _rows(journal)
+    assert (outcome, error_type, attempts) == ("success", None, 1)
+    assert _counted(reader, EXECUTIONS) == {("target", "interrupted"): 1}
+    assert _counted(reader, DROPPED) == {("target", "shutdown"): 1}
+    engine.shutdown(1.0)
+    logged = [line for line in hook_log.read_text().splitlines() if "target" in line]
+    assert len(logged) == 1, logged
+    session.end()
+
+
+class _HeldRetryWaitClock(FakeClock):
+    """A fake clock whose retry wait is held until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+        self.release = threading.Event()
+
+    def sleep(self, seconds: float, interrupt: threading.Event | None = None) -> bool:
+        self.waiting.set()
+        self.release.wait(60.0)  # a hang guard: the test releases it
+        return super().sleep(seconds, interrupt)
+
+
+def test_a_retrying_delivery_the_shutdown_gave_up_on_keeps_its_one_row_to_its_end(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    # Journaled as running at its first retry wait; the shutdown rewrites that row as
+    # interrupted, with the attempt made; the wait, cut short by the shutdown, ends the
+    # delivery with the endpoint's last answer, and that same row says so.
+    target_server.always("/busy", Reply.json(503, '{"error": "unavailable"}'))
+    clock = _HeldRetryWaitClock()
+    journal = tmp_path / "journal.sqlite3"
+    engine = HookEngine(
+        load_template_text(
+            textwrap.dedent(
+                f"""
+                lifecycle_hooks:
+                  - name: target
+                    on: [tool-start]
+                    on_error: retry
+                    action:
+                      type: http
+                      method: POST
+                      url: "{target_server.url("/busy")}"
+                      body: '{{}}'
+                """
+            )
+        ),
+        clock=clock,
+        journal=journal,
+        hook_log=False,
+    )
+    session = AgentSession(engine, agent_name="agent")
+    session.record("tool-start", {"TOOL_NAME": "first"})
+    assert clock.waiting.wait(60.0)  # its first retry wait, held
+    assert _rows(journal) == [("running", None, 1)]
+
+    engine.dispatcher.shutdown(0.0)
+    assert _rows(journal) == [("interrupted", "Interrupted", 1)]
+
+    clock.release.set()
+    deadline = time.monotonic() + 60.0
+    while _rows(journal)[0][0] == "interrupted":
+        assert time.monotonic() < deadline, _rows(journal)
+        time.sleep(0.02)
+    assert _rows(journal) == [("failed", "http.503", 1)]
+    assert len(target_server.wait_for(1)) == 1
+    with sqlite3.connect(journal) as db:
+        assert db.execute("SELECT COUNT(*) FROM attempts").fetchone() == (1,)
+    engine.shutdown(1.0)
+    session.end()
+
+
+def _rows(journal: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(journal) as db:
+        return db.execute(
+            "SELECT outcome, error_type, attempts FROM executions ORDER BY id"
+        ).fetchall()
+
+
+def _counted(reader: InMemoryMetricReader, name: str) -> dict[tuple[Any, ...], int]:
+    """A counter's values keyed by (hook, outcome or drop reason)."""
+    data = reader.get_metrics_data()
+    values: dict[tuple[Any, ...], int] = {}
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name != name:
+                    continue
+                for point in metric.data.data_points:
+                    assert isinstance(point, NumberDataPoint)  # a counter's
+                    attributes = point.attributes or {}
+                    key = (
+                        attributes.get("agent.lifecycle_hook.name"),
+                        attributes.get("agent.lifecycle_hook.drop_reason")
+                        or attributes.get("agent.lifecycle_hook.outcome"),
+                    )
+                    values[key] = values.get(key, 0) + int(point.value)
+    return values

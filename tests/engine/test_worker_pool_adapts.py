@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 from otel_lifecycle_hooks.engine import workers
 from otel_lifecycle_hooks.engine.clock import SYSTEM_CLOCK
@@ -45,6 +46,7 @@ class HeldExecutor:
         event: LifecycleEvent,
         session: SessionInfo,
         deadline: float | None = None,
+        claim: Callable[[], bool] | None = None,  # nothing is recorded here
     ) -> Execution:
         with self._state:
             self.running += 1

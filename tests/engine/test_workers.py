@@ -15,6 +15,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,7 @@ class YieldingExecutor:
         event: LifecycleEvent,
         session: SessionInfo,
         deadline: float | None = None,
+        claim: Callable[[], bool] | None = None,  # nothing is recorded here
     ) -> Execution:
         with self._lock:
             if hook.name in self._running:

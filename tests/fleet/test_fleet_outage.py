@@ -135,13 +135,21 @@ def test_reconcile_watching_through_an_outage_reports_it_and_recovers_after(
         lost = body(deliveries(receiver, "/register")[0])["session"]
         kill_with_agent(workspace, first, agent_pid)
         postgres_server.stop()
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--watch",
-             "--interval", "200ms", "--stale-after", "1s", "--template", str(template)],
-            env=workspace.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        # Files, not pipes: the test reads the watcher's report while it runs.
+        out_path, err_path = workspace.root / "watch.out", workspace.root / "watch.err"
+        with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
+            watcher = subprocess.Popen(
+                [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--watch",
+                 "--interval", "200ms", "--stale-after", "1s", "--template", str(template)],
+                env=workspace.env, stdout=out_file, stderr=err_file,
+            )  # fmt: skip
         try:
-            time.sleep(1.5)
+            # The outage is seen (and reported) before the database comes back, however long
+            # the watcher takes to start.
+            wait_until(
+                lambda: "cannot read the journal" in err_path.read_text(errors="replace"),
+                what="the watcher to report the outage",
+            )
             assert watcher.poll() is None  # still watching, the database gone
             postgres_server.start()
             wait_until(lambda: hook_ids(receiver, "/farewell", lost), what="the recovery")
@@ -149,7 +157,8 @@ def test_reconcile_watching_through_an_outage_reports_it_and_recovers_after(
             if postgres_server.process is None:
                 postgres_server.start()
             watcher.send_signal(signal.SIGTERM)
-            out, err = watcher.communicate(timeout=120)
+            watcher.wait(timeout=120)
+        out, err = out_path.read_text(), err_path.read_text(errors="replace")
         assert watcher.returncode == 0, err
         assert "cannot read the journal" in err
         assert f"recovered: session {lost}" in out

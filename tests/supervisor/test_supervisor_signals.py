@@ -268,5 +268,7 @@ def test_a_second_signal_during_a_blocking_hooks_retry_wait_journals_its_attempt
 
     assert "failed unexpectedly" not in run.stderr
     [row] = [row for row in Journal(workspace.journal).executions() if row.hook == "end-retry"]
-    assert row.error_type == "interrupted", (row.error_type, row.message)
+    # Its own end says `interrupted` (error type); on a busy machine the engine's final drain
+    # may give up on it first and journal it as an `interrupted` outcome: one row either way.
+    assert "interrupted" in (row.outcome, row.error_type), (row.outcome, row.error_type)
     assert row.attempts == len(target_server.wait_for(1)) >= 1
