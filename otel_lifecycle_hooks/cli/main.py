@@ -17,7 +17,9 @@ EXIT_CONFIG = 2  # a setting or an install that cannot work: what the message sa
 # The console script imports this module on every harness event: `typing` is for checkers.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from argparse import ArgumentParser
     from collections.abc import Sequence
+    from types import ModuleType
 
 # command name -> module under otel_lifecycle_hooks.cli
 COMMANDS: dict[str, str] = {
@@ -51,33 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_parsed(args: list[str]) -> int:
-    import argparse
-    import importlib
+    import gc
 
-    from .. import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="otel-lifecycle-hooks",
-        description="Lifecycle hooks for AI agents, visible as OpenTelemetry traces and metrics.",
-    )
-    parser.add_argument(
-        "--version", "-V", action="version", version=f"otel-lifecycle-hooks {__version__}"
-    )
-    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
-    modules = {}
-    # A named command needs only its own module: importing all of them (`test` pulls in the
-    # HTTP stack) would cost every `run` and `status` tens of milliseconds.
-    wanted = {args[0]: COMMANDS[args[0]]} if args and args[0] in COMMANDS else COMMANDS
-    for name, module_name in wanted.items():
-        try:
-            module = importlib.import_module(f"{__package__}.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{module_name}":
-                raise
-            continue  # a command not built yet
-        module.add_parser(subparsers)
-        modules[name] = module
-    parsed = parser.parse_args(args)
+    # Importing a command's module (for `run`: the SDK, the engine, the supervisor) makes
+    # tens of thousands of objects that live as long as the process; the cyclic collector
+    # would rescan them many times over while they are made: about 6 ms of a `run`'s start
+    # before its agent's (bench_startup). Collection resumes before the command runs.
+    gc.disable()
+    try:
+        modules, parser = _command_modules(args)
+        parsed = parser.parse_args(args)
+    finally:
+        gc.enable()
     try:
         code = int(modules[parsed.subcommand].run(parsed) or 0)
         sys.stdout.flush()
@@ -93,6 +80,38 @@ def _run_parsed(args: list[str]) -> int:
         print(f"otel-lifecycle-hooks {parsed.subcommand}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return code
+
+
+def _command_modules(args: list[str]) -> tuple[dict[str, ModuleType], ArgumentParser]:
+    """The modules of the commands `args` may name (the one it names, else all) and the
+    parser they added their options to."""
+    import argparse
+    import importlib
+
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="otel-lifecycle-hooks",
+        description="Lifecycle hooks for AI agents, visible as OpenTelemetry traces and metrics.",
+    )
+    parser.add_argument(
+        "--version", "-V", action="version", version=f"otel-lifecycle-hooks {__version__}"
+    )
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+    modules: dict[str, ModuleType] = {}
+    # A named command needs only its own module: importing all of them (`test` pulls in the
+    # HTTP stack) would cost every `run` and `status` tens of milliseconds.
+    wanted = {args[0]: COMMANDS[args[0]]} if args and args[0] in COMMANDS else COMMANDS
+    for name, module_name in wanted.items():
+        try:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{module_name}":
+                raise
+            continue  # a command not built yet
+        module.add_parser(subparsers)
+        modules[name] = module
+    return modules, parser
 
 
 if __name__ == "__main__":  # pragma: no cover
