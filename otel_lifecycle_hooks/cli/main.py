@@ -58,12 +58,14 @@ def _run_parsed(args: list[str]) -> int:
     # Importing a command's module (for `run`: the SDK, the engine, the supervisor) makes
     # tens of thousands of objects that live as long as the process; the cyclic collector
     # would rescan them many times over while they are made: about 6 ms of a `run`'s start
-    # before its agent's (bench_startup). Collection resumes before the command runs.
+    # before its agent's (bench_startup). Then they are frozen (never scanned again) and
+    # collection resumes, before the command runs.
     gc.disable()
     try:
         modules, parser = _command_modules(args)
         parsed = parser.parse_args(args)
     finally:
+        gc.freeze()
         gc.enable()
     try:
         code = int(modules[parsed.subcommand].run(parsed) or 0)
