@@ -49,24 +49,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_command(args[1:])
             return 0
         return hook_main(args[1:])
-    return _run_parsed(args)
+    return _run_parsed(args, own_process=argv is None)
 
 
-def _run_parsed(args: list[str]) -> int:
+def _run_parsed(args: list[str], own_process: bool = False) -> int:
     import gc
 
     # Importing a command's module (for `run`: the SDK, the engine, the supervisor) makes
     # tens of thousands of objects that live as long as the process; the cyclic collector
     # would rescan them many times over while they are made: about 6 ms of a `run`'s start
     # before its agent's (bench_startup). Then they are frozen (never scanned again) and
-    # collection resumes, before the command runs.
-    gc.disable()
+    # collection resumes, before the command runs. Only in a process of its own: a caller's
+    # heap is the caller's.
+    hold = own_process and gc.isenabled()
+    if hold:
+        gc.disable()
     try:
         modules, parser = _command_modules(args)
         parsed = parser.parse_args(args)
     finally:
-        gc.freeze()
-        gc.enable()
+        if hold:
+            gc.freeze()
+            gc.enable()
     try:
         code = int(modules[parsed.subcommand].run(parsed) or 0)
         sys.stdout.flush()
