@@ -7,8 +7,8 @@ file's exporter, OTLP's exporter): they are made when the first span ends. The c
 console module is never imported (the report escapes through terminal.py). Nor the Logs API:
 the first phases' event records are emitted once the agent has started. Nor, with a metrics
 exporter, the metrics SDK and OTLP's metric exporter: the meter provider is made once the
-agent has started. Before the spawn no cyclic collection runs, and the event socket, listening,
-is not read yet (its reader's thread starts after the spawn)."""
+agent has started. Before the spawn no cyclic collection runs, and the event socket and the
+HTTP route, listening, are not read yet (their readers' threads start after the spawn)."""
 
 from __future__ import annotations
 
@@ -210,11 +210,14 @@ def test_no_cyclic_collection_runs_before_the_agent_is_spawned(
     assert seen["collections"] > 0
 
 
-def test_the_event_socket_is_read_from_once_the_agent_is_started(
+def test_the_event_socket_and_the_http_route_are_read_once_the_agent_is_started(
     tmp_path: Path, target_server: TargetServer
 ) -> None:
-    # Bound and listening before the spawn (what the agent sends at once waits in the
-    # backlog: supervisor/test_startup_order.py); its reader's thread starts after it.
-    seen = noted_imports(tmp_path, target_server.url("/started"), HTTP_CLIENTS)
-    assert "event-socket" not in seen["threads-before-spawn"]
-    assert "event-socket" in seen["threads"]
+    # Both listen before the spawn (what the agent sends at once waits in the backlog:
+    # supervisor/test_startup_order.py); their readers' threads start after it.
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), HTTP_CLIENTS, LIFECYCLE_HOOKS_HTTP="1"
+    )
+    readers = {"event-socket", "http-ingest", "http-ingest-parse", "http-ingest-deliver"}
+    assert readers.isdisjoint(seen["threads-before-spawn"])
+    assert readers <= set(seen["threads"])

@@ -79,12 +79,14 @@ class AgentEvents:
         )
 
     def serve(self) -> None:
-        """Start reading the event socket. Called once the agent is started: no one writes
-        to it before, and what the agent sends first waits in the listen backlog. Starting
-        the reader's thread (and waiting for it to run) before the spawn would hold the
-        agent's start (bench_startup)."""
+        """Start reading the event socket and the HTTP route. Called once the agent is
+        started: no one writes to them before, and what the agent sends first waits in the
+        listen backlog. Starting the readers' threads (and waiting for each to run) before
+        the spawn would hold the agent's start (bench_startup)."""
         if self._server is not None:
             self._server.start()
+        if self._channel is not None:
+            self._channel.serve()
 
     def agent_variables(self, env: Mapping[str, str]) -> dict[str, str]:
         """What the agent's environment `env` needs to reach the socket (and the HTTP route);
