@@ -14,8 +14,8 @@ shutdown that drains the hooks and flushes the trace) and is waited for, but not
   is started before post-start fires, in both templates).
 - The judged template with OTLP export on, to a loopback listener.
 - The floor: `python -c "import ..."` of every module, not the package's own, that `run`
-  has imported when its agent starts (from `-X importtime`, with the template's post-start
-  hooks left out so that no hook's thread imports anything meanwhile); and the launcher the
+  has imported when it spawns its agent (from `-X importtime`, up to a mark written at the
+  spawn, with the template's post-start hooks left out); and the launcher the
   agent is started through (so that it dies with a killed supervisor), around `true`.
 
 Every registration must reach the loopback registry, and with OTLP on every run must export
@@ -95,11 +95,29 @@ def until_agent_started(argv: list[str], env: dict[str, str], fifo: Path) -> flo
     return elapsed
 
 
+# `run` as its console script runs it, writing the agent's mark on stderr when it spawns the
+# agent: a mark the agent wrote itself would come after whatever `run` imported meanwhile,
+# after the spawn (the journal, SQLite, the Logs API), which the agent's start did not wait for.
+RUN_MARKING_THE_SPAWN = """
+import subprocess, sys
+from otel_lifecycle_hooks.cli.main import main
+spawn = subprocess.Popen.__init__
+
+def marking(self, args, *rest, **kwargs):
+    if MARK in " ".join(map(str, args)):
+        print(MARK, file=sys.stderr, flush=True)
+    spawn(self, args, *rest, **kwargs)
+
+subprocess.Popen.__init__ = marking
+sys.exit(main())
+"""
+
+
 def modules_before_agent(template: Path, env: dict[str, str]) -> list[str]:
     """The modules, not the package's own nor an empty interpreter's, that `run` imported
-    before its agent started (`-X importtime` lines before the agent's mark on stderr)."""
+    before it spawned its agent (`-X importtime` lines before the spawn's mark on stderr)."""
 
-    def imported(argv: list[str]) -> list[str]:
+    def imported(argv: list[str], marked: bool = True) -> list[str]:
         done = subprocess.run(
             [sys.executable, "-X", "importtime", *argv],
             env=env,
@@ -108,20 +126,21 @@ def modules_before_agent(template: Path, env: dict[str, str]) -> list[str]:
             check=False,
             timeout=60,
         )
-        names = []
+        names: list[str] = []
         for line in done.stderr.splitlines():
             if line.strip() == AGENT_MARK:
                 return names
             match = re.match(r"import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", line)
             if match:
                 names.append(match.group(1))
-        if argv[:1] == ["-c"]:
+        if not marked:
             return names
-        raise SystemExit(f"no agent mark in the -X importtime run: {done.stderr[-1000:]}")
+        raise SystemExit(f"no spawn mark in the -X importtime run: {done.stderr[-1000:]}")
 
-    empty = set(imported(["-c", "pass"]))
-    child = f"echo {AGENT_MARK} >&2"
-    run = imported([console_script(), "run", "--template", str(template), "--", "sh", "-c", child])
+    empty = set(imported(["-c", "pass"], marked=False))
+    program = RUN_MARKING_THE_SPAWN.replace("MARK", repr(AGENT_MARK))
+    child = f": {AGENT_MARK}"
+    run = imported(["-c", program, "run", "--template", str(template), "--", "sh", "-c", child])
     wanted = list(dict.fromkeys(n for n in run if n not in empty and n.split(".")[0] != OWN))
     # -X importtime lists failed attempts too (another platform's modules, optional ones).
     probe = (

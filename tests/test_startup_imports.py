@@ -7,7 +7,8 @@ file's exporter, OTLP's exporter): they are made when the first span ends. The c
 console module is never imported (the report escapes through terminal.py). Nor the Logs API:
 the first phases' event records are emitted once the agent has started. Nor, with a metrics
 exporter, the metrics SDK and OTLP's metric exporter: the meter provider is made once the
-agent has started."""
+agent has started. Before the spawn no cyclic collection runs, and the event socket and the
+HTTP route, listening, are not read yet (their readers' threads start after the spawn)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from tests.support.target_server import TargetServer
 
@@ -37,21 +39,36 @@ METRICS_EXPORT = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp", "g
 LOGS_API = ("opentelemetry._logs", "opentelemetry.logs", "otel_lifecycle_hooks.telemetry.logs_api")
 
 # `run` as the console script starts it, with a note of the HTTP client modules imported at
-# the moment the agent is spawned (the first Popen of the agent's own command) and at exit.
+# the moment the agent is spawned (the first Popen of the agent's own command) and at exit;
+# and of the cyclic collections from the command's start and the threads started, before the
+# spawn and in all.
 RUN_NOTING_IMPORTS = """
-import atexit, json, subprocess, sys
+import atexit, gc, json, subprocess, sys, threading
 clients = json.loads(sys.argv[1])
 out = sys.argv[2]
-seen = {}
+seen = {"collections": 0, "threads": []}
 
 def loaded():
     return sorted(m for m in sys.modules if m.startswith(tuple(clients)))
 
+def collected(phase, info):
+    if phase == "start":
+        seen["collections"] += 1
+
+start_thread = threading.Thread.start
+
+def starting(self):
+    seen["threads"].append(self.name)
+    start_thread(self)
+
+threading.Thread.start = starting
 spawn = subprocess.Popen.__init__
 
 def noting(self, args, *rest, **kwargs):
     if "at-spawn" not in seen and "agent-marker" in " ".join(map(str, args)):
         seen["at-spawn"] = loaded()
+        seen["collections-before-spawn"] = seen["collections"]
+        seen["threads-before-spawn"] = list(seen["threads"])
     spawn(self, args, *rest, **kwargs)
 
 subprocess.Popen.__init__ = noting
@@ -64,13 +81,14 @@ def write():
 atexit.register(write)
 sys.argv = ["otel-lifecycle-hooks", *sys.argv[3:]]
 from otel_lifecycle_hooks.cli.main import main
+gc.callbacks.append(collected)  # from the command's start
 sys.exit(main())
 """
 
 
 def noted_imports(
     tmp_path: Path, url: str, modules: tuple[str, ...], *run_options: str, **environ: str
-) -> dict[str, list[str]]:
+) -> dict[str, Any]:
     """Which of `modules` `run` had imported when it spawned its agent, and at its exit, with
     a template whose post-start webhook goes to `url`."""
     template = tmp_path / "agent.yaml"
@@ -95,7 +113,7 @@ def noted_imports(
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    noted_imports: dict[str, list[str]] = json.loads(noted.read_text())
+    noted_imports: dict[str, Any] = json.loads(noted.read_text())
     return noted_imports
 
 
@@ -179,3 +197,27 @@ def test_with_otlp_metrics_the_meter_provider_is_made_after_the_agent_is_started
     assert "opentelemetry.exporter.otlp.proto.http.metric_exporter" in seen["at-exit"]
     paths = [request.path for request in target_server.wait_for(2)]
     assert sorted(paths) == ["/started", "/v1/metrics"]
+
+
+def test_no_cyclic_collection_runs_before_the_agent_is_spawned(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    # Importing run's modules and starting it make tens of thousands of long-lived objects:
+    # the collector waits (cli/main.py, then cli/run.py) until the agent is running.
+    seen = noted_imports(tmp_path, target_server.url("/started"), HTTP_CLIENTS)
+    assert seen["collections-before-spawn"] == 0
+    # The check can see collections: once post-start is done, collection resumes.
+    assert seen["collections"] > 0
+
+
+def test_the_event_socket_and_the_http_route_are_read_once_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    # Both listen before the spawn (what the agent sends at once waits in the backlog:
+    # supervisor/test_startup_order.py); their readers' threads start after it.
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), HTTP_CLIENTS, LIFECYCLE_HOOKS_HTTP="1"
+    )
+    readers = {"event-socket", "http-ingest", "http-ingest-parse", "http-ingest-deliver"}
+    assert readers.isdisjoint(seen["threads-before-spawn"])
+    assert readers <= set(seen["threads"])

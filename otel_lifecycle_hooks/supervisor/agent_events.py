@@ -66,7 +66,8 @@ class AgentEvents:
         self._admission = Admission(self.ingress)
 
     def open(self, command: Sequence[str], metadata: Mapping[str, str], user: str | None) -> None:
-        """Open the session's channel and the event socket (owned by the agent's user)."""
+        """Open the session's channel and the event socket (owned by the agent's user),
+        listening; `serve` starts reading it."""
         http = wants_http_route(command, metadata, self._environ)
         owner = agent_user_ids(user)
         self._channel = SessionChannel(self._deliver, owner, http, refuse=self.ingress.refuse)
@@ -75,7 +76,17 @@ class AgentEvents:
             owner=owner,
             refuse=self.ingress.refuse,
             undelivered=self.ingress.sender_losses,
-        ).start()
+        )
+
+    def serve(self) -> None:
+        """Start reading the event socket and the HTTP route. Called once the agent is
+        started: no one writes to them before, and what the agent sends first waits in the
+        listen backlog. Starting the readers' threads (and waiting for each to run) before
+        the spawn would hold the agent's start (bench_startup)."""
+        if self._server is not None:
+            self._server.start()
+        if self._channel is not None:
+            self._channel.serve()
 
     def agent_variables(self, env: Mapping[str, str]) -> dict[str, str]:
         """What the agent's environment `env` needs to reach the socket (and the HTTP route);

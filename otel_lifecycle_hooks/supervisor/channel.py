@@ -107,7 +107,8 @@ class SessionChannel:
             return self._received
 
     def open(self, socket_path: str, child_env: Mapping[str, str]) -> dict[str, str]:
-        """Start the HTTP route (if any), write the pointer file; the variables for the agent."""
+        """Open the HTTP route (if any: listening, read once `serve` is called), write the
+        pointer file; the variables for the agent."""
         self.socket_path = socket_path
         variables = {SOCKET_ENV: socket_path, LEGACY_SOCKET_ENV: socket_path}
         pointer: dict[str, Any] = {"v": POINTER_VERSION, "pid": os.getpid(), "socket": socket_path}
@@ -117,7 +118,7 @@ class SessionChannel:
 
                 self._http = HttpIngest(
                     self.deliver, self.received, agent=self._owner, refuse=self._refuse
-                ).start()
+                )
             except OSError as exc:
                 log.warning("HTTP event route not started: %s", exc.strerror or exc)
             else:
@@ -131,6 +132,12 @@ class SessionChannel:
                     pointer["claude_settings"] = str(settings)
         self._write_pointer(child_env, pointer)
         return variables
+
+    def serve(self) -> None:
+        """Start reading the HTTP route, if it is open: once the agent is started (its three
+        threads, which the spawn would wait for while they start; bench_startup's seed line)."""
+        if self._http is not None:
+            self._http.start()
 
     def close(self) -> None:
         """Remove the pointer file (through the descriptor of the folder it was written in)

@@ -194,6 +194,9 @@ class Supervisor:
             message = f"could not start {options.command[0]!r}: {reason}"
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__, exit_code=_spawn_exit_code(exc))
+        # What the agent's start did not need, from here on: its events read, the held log
+        # records, the meter provider, the journal and recovery (test_startup_imports.py).
+        self.events.serve()
         session.release_event_records()
         telemetry.start_metrics()
         self.agent.follow()
