@@ -163,6 +163,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             audit_id = int(page.url.rsplit("/", 1)[1])
             expect(page.locator("h2")).to_contain_text(f"Delivery #{audit_id}: audit")
             page.locator("#redeliver").click()
+            page.locator("#redeliver-confirm").click()  # asked first, sent on confirm
             result = page.locator("#redeliver-result")
             expect(result).to_contain_text("Redelivered: success (HTTP 200)")
             new_link = page.locator("#redelivered-link")
@@ -238,6 +239,7 @@ def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
             page.locator("a.delivery-link").click()
             expect(page.locator(".response pre.body")).to_have_text(steer)
             page.locator("#redeliver").click()
+            page.locator("#redeliver-confirm").click()  # asked first, sent on confirm
             refused = page.locator("#redeliver-result")
             expect(refused).to_have_text(
                 re.compile(r"^Not redelivered: hook 'announce' is now a script")
