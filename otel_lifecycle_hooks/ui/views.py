@@ -19,6 +19,7 @@ from ..errors import LifecycleHooksError
 from ..journal import FAILED_OUTCOMES, SessionRow
 from ..journal.reading import HookSummary
 from ..journal.rows import RUNNING
+from ..redact import Redactor
 
 # Sessions shown on the first view, newest first.
 SESSIONS_SHOWN = 100
@@ -39,12 +40,10 @@ OUTCOMES = ("success", "failed", "timeout", "dropped", "interrupted", "skipped",
 FAILED = "failures"
 # The longest filter value taken: ids, names and keys are short; a longer one is a mistake.
 LONGEST_VALUE = 512
-# Request headers a copied curl command or a Redeliver preview never shows: credentials are
-# resolved again at send time and were journaled redacted, if at all.
-CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
-)
-_CREDENTIAL_WORDS = ("token", "secret", "signature", "password", "credential", "auth")
+# Request headers that a copied curl command or a Redeliver preview never shows are those the
+# journal redacts (`redact.Redactor.is_secret_header`): credentials are resolved again at
+# send time, from the operator's template and environment.
+_HEADERS = Redactor()
 
 # What `json.dumps` takes without a custom encoder: what the page is sent is made of these.
 JsonValue: TypeAlias = (
@@ -381,8 +380,7 @@ def hook_entry(summary: HookSummary, window: int) -> dict[str, Any]:
 
 def is_credential(name: str) -> bool:
     """True for a header that carries a credential (or may): left out of what is copied."""
-    lowered = name.strip().lower()
-    return lowered in CREDENTIAL_HEADERS or any(w in lowered for w in _CREDENTIAL_WORDS)
+    return _HEADERS.is_secret_header(name.strip())
 
 
 def outgoing(request: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -391,11 +389,18 @@ def outgoing(request: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not request or "method" not in request:
         return None
     pairs = header_pairs(request.get("headers")) or []
+    left_out = [pair[0] for pair in pairs if is_credential(pair[0])]
+    # What the hook's auth and signing add at send time: never journaled, named here.
+    auth = request.get("auth")
+    if auth and auth != "none":
+        left_out.append(f"the {auth} credential")
+    if request.get("signed"):
+        left_out.append("the webhook signature")
     return {
         "method": str(request.get("method") or ""),
         "url": str(request.get("url") or ""),
         "headers": [pair for pair in pairs if not is_credential(pair[0])],
-        "left_out": [pair[0] for pair in pairs if is_credential(pair[0])],
+        "left_out": left_out,
         "body": request.get("body"),
     }
 

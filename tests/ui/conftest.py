@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from otel_lifecycle_hooks.journal.schema import SCHEMA_VERSION
 from tests.support.postgres import PostgresServer, ensure_installed
 from tests.support.target_server import Reply, TargetServer
 from tests.ui import bulk_journal
-from tests.ui.processes import UiProcess, environment, run_session, start_ui
+from tests.ui.processes import UiProcess, ensure_chromium, environment, run_session, start_ui
 
 BEARER_TOKEN = "tok-ui-7c1e5b2d4a603f9a"
 
@@ -117,3 +118,16 @@ def bulk_postgres(postgres_server: PostgresServer) -> str:
     url = postgres_server.new_database()
     bulk_journal.fill(url, BULK_DELIVERIES)
     return url
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for every browser test of the session."""
+    chromium = ensure_chromium()
+    with sync_playwright() as playwright:
+        # Debian's binary: Playwright's own browser download is never used.
+        launched = playwright.chromium.launch(executable_path=str(chromium), headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from tests.support.target_server import Reply, TargetServer
-from tests.ui.processes import ensure_chromium, environment, run_session, start_ui, stop
+from tests.ui.processes import environment, run_session, start_ui, stop
 
 # Markup an agent or an endpoint could put into what is journaled: shown, never parsed.
 HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
@@ -58,18 +56,6 @@ def stray_text(page: Any) -> list[str]:
         ".map(n => n.textContent)"
     )
     return texts
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    chromium = ensure_chromium()
-    with sync_playwright() as playwright:
-        # Debian's binary: Playwright's own browser download is never used.
-        launched = playwright.chromium.launch(executable_path=str(chromium), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(

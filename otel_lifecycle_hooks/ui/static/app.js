@@ -281,9 +281,10 @@
       const params = [...route.params.filter(([key]) => !CURSORS.includes(key)), [name, cursor]];
       return route.view === "hook" ? hookHref(route.hook) + "?" + new URLSearchParams(params) : logHref(params);
     };
-    const link = (id, label, name, cursor) => cursor
-      ? el("a", { id: id, href: to(name, cursor), class: "page-link" }, label)
-      : el("span", { id: id, class: "quiet page-link", "aria-disabled": "true" }, label);
+    // Shown above and below the table: told apart by class, not id.
+    const link = (which, label, name, cursor) => cursor
+      ? el("a", { href: to(name, cursor), class: "page-link " + which }, label)
+      : el("span", { class: "quiet page-link " + which, "aria-disabled": "true" }, label);
     return el("nav", { class: "pager", "aria-label": "pages" },
       link("newer", "← Newer", "after", data.newer), " ", link("older", "Older →", "before", data.older));
   }
@@ -390,7 +391,7 @@
       : "Attempt " + attempt.number + (attempt.of_attempts ? " of " + attempt.of_attempts : "");
     return el("section", { class: "attempt", "data-attempt": attempt.number },
       el("h3", {}, title, " ", outcomeBadge(attempt.outcome || ""), " ",
-        el("span", { class: "quiet" }, when(attempt.started_at) + " · " + duration(attempt.duration_ms))),
+        el("span", { class: "quiet" }, when(attempt.started_at), " · ", duration(attempt.duration_ms))),
       attempt.summary_only ? el("p", { class: "quiet" }, "No attempt rows were journaled for this delivery: shown is what its execution row holds, the request and the last response status.") : null,
       el("div", { class: "exchange" }, requestPart, responsePart));
   }
