@@ -26,7 +26,7 @@ from typing import Any
 from .history import add_journal_option, journal_path
 
 # Where `--trace-url` is read from when it is not given.
-TRACE_URL_ENV = "OTEL_LIFECYCLE_HOOKS_TRACE_URL"
+TRACE_URL_ENV = "LIFECYCLE_HOOKS_TRACE_URL"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         metavar="TEMPLATE",
         help="link trace ids to a trace UI: an http(s) URL with {trace_id} in it, e.g. "
-        "'http://localhost:16686/trace/{trace_id}' (default $OTEL_LIFECYCLE_HOOKS_TRACE_URL)",
+        "'http://localhost:16686/trace/{trace_id}' (default $LIFECYCLE_HOOKS_TRACE_URL)",
     )
     add_journal_option(parser)
 
