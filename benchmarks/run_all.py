@@ -54,6 +54,7 @@ SCRIPTS = [
     "bench_harness_event.py",
     "bench_hook_scale.py",
     "bench_agents.py",
+    "bench_ui_api.py",
 ]
 _FIGURE_FIELDS = {f.name for f in fields(Figure)}
 

@@ -91,7 +91,7 @@ def test_a_version_2_journal_is_migrated_on_open_and_keeps_its_rows(tmp_path: Pa
     finally:
         journal.close()
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         columns = [row[1] for row in db.execute("PRAGMA table_info(attempts)")]
     assert "response_body" in columns and "stderr" in columns
 

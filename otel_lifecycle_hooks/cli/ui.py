@@ -1,5 +1,6 @@
-"""`ui [--port N] [--host ADDRESS] [--journal URL] [--template T]...`: a local web page of the
-journal's sessions, their deliveries and each delivery's attempts, with a Redeliver button.
+"""`ui [--port N] [--host ADDRESS] [--journal URL] [--template T]... [--trace-url TEMPLATE]`: a
+local web page of the journal: its delivery log (filtered, searched, paged), its sessions, each
+delivery's attempts, per-hook figures, and a Redeliver button.
 
 The first line printed is the page's URL, its access token included: open it in a browser on
 this machine. The page is served on a loopback address only and answers only requests that
@@ -23,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .history import add_journal_option, journal_path
+
+# Where `--trace-url` is read from when it is not given.
+TRACE_URL_ENV = "LIFECYCLE_HOOKS_TRACE_URL"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -51,6 +55,14 @@ def add_parser(subparsers: Any) -> None:
         help="the template files Redeliver renders from (parent first; default "
         "$LIFECYCLE_HOOKS_TEMPLATE); without one, Redeliver is refused",
     )  # fmt: skip
+    parser.add_argument(
+        "--trace-url",
+        type=_trace_url,
+        default=None,
+        metavar="TEMPLATE",
+        help="link trace ids to a trace UI: an http(s) URL with {trace_id} in it, e.g. "
+        "'http://localhost:16686/trace/{trace_id}' (default $LIFECYCLE_HOOKS_TRACE_URL)",
+    )
     add_journal_option(parser)
 
 
@@ -62,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
     from ..ui.server import NotLoopback, PageServer, serve
     from .replay import operator_templates, replay_telemetry, shown_location
 
+    trace_url = args.trace_url
+    if trace_url is None and os.environ.get(TRACE_URL_ENV):
+        try:
+            trace_url = _trace_url(os.environ[TRACE_URL_ENV])
+        except argparse.ArgumentTypeError as exc:
+            print(f"otel-lifecycle-hooks ui: ${TRACE_URL_ENV}: {exc}", file=sys.stderr)
+            return 2
     path = journal_path(args)
     if isinstance(path, Path) and not path.is_file():  # reading must not create a journal
         print(
@@ -84,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 journal_args=("--journal", shown_location(args.journal)) if args.journal else (),
                 tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
                 meter_provider=telemetry.meter_provider if telemetry is not None else None,
+                trace_url=trace_url,
             )
         except NotLoopback as exc:
             print(f"otel-lifecycle-hooks ui: {exc}", file=sys.stderr)
@@ -127,3 +147,12 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
     return value
+
+
+def _trace_url(text: str) -> str:
+    from ..ui.views import BadQuery, trace_url_template
+
+    try:
+        return trace_url_template(text.strip())
+    except BadQuery as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

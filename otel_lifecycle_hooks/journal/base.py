@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .liveness import LivenessClock
+from .reading import HookSummary
 from .retention import Retention
 from .rows import AttemptRow, ExecutionLike, ExecutionRow, SessionCounts, SessionRow
 
@@ -87,8 +88,23 @@ class Journal(Protocol):
         oldest_first: bool = False,
         event: str | None = None,
         after_id: int | None = None,
+        before_id: int | None = None,
+        until: float | None = None,
+        agent: str | None = None,
+        search: str | None = None,
     ) -> list[ExecutionRow]:
         """Executions matching every filter given, newest first (or oldest first)."""
+        ...
+
+    def hook_summary(
+        self,
+        hook: str,
+        *,
+        window: int = 1000,
+        since: float | None = None,
+        after_id: int | None = None,
+    ) -> HookSummary:
+        """How the hook's newest `window` executions went (counts, duration percentiles)."""
         ...
 
     def delivered_by_replay(self) -> set[int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import cells
@@ -56,6 +57,36 @@ _SESSIONS = "SELECT * FROM sessions{where} ORDER BY started_at DESC, session_id 
 _UNFINISHED_SESSIONS = (
     "SELECT * FROM sessions WHERE {unfinished}{agent} ORDER BY started_at, session_id"
 )
+
+
+# One hook's newest executions (a bounded window), their outcomes and the nearest-rank
+# percentiles of their durations: the smallest duration whose rank reaches p of the count.
+_HOOK_SUMMARY = (
+    "WITH w AS (SELECT duration_ms, outcome FROM executions{where} ORDER BY id DESC LIMIT ?),"
+    " r AS (SELECT duration_ms, outcome, ROW_NUMBER() OVER (ORDER BY duration_ms) AS n,"
+    " COUNT(*) OVER () AS total FROM w)"
+    " SELECT max(total) AS total,"
+    " sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END) AS succeeded,"
+    " sum(CASE WHEN outcome IN ({failed}) THEN 1 ELSE 0 END) AS failed,"
+    " min(CASE WHEN n >= 0.50 * total THEN duration_ms END) AS p50,"
+    " min(CASE WHEN n >= 0.95 * total THEN duration_ms END) AS p95,"
+    " min(CASE WHEN n >= 0.99 * total THEN duration_ms END) AS p99 FROM r"
+).replace("{failed}", ", ".join(f"'{outcome}'" for outcome in FAILED_OUTCOMES))
+
+
+@dataclass(frozen=True, slots=True)
+class HookSummary:
+    """One hook's recent executions in figures: `total` in the window, how many `succeeded`
+    and `failed`, and the 50th, 95th and 99th percentiles of their durations (None when the
+    window is empty)."""
+
+    hook: str
+    total: int
+    succeeded: int
+    failed: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
 
 
 class Row(Protocol):
@@ -108,18 +139,52 @@ class JournalReader(ABC):
         oldest_first: bool = False,
         event: str | None = None,
         after_id: int | None = None,
+        before_id: int | None = None,
+        until: float | None = None,
+        agent: str | None = None,
+        search: str | None = None,
     ) -> list[ExecutionRow]:
         """Executions matching every filter given, newest first (or oldest first); an agent or
-        session filter may name several ids (any of them matches)."""
+        session filter may name several ids (any of them matches). `before_id` / `after_id`
+        are keyset cursors (ids below / above); `agent` is an agent id or name; `search` a
+        delivery id, session id or idempotency key."""
         where, params = execution_filters(
             agent_id=agent_id, session_id=session_id, hook=hook, outcomes=outcomes, since=since,
-            event=event, after_id=after_id,
+            event=event, after_id=after_id, before_id=before_id, until=until, agent=agent,
+            search=search,
         )  # fmt: skip
         sql = f"SELECT * FROM executions{where} ORDER BY id {'ASC' if oldest_first else 'DESC'}"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(_count(limit))
         return [execution_row(row) for row in self._select(sql, params)]
+
+    def hook_summary(
+        self,
+        hook: str,
+        *,
+        window: int = 1000,
+        since: float | None = None,
+        after_id: int | None = None,
+    ) -> HookSummary:
+        """How `hook`'s newest `window` executions (started at or after `since`, with ids
+        above `after_id`) went: how many, how many succeeded, and their duration percentiles,
+        computed by the database over that bounded window."""
+        where, params = execution_filters(hook=hook, since=since, after_id=after_id)
+        rows = self._select(_HOOK_SUMMARY.format(where=where), (*params, _count(window)))
+        row = rows[0] if rows else None
+        total = int(row["total"] or 0) if row is not None else 0
+        if row is None or total == 0:
+            return HookSummary(hook, 0, 0, 0, None, None, None)
+        return HookSummary(
+            hook=hook,
+            total=total,
+            succeeded=int(row["succeeded"] or 0),
+            failed=int(row["failed"] or 0),
+            p50_ms=cells.number(row["p50"]),
+            p95_ms=cells.number(row["p95"]),
+            p99_ms=cells.number(row["p99"]),
+        )
 
     def delivered_by_replay(self) -> set[int]:
         """Ids of executions that a later replay delivered (a successful row re-sent them)."""
@@ -184,6 +249,10 @@ def execution_filters(
     since: float | None = None,
     event: str | None = None,
     after_id: int | None = None,
+    before_id: int | None = None,
+    until: float | None = None,
+    agent: str | None = None,
+    search: str | None = None,
 ) -> tuple[str, list[Any]]:
     """A WHERE clause (or '') and its parameters for the executions' filters; an agent or
     session filter may name several ids (any of them matches)."""
@@ -201,12 +270,36 @@ def execution_filters(
     if after_id is not None:
         clauses.append("id > ?")
         params.append(min(max(after_id, _SMALLEST_ID), _LARGEST_ID))
+    if before_id is not None:
+        clauses.append("id < ?")
+        params.append(min(max(before_id, _SMALLEST_ID), _LARGEST_ID))
+    if agent is not None:
+        # An agent id, or the name its sessions give it (what the page and `history` show).
+        clauses.append(
+            "(agent_id = ? OR agent_id IN (SELECT agent_id FROM sessions WHERE agent_name = ?))"
+        )
+        params.extend((agent, agent))
+    if search is not None:
+        # Each lookup through its own index (the id's, the session's, the key's), never a
+        # scan: an OR over the three columns would read the table on either database.
+        found = [
+            "SELECT id FROM executions WHERE session_id = ?",
+            "SELECT id FROM executions WHERE idempotency_key = ?",
+        ]
+        params.extend((search, search))
+        if search.isdigit() and int(search) <= _LARGEST_ID:
+            found.append("SELECT id FROM executions WHERE id = ?")
+            params.append(int(search))
+        clauses.append(f"id IN ({' UNION '.join(found)})")
     if outcomes:
         clauses.append(f"outcome IN ({', '.join('?' for _ in outcomes)})")
         params.extend(outcomes)
     if since is not None:
         clauses.append("started_at >= ?")
         params.append(since)
+    if until is not None:
+        clauses.append("started_at < ?")
+        params.append(until)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

@@ -132,6 +132,16 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS sessions_by_start ON sessions (started_at)",
         ),
     ),
+    (
+        # The page's delivery log: a status filter and a search by session or idempotency
+        # key, each paged newest first by id, read through an index on a journal of millions.
+        6,
+        (
+            "CREATE INDEX IF NOT EXISTS executions_by_outcome ON executions (outcome, id)",
+            "CREATE INDEX IF NOT EXISTS executions_by_session_id ON executions (session_id, id)",
+            "CREATE INDEX IF NOT EXISTS executions_by_key ON executions (idempotency_key)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -15,8 +15,12 @@ Shapes:
   application's own tracer, no supervisor) are listed too, with `agent_name` "" and
   `started_at` their first delivery's start.
 - `list_executions(journal, session_id=None, *, agent_id, hook, event, outcomes, since,
-  after_id, limit=100, oldest_first=False)`: deliveries, newest first; `after_id` gives only
-  those journaled after the one with that id (how a live page polls). Each:
+  until, after_id, before_id, agent, search, limit=100, oldest_first=False)`: deliveries,
+  newest first; `after_id` gives only those journaled after the one with that id (how a live
+  page polls), `before_id` those before it (the next page of a log); `agent` is an agent id
+  or name, `search` a delivery id, session id or idempotency key.
+- `hook_summary(journal, hook, window=1000, since=None)`: a `HookSummary` of the hook's
+  newest `window` deliveries: total, succeeded, failed, and p50/p95/p99 duration (ms). Each:
   `{"id", "row_uid", "session_id", "agent_id", "hook", "event", "outcome", "attempts",
   "duration_ms", "started_at", "http_status", "exit_code", "error_type", "message",
   "trace_id", "span_id", "idempotency_key", "request" (the rendered request, redacted:
@@ -44,10 +48,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import Journal
+from .reading import HookSummary
 from .retention import Retention, retention_from, visible_filters
 from .rows import FAILED_OUTCOMES, AttemptRow, ExecutionRow
 
-__all__ = ["get_execution", "list_attempts", "list_executions", "list_sessions"]
+__all__ = ["get_execution", "hook_summary", "list_attempts", "list_executions", "list_sessions"]
 
 
 def _retention(retention: Retention | None) -> Retention:
@@ -132,12 +137,17 @@ def list_executions(
     limit: int | None = 100,
     oldest_first: bool = False,
     retention: Retention | None = None,
+    before_id: int | None = None,
+    until: float | None = None,
+    agent: str | None = None,
+    search: str | None = None,
 ) -> list[dict[str, Any]]:
     """Deliveries matching every filter given (shape: module doc)."""
     rows = visible_executions(
         journal, session_id=session_id, agent_id=agent_id, hook=hook, event=event,
         outcomes=tuple(outcomes) if outcomes else None, since=since, after_id=after_id,
-        limit=limit, oldest_first=oldest_first, retention=retention,
+        limit=limit, oldest_first=oldest_first, retention=retention, before_id=before_id,
+        until=until, agent=agent, search=search,
     )  # fmt: skip
     return [execution_dict(row) for row in rows]
 
@@ -195,3 +205,19 @@ def get_execution(
     shown["attempt_count"] = row.attempts
     shown["attempts"] = [attempt_dict(attempt) for attempt in journal.attempts(row.row_uid)]
     return shown
+
+
+def hook_summary(
+    journal: Journal,
+    hook: str,
+    *,
+    window: int = 1000,
+    since: float | None = None,
+    retention: Retention | None = None,
+) -> HookSummary:
+    """How `hook`'s newest `window` deliveries (started at or after `since`) went, within
+    the journal's retention: counts and duration percentiles (`HookSummary`)."""
+    kept_since, kept_after = visible_filters(journal, _retention(retention))
+    if kept_since is not None:
+        since = kept_since if since is None else max(since, kept_since)
+    return journal.hook_summary(hook, window=window, since=since, after_id=kept_after)

@@ -4,7 +4,11 @@ Routes (every one behind `access.check`):
 
     GET  /                              the page's shell: no data, served without the token
     GET  /app.js, /app.css              its script and style (likewise)
+    GET  /api/settings                  the page's settings (the trace-UI URL template)
     GET  /api/sessions                  the latest sessions
+    GET  /api/deliveries?FILTERS        the delivery log: a page of deliveries, newest first,
+                                        filtered, searched, and paged by cursor (views.LogQuery)
+    GET  /api/hooks/NAME                one hook's figures over its newest deliveries
     GET  /api/sessions/ID/deliveries    a session's deliveries, newest first
     GET  /api/deliveries/ID             one delivery with its attempts
     POST /api/deliveries/ID/redeliver   `replay` of that delivery; the new delivery's row
@@ -43,6 +47,7 @@ _STATIC_TYPES = {
 }
 _SESSION_DELIVERIES = re.compile(r"^/api/sessions/([^/]+)/deliveries$")
 _DELIVERY = re.compile(r"^/api/deliveries/([0-9]{1,18})$")
+_HOOK = re.compile(r"^/api/hooks/([^/]+)$")
 _REDELIVER = re.compile(r"^/api/deliveries/([0-9]{1,18})/redeliver$")
 # Seconds a connection may sit idle or half-sent before the server closes it: a local client
 # holding connections open (slowloris) must not keep a thread and a descriptor each forever.
@@ -73,6 +78,7 @@ class PageServer(ThreadingHTTPServer):
         journal_args: Sequence[str] = (),
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        trace_url: str | None = None,
     ) -> None:
         if not is_loopback_host(host) or host.strip().lower().startswith("localhost"):
             # A name would be resolved; only a loopback address literal is bound.
@@ -86,6 +92,7 @@ class PageServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.journal = journal
         self.token = token
+        self.trace_url = views.trace_url_template(trace_url) if trace_url else None
         self.idle_timeout = idle_timeout
         self.templates = tuple(templates)
         self.journal_args = tuple(journal_args)  # `ui`'s own --journal, for the advice below
@@ -200,6 +207,21 @@ class _Handler(BaseHTTPRequestHandler):
             name, content_type = _STATIC_TYPES[path]
             self._send(200, server.static(name), content_type)
             return
+        if path == "/api/settings":
+            self._send_json(200, {"trace_url": server.trace_url})
+            return
+        if path == "/api/deliveries":
+            try:
+                query = views.log_query(self.path)
+            except views.BadQuery as exc:
+                self._send_json(400, {"error": str(exc)})
+                return
+            self._send_data(self._log(query), views.LIST_TEXT_LIMIT)
+            return
+        match = _HOOK.match(path)
+        if match:
+            self._send_data(self._hook(unquote(match.group(1))), views.LIST_TEXT_LIMIT)
+            return
         if path == "/api/sessions":
             self._send_data(self._sessions(), views.LIST_TEXT_LIMIT)
             return
@@ -236,6 +258,21 @@ class _Handler(BaseHTTPRequestHandler):
         if notice:
             data["journal_notice"] = notice
         return data
+
+    def _log(self, query: views.LogQuery) -> dict[str, Any]:
+        # One row more than a page says whether another page lies beyond it.
+        newer = query.after is not None
+        rows = journal_views.list_executions(
+            self.server.journal, **query.filters(), before_id=query.before,
+            after_id=query.after, oldest_first=newer, limit=views.LOG_PAGE + 1,
+        )  # fmt: skip
+        more = len(rows) > views.LOG_PAGE
+        rows = rows[: views.LOG_PAGE]
+        return views.log_page(rows[::-1] if newer else rows, query, more=more)
+
+    def _hook(self, hook: str) -> dict[str, Any]:
+        summary = journal_views.hook_summary(self.server.journal, hook, window=views.SUMMARY_WINDOW)
+        return views.hook_entry(summary, views.SUMMARY_WINDOW)
 
     def _deliveries(self, session_id: str) -> dict[str, Any]:
         journal = self.server.journal
@@ -276,6 +313,8 @@ class _Handler(BaseHTTPRequestHandler):
             "delivery": views.delivery_entry(
                 delivery, replays, session_over=views.session_over(session)
             ),
+            "outgoing": views.outgoing(delivery.get("request")),
+            "curl": views.as_curl(delivery.get("request")),
             "attempts": attempts or [views.summary_attempt(delivery)],
         }
 

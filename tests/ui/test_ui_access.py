@@ -81,7 +81,10 @@ def test_the_first_line_ui_prints_is_its_loopback_url_with_the_token_in_the_frag
 
 
 def test_every_data_request_without_the_token_is_refused_with_401(ui: UiProcess) -> None:
-    for path in ("/api/sessions", "/api/deliveries/1", "/api/sessions/x/deliveries"):
+    for path in (
+        "/api/sessions", "/api/deliveries/1", "/api/sessions/x/deliveries", "/api/deliveries",
+        "/api/deliveries?status=failed&q=x", "/api/hooks/report", "/api/settings",
+    ):  # fmt: skip
         status, _, body = request(ui, "GET", path)
         assert status == 401, path
         assert TOKEN_HEADER.encode() in body

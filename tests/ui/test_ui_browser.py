@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from tests.support.target_server import Reply, TargetServer
-from tests.ui.processes import ensure_chromium, environment, run_session, start_ui, stop
+from tests.ui.processes import environment, run_session, start_ui, stop
 
 # Markup an agent or an endpoint could put into what is journaled: shown, never parsed.
 HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
@@ -58,18 +56,6 @@ def stray_text(page: Any) -> list[str]:
         ".map(n => n.textContent)"
     )
     return texts
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    chromium = ensure_chromium()
-    with sync_playwright() as playwright:
-        # Debian's binary: Playwright's own browser download is never used.
-        launched = playwright.chromium.launch(executable_path=str(chromium), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
@@ -163,6 +149,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             audit_id = int(page.url.rsplit("/", 1)[1])
             expect(page.locator("h2")).to_contain_text(f"Delivery #{audit_id}: audit")
             page.locator("#redeliver").click()
+            page.locator("#redeliver-confirm").click()  # asked first, sent on confirm
             result = page.locator("#redeliver-result")
             expect(result).to_contain_text("Redelivered: success (HTTP 200)")
             new_link = page.locator("#redelivered-link")
@@ -238,6 +225,7 @@ def test_the_token_never_reaches_another_port_of_127_0_0_1_after_login(
             page.locator("a.delivery-link").click()
             expect(page.locator(".response pre.body")).to_have_text(steer)
             page.locator("#redeliver").click()
+            page.locator("#redeliver-confirm").click()  # asked first, sent on confirm
             refused = page.locator("#redeliver-result")
             expect(refused).to_have_text(
                 re.compile(r"^Not redelivered: hook 'announce' is now a script")
