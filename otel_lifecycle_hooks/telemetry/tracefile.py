@@ -51,6 +51,9 @@ DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_KEEP = 3
 # Below this a file could not hold one typical span: a smaller setting is a mistake.
 MIN_MAX_BYTES = 64 * 1024
+# A line is at most this long (a batch is split over lines), so that the collector's
+# `otlp_json_file` receiver, whose longest entry is 1 MiB by default, reads every line whole.
+MAX_LINE_BYTES = 1024 * 1024
 
 
 def default_trace_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -249,10 +252,10 @@ class TraceFileExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def _encoded(self, spans: Sequence[ReadableSpan]) -> list[bytes]:
-        """`spans` as one line, or, when that line alone would pass the size bound, as the
-        lines of each half: a file is never more than one line past its bound."""
+        """`spans` as one line, or, when that line would pass the size bound or
+        `MAX_LINE_BYTES`, as the lines of each half."""
         line = otlp_json.encode_line(spans)
-        if len(line) <= self.max_bytes or len(spans) < 2:
+        if len(line) <= min(self.max_bytes, MAX_LINE_BYTES) or len(spans) < 2:
             return [line]
         half = len(spans) // 2
         return self._encoded(spans[:half]) + self._encoded(spans[half:])

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
 from otel_lifecycle_hooks.telemetry.tracefile import (
+    MAX_LINE_BYTES,
     TraceFileExporter,
     default_trace_dir,
     default_trace_path,
@@ -139,6 +140,23 @@ def test_each_line_carries_the_resource_of_its_own_provider(tmp_path: Path) -> N
     assert [span["resource"] for span in read_trace_file(path)] == [
         {"service.name": "first"}, {"service.name": "second"}, {"service.name": "first"}
     ]  # fmt: skip
+
+
+def test_a_batch_is_split_over_lines_of_at_most_a_mebibyte(tmp_path: Path) -> None:
+    """The collector's `otlp_json_file` receiver reads entries of up to 1 MiB by default."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    for number in range(300):
+        provider.get_tracer("t").start_span(f"s{number}", attributes={"pad": "x" * 8000}).end()
+    path = tmp_path / "t.jsonl"
+    TraceFileExporter(path).export(memory.get_finished_spans())  # one batch, about 2.4 MB
+
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) > 2 and all(len(line) <= MAX_LINE_BYTES for line in lines)
+    assert [span["name"] for span in read_trace_file(path)] == [f"s{n}" for n in range(300)]
 
 
 def test_the_directory_is_made_again_when_it_was_removed_between_exports(tmp_path: Path) -> None:
