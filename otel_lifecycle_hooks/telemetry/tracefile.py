@@ -1,7 +1,7 @@
 """The local trace file: the embedded default when no exporter is configured.
 
 The file is in the OTLP JSON file format, as the OpenTelemetry Collector's file exporter
-writes it and its `otlpjsonfile` receiver reads it: one `ExportTraceServiceRequest` a line
+writes it and its `otlp_json_file` receiver reads it: one `ExportTraceServiceRequest` a line
 (a batch of spans), in the OTLP specification's JSON encoding (`otlp_json.py`)::
 
     {"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{...}}]},
