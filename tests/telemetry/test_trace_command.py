@@ -375,3 +375,18 @@ def test_a_trace_file_of_an_earlier_version_is_drawn_as_before(tmp_path: Path) -
     [row] = [line for line in lines if "register-agent" in line]
     assert row.startswith("✗ register-agent  post-start  ×3  failed")
     assert "    ✗ HTTP 503 from the registry" in lines
+
+
+def test_a_recorded_trace_file_of_the_flat_format_is_drawn_whole() -> None:
+    """tests/data/trace-file-flat-spans.jsonl: a real `run` session (a failing webhook and a
+    script hook) recorded by the version before the OTLP JSON file, its stack-trace paths
+    made neutral. A user upgrading keeps such files: `trace` draws them as that version did."""
+    recorded = Path(__file__).parents[1] / "data" / "trace-file-flat-spans.jsonl"
+    result = _run_cli(str(recorded), "--width", "100")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("invoke_agent reviewer  2026-12-02 05:53:42Z  trace d60460ed")
+    assert any(line.startswith("✗ register-agent  post-start  ×1  failed") for line in lines)
+    assert "    ✗ ConnectError talking to 127.0.0.1:9: Connection refused" in lines
+    assert any(line.startswith("✓ say-goodbye  session-end  ×1") for line in lines)
+    assert any("running → stopping" in line for line in lines)
