@@ -26,7 +26,7 @@ from pathlib import Path
 from _common import ArrivalReport, LoopbackServerProcess, clean_env, cpu_ticks
 
 HOOK_NAME = "deliver-tool-start"
-HOOK_SPAN = "agent.lifecycle_hook"
+HOOK_SPAN = "agent.lifecycle_hook " + HOOK_NAME  # hook spans are named after their hook
 SPANS_PER_DELIVERY = 2  # the hook span and its CLIENT span
 TRACE_SUBDIR = Path(".local") / "state" / "otel-lifecycle-hooks" / "traces"
 # What the webhook sends: the same bytes go out from the bare-httpx baseline.
@@ -175,11 +175,14 @@ def trace_files(trace_dir: Path) -> list[Path]:
 
 
 def trace_lines(trace_dir: Path) -> int:
-    """Spans written so far, in every trace file (rotated ones too)."""
+    """Spans written so far, in every trace file (rotated ones too): a line is a batch of
+    spans (OTLP JSON), each with one `"kind":` key (a string holding it is escaped), counted
+    without parsing 80 MiB of JSON every 0.1 s."""
     total = 0
     for path in trace_files(trace_dir):
         with path.open("rb") as handle:
-            total += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+            data = handle.read()
+        total += data.count(b'"kind":')
     return total
 
 

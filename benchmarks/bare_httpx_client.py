@@ -55,7 +55,8 @@ def main() -> None:
             if response.status_code != 200:
                 raise SystemExit(f"the loopback server answered {response.status_code}")
         provider.force_flush()
-        written = sum(1 for _ in trace_file.open("rb")) if trace_file.exists() else 0
+        # Spans, not lines: a line is a batch (OTLP JSON), each span with one `"kind":` key.
+        written = trace_file.read_bytes().count(b'"kind":') if trace_file.exists() else 0
         print(f"done {written}", flush=True)
     client.close()
     provider.shutdown()

@@ -17,7 +17,6 @@ metrics. Targets: p50 under 2 ms, p99 under 10 ms.
 from __future__ import annotations
 
 import http.client
-import json
 import sys
 import tempfile
 import time
@@ -134,17 +133,15 @@ def main() -> int:
 
 def check_recorded(home: Path, hook_log: Path, trace_dir: Path, rows: int, executions: int) -> None:
     """Every execution has its journal row, its hook-log line and its hook span."""
+    from otel_lifecycle_hooks.telemetry.tracefile import spans_in_file
+
     lines = sum(
         "outcome=success" in line and "deliver-tool-start" in line
         for line in hook_log.read_text().splitlines()
     )
-    spans = 0
-    for path in trace_files(trace_dir):
-        for line in path.read_text().splitlines():
-            try:
-                spans += json.loads(line).get("name") == HOOK_SPAN
-            except json.JSONDecodeError:
-                continue
+    spans = sum(
+        span["name"] == HOOK_SPAN for path in trace_files(trace_dir) for span in spans_in_file(path)
+    )
     found = {"journal rows": rows, "hook-log lines": lines, "hook spans": spans}
     missing = {name: value for name, value in found.items() if value != executions}
     if missing:

@@ -24,7 +24,7 @@ from typing import Any
 from _common import Figure, bench_arguments, interleave, report
 
 SCRIPT = "bench_script_spawn.py"
-HOOK_SPAN = "agent.lifecycle_hook"
+HOOK_SPAN = "agent.lifecycle_hook announce-completion"  # named after its hook
 # What a notification script does: read the event, say one line.
 HOOK_SCRIPT = '#!/bin/sh\nread -r event\necho "task done"\n'
 
@@ -34,6 +34,7 @@ def main() -> int:
     runs = 3 if args.quick else 200
     from otel_lifecycle_hooks import AgentSession, HookEngine, load_templates
     from otel_lifecycle_hooks.telemetry.setup import configure_telemetry
+    from otel_lifecycle_hooks.telemetry.tracefile import spans_in_file
 
     with tempfile.TemporaryDirectory(prefix="bench-script-") as tmp:
         directory = Path(tmp)
@@ -83,7 +84,7 @@ def main() -> int:
         telemetry.shutdown(10)
         executions = 1 + 3 + runs  # the run that caught the stdin, the warm-up, the measured
         check_records(directory, executions)
-        spans = sum(json.loads(line)["name"] == HOOK_SPAN for line in trace_file.open())
+        spans = sum(span["name"] == HOOK_SPAN for span in spans_in_file(trace_file))
         if spans != executions:
             raise SystemExit(f"{spans} hook spans in the trace file for {executions} executions")
 

@@ -90,8 +90,27 @@ STICKY_ACTIVITIES: frozenset[str] = frozenset(
 # --- OpenTelemetry names (SPEC section 4) -----------------------------------------------
 
 SPAN_EVENT_PREFIX = "agent.lifecycle."
+# A hook span is named `{HOOK_SPAN_NAME} {hook name}` (the GenAI conventions' `{operation}
+# {target}`), so that a trace UI's list tells hooks apart; the hook name is also an attribute,
+# which is what queries should match. Low cardinality: hook names come from templates and
+# host configurations, checked against a name pattern when loaded, never from the agent.
 HOOK_SPAN_NAME = "agent.lifecycle_hook"
+_HOOK_SPAN_NAME_PREFIX = HOOK_SPAN_NAME + " "
 HOOK_RETRY_EVENT = "agent.lifecycle_hook.retry"
+
+
+def hook_span_name(hook_name: str) -> str:
+    """The name of a span of `hook_name`'s executions: `agent.lifecycle_hook register-agent`."""
+    return _HOOK_SPAN_NAME_PREFIX + hook_name
+
+
+def is_hook_span_name(name: object) -> bool:
+    """Whether `name` is a hook span's: `agent.lifecycle_hook {hook name}`, or the bare
+    `agent.lifecycle_hook` that earlier versions wrote (their trace files are still read)."""
+    return isinstance(name, str) and (
+        name == HOOK_SPAN_NAME or name.startswith(_HOOK_SPAN_NAME_PREFIX)
+    )
+
 
 ATTR_EVENT = "agent.lifecycle.event"
 # Set by the package's own API on the span events it records, so that the span-event

@@ -328,7 +328,7 @@ class Replayer:
         original = _journaled_span_context(row)
         try:
             return provider.get_tracer("otel_lifecycle_hooks").start_span(
-                ev.HOOK_SPAN_NAME,
+                ev.hook_span_name(hook.name),
                 kind=SpanKind.INTERNAL,
                 attributes={
                     ev.HOOK_ATTR_NAME: hook.name,

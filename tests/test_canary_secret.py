@@ -308,7 +308,8 @@ def test_no_secret_leaves_through_spans_metrics_logs_journal_or_cli(
     # -- and went nowhere else ------------------------------------------------------------------
     places: dict[str, str] = {}
     spans = canary.spans.get_finished_spans()
-    assert {s.name for s in spans} >= {"agent.lifecycle_hook", "invoke_agent canary-agent"}
+    assert "invoke_agent canary-agent" in {s.name for s in spans}
+    assert any(s.name.startswith("agent.lifecycle_hook ") for s in spans)
     places["spans"] = "\n".join(span.to_json() for span in spans)
     metrics = canary.metrics.get_metrics_data()
     assert metrics is not None

@@ -54,7 +54,9 @@ def test_the_pinned_version_is_recent_enough_for_the_renamed_components() -> Non
 
 
 def test_there_are_configs_for_jaeger_and_google_cloud() -> None:
-    assert {p.name for p in CONFIGS} >= {"jaeger.yaml", "cloud-trace.yaml", "googlecloud.yaml"}
+    assert {p.name for p in CONFIGS} >= {
+        "jaeger.yaml", "cloud-trace.yaml", "googlecloud.yaml", "trace-file.yaml"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -139,6 +141,20 @@ def test_cloud_trace_config_uses_the_telemetry_api_with_google_auth() -> None:
     assert exporter["endpoint"] == "https://telemetry.googleapis.com"
     assert exporter["auth"]["authenticator"] == "googleclientauth"
     assert "googleclientauth" in config["service"]["extensions"]
+
+
+def test_the_trace_file_config_ships_every_kept_trace_file_from_its_beginning() -> None:
+    """`run`'s trace files (OTLP JSON), the current ones and the rotated ones, read whole."""
+    import fnmatch
+
+    config = load(COLLECTOR / "trace-file.yaml")
+    receiver = config["receivers"]["otlp_json_file"]
+    assert receiver["start_at"] == "beginning"  # the receiver's default is the end of a file
+    for name in ("reviewer.jsonl", "reviewer.jsonl.1", "reviewer.jsonl.3"):
+        assert any(fnmatch.fnmatch(f"/traces/{name}", glob) for glob in receiver["include"])
+    traces = config["service"]["pipelines"]["traces"]
+    assert traces["receivers"] == ["otlp_json_file"]
+    assert "otlp_grpc/jaeger" in traces["exporters"]
 
 
 # --- compose.yaml and its companions ---------------------------------------------------------

@@ -137,7 +137,7 @@ def test_the_installed_run_exports_spans_and_the_client_histogram_over_otlp_http
 
     spans = debug_spans(received)
     sessions = [s for s in spans if s.name.startswith("invoke_agent ")]
-    hooks = [s for s in spans if s.name == "agent.lifecycle_hook"]
+    hooks = [s for s in spans if s.name.startswith("agent.lifecycle_hook ")]
     clients = [s for s in spans if s.scope == HTTPX_SCOPE]
     assert (len(sessions), len(hooks), len(clients)) == (1, 1, 1), received
     (session,), (hook,), (client,) = sessions, hooks, clients

@@ -288,7 +288,7 @@ def _rows_below(node: _Node, depth: int) -> Iterator[_Row]:
 
 def _failure_message(span: dict[str, Any]) -> str:
     """What a failed hook span says went wrong (its status description), bounded."""
-    if span.get("name") != events.HOOK_SPAN_NAME or _status_code(span) != "ERROR":
+    if not events.is_hook_span_name(span.get("name")) or _status_code(span) != "ERROR":
         return ""
     status = span.get("status") or {}
     description = str(status.get("message") or status.get("description") or "")
@@ -335,7 +335,7 @@ def _span_row(node: _Node, depth: int) -> _Row:
     span = node.span
     attributes = span.get("attributes") or {}
     indent = "  " * max(depth - 1, 0)
-    if span.get("name") == events.HOOK_SPAN_NAME:
+    if events.is_hook_span_name(span.get("name")):
         mark = _mark_of(span)
         attempts = attributes.get(events.HOOK_ATTR_ATTEMPTS)
         parts = [

@@ -44,7 +44,7 @@ class HookSpans:
         parent = self._parent_context(session.span_context)
         try:
             return self.tracer.start_span(
-                ev.HOOK_SPAN_NAME,
+                ev.hook_span_name(hook.name),
                 context=parent,
                 kind=SpanKind.INTERNAL,
                 attributes={

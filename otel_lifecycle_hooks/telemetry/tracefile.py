@@ -1,17 +1,17 @@
 """The local trace file: the embedded default when no exporter is configured.
 
-One span per line, shaped like OTLP/JSON but flat, so that `jq` and the `trace` command read
-it without a protobuf schema::
+The file is in the OTLP JSON file format, as the OpenTelemetry Collector's file exporter
+writes it and its `otlp_json_file` receiver reads it: one `ExportTraceServiceRequest` a line
+(a batch of spans), in the OTLP specification's JSON encoding (`otlp_json.py`)::
 
-    {"trace_id": "5b8e...", "span_id": "051f...", "parent_span_id": null,
-     "name": "invoke_agent reviewer", "kind": "INTERNAL",
-     "start_time_unix_nano": 1767000000000000000, "end_time_unix_nano": ...,
-     "status": {"code": "OK", "message": ""},
-     "attributes": {...}, "events": [{"name": ..., "time_unix_nano": ..., "attributes": {...}}],
-     "resource": {"service.name": ...}, "scope": {"name": ..., "version": ...}}
+    {"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{...}}]},
+      "scopeSpans":[{"scope":{"name":"otel_lifecycle_hooks"},"spans":[{"traceId":"5b8e...",
+      "spanId":"051f...","name":"invoke_agent reviewer","kind":1,
+      "startTimeUnixNano":"1767000000000000000",...}]}]}]}
 
-A span with links (a replay's, to the delivery it re-sends) also has
-`"links": [{"trace_id": ..., "span_id": ..., "attributes": {...}}]`.
+so that a kept file can be shipped later to any OTLP back end. `read_trace_file` gives its
+spans as flat records (the shape `trace` draws and `trace --json` prints), and still reads
+the files of earlier versions, which held one flat span a line.
 
 The file is rotated at a size bound, so that a long or busy session cannot fill the disk
 (a webhook delivery writes two spans, about 2 KB): before a write would take `<name>.jsonl`
@@ -34,11 +34,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..private_files import is_trusted_directory, open_directory_path
+from . import otlp_json
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_KEEP = 3
 # Below this a file could not hold one typical span: a smaller setting is a mistake.
 MIN_MAX_BYTES = 64 * 1024
+# A line is at most this long (a batch is split over lines), so that the collector's
+# `otlp_json_file` receiver, whose longest entry is 1 MiB by default, reads every line whole.
+MAX_LINE_BYTES = 1024 * 1024
 
 
 def default_trace_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -132,31 +135,35 @@ def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int)
 
 
 def read_trace_file(path: Path) -> list[dict[str, Any]]:
-    """Every span in a trace file and in its rotated files (oldest first); lines that are
-    not JSON objects (a torn last write) are skipped."""
+    """Every span in a trace file and in its rotated files (oldest first), as flat records
+    (`otlp_json.flat_spans`); lines that are neither an OTLP JSON request nor an older flat
+    span (a torn last write) are skipped."""
     spans: list[dict[str, Any]] = []
     for rotated in rotated_files(path):
-        spans.extend(_spans(rotated))
-    spans.extend(_spans(path))
+        spans.extend(spans_in_file(rotated))
+    spans.extend(spans_in_file(path))
     return spans
 
 
-def _spans(path: Path) -> list[dict[str, Any]]:
+def spans_in_file(path: Path) -> list[dict[str, Any]]:
+    """The spans of one file (not its rotated ones), in either format, as flat records."""
     spans: list[dict[str, Any]] = []
     for line in _lines(path):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+            if otlp_json.is_request(record):
+                spans.extend(otlp_json.flat_spans(record))
+            elif isinstance(record, dict) and isinstance(record.get("span_id"), str):
+                spans.append(_well_typed(record))  # a file of an earlier version
+        except (ValueError, RecursionError):  # not JSON, or nested past reading
             continue
-        if isinstance(record, dict) and isinstance(record.get("span_id"), str):
-            spans.append(_well_typed(record))
     return spans
 
 
 def _well_typed(record: dict[str, Any]) -> dict[str, Any]:
-    """The record with each field a reader uses of the type the writer gives it; another
-    type is left out. The file may have been written by the agent (it runs as the same user),
-    and `trace` must show it, not fail on it."""
+    """An earlier version's flat span with each field a reader uses of the type that version
+    wrote; another type is left out. The file may have been written by the agent (it runs as
+    the same user), and `trace` must show it, not fail on it."""
     fitted = dict(record)
     for name in ("trace_id", "parent_span_id", "name", "kind"):
         if not isinstance(fitted.get(name), (str, type(None))):
@@ -199,71 +206,9 @@ def _lines(path: Path) -> Iterator[str]:
                 yield line
 
 
-def span_to_record(span: ReadableSpan) -> dict[str, Any]:
-    """One SDK span as the trace file's JSON object."""
-    context = span.get_span_context()
-    parent = span.parent
-    scope = span.instrumentation_scope
-    record: dict[str, Any] = {
-        "trace_id": format(context.trace_id, "032x") if context else None,
-        "span_id": format(context.span_id, "016x") if context else None,
-        "parent_span_id": format(parent.span_id, "016x") if parent else None,
-        "name": span.name,
-        "kind": span.kind.name,
-        "start_time_unix_nano": span.start_time,
-        "end_time_unix_nano": span.end_time,
-        "status": {
-            "code": span.status.status_code.name,
-            "message": span.status.description or "",
-        },
-        "attributes": _plain(span.attributes),
-        "events": [
-            {
-                "name": event.name,
-                "time_unix_nano": event.timestamp,
-                "attributes": _plain(event.attributes),
-            }
-            for event in span.events
-        ],
-        "resource": _resource_record(span.resource),
-        "scope": {"name": scope.name, "version": scope.version} if scope else None,
-    }
-    if span.links:  # a replay's link to the delivery it re-sends; other spans have none
-        record["links"] = [
-            {
-                "trace_id": format(link.context.trace_id, "032x"),
-                "span_id": format(link.context.span_id, "016x"),
-                "attributes": _plain(link.attributes),
-            }
-            for link in span.links
-        ]
-    return record
-
-
-def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    # The SDK keeps attribute sequences as tuples; JSON wants lists. A check against the
-    # Sequence ABC cost more than the rest of the line for a hook span's twenty attributes.
-    return {
-        key: list(value) if isinstance(value, (tuple, list)) else value
-        for key, value in (attributes or {}).items()
-    }
-
-
-# The last resource seen and its record: every span of a provider shares one immutable
-# Resource, and `run` has one provider, so its record is made once, not once per span.
-_last_resource: tuple[Resource, dict[str, Any]] | None = None
-
-
-def _resource_record(resource: Resource) -> dict[str, Any]:
-    global _last_resource
-    last = _last_resource
-    if last is None or last[0] is not resource:
-        last = _last_resource = (resource, _plain(resource.attributes))
-    return last[1]
-
-
 class TraceFileExporter(SpanExporter):
-    """Appends finished spans to a JSON-lines file, one span per line, rotated at a size
+    """Appends finished spans to an OTLP JSON file, one `ExportTraceServiceRequest` a batch
+    and a line (a batch larger than the bound is split over lines), rotated at a size
     bound (`max_bytes`, keeping `keep` rotated files; defaults from the environment, see the
     module's docstring).
 
@@ -285,16 +230,11 @@ class TraceFileExporter(SpanExporter):
         if self._shut_down:
             return SpanExportResult.FAILURE
         try:
-            lines = [
-                (json.dumps(span_to_record(span), ensure_ascii=False, default=str) + "\n").encode(
-                    "utf-8", "replace"
-                )
-                for span in spans
-            ]
+            lines = self._encoded(spans)
             with self._lock:
                 if self._size is None:  # the first export
                     self._size = self._current_size()
-                # A batch may hold more than the bound: it is split between files at a line.
+                # A file takes lines until the next would take it past the bound.
                 pending: list[bytes] = []
                 for line in lines:
                     if self._size and self._size + len(line) > self.max_bytes:
@@ -310,6 +250,15 @@ class TraceFileExporter(SpanExporter):
                 self._warned = True
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    def _encoded(self, spans: Sequence[ReadableSpan]) -> list[bytes]:
+        """`spans` as one line, or, when that line would pass the size bound or
+        `MAX_LINE_BYTES`, as the lines of each half."""
+        line = otlp_json.encode_line(spans)
+        if len(line) <= min(self.max_bytes, MAX_LINE_BYTES) or len(spans) < 2:
+            return [line]
+        half = len(spans) // 2
+        return self._encoded(spans[:half]) + self._encoded(spans[half:])
 
     def _directory(self) -> int:
         """A descriptor of the trace directory, made where missing (0700), reached without

@@ -3,7 +3,8 @@
     otel-lifecycle-hooks run --(OTLP http/protobuf or gRPC)--> rotel --(OTLP gRPC)--> Phoenix
 
 and read back from Phoenix's REST API: the session span, its lifecycle span events, and each
-`agent.lifecycle_hook` span as its child with status and attributes, one of them failing.
+hook's `agent.lifecycle_hook {hook name}` span as its child with status and attributes, one of
+them failing.
 
 Phoenix is installed into its own virtual environment on first use (a few minutes, once) and
 started once per test session; without it the test fails in CI and is skipped elsewhere.
@@ -151,7 +152,8 @@ def test_a_run_session_reaches_phoenix_through_rotel(
         spans = phoenix_server.spans(project, trace_id=trace_id)
         names = [span["name"] for span in spans]
         complete = (
-            f"invoke_agent {AGENT_NAME}" in names and names.count("agent.lifecycle_hook") >= 3
+            f"invoke_agent {AGENT_NAME}" in names
+            and sum(n.startswith("agent.lifecycle_hook ") for n in names) >= 3
         )
         return spans if complete else None
 
@@ -194,9 +196,12 @@ def test_a_run_session_reaches_phoenix_through_rotel(
     hooks = {
         _attributes(span["attributes"])["agent.lifecycle_hook.name"]: span
         for span in spans
-        if span["name"] == "agent.lifecycle_hook"
+        if span["name"].startswith("agent.lifecycle_hook ")
     }
     assert set(hooks) == EXPECTED_HOOKS
+    assert {span["name"] for span in hooks.values()} == {
+        f"agent.lifecycle_hook {name}" for name in EXPECTED_HOOKS
+    }
     for span in hooks.values():
         assert span["parent_span_id"] == session["span_id"]
         assert span["trace_id"] == trace_id

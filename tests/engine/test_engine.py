@@ -70,8 +70,12 @@ def run_once(tmpl, provider, clock=None, event="post-start", fields=None):
 
 
 def hook_span(exporter):
-    found = [s for s in exporter.get_finished_spans() if s.name == "agent.lifecycle_hook"]
+    found = [s for s in exporter.get_finished_spans() if s.name.startswith("agent.lifecycle_hook ")]
     assert len(found) == 1, [s.name for s in exporter.get_finished_spans()]
+    # Named after its hook, which is also an attribute: `agent.lifecycle_hook register-agent`.
+    assert (
+        found[0].name == "agent.lifecycle_hook " + found[0].attributes["agent.lifecycle_hook.name"]
+    )
     return found[0]
 
 

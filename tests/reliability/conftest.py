@@ -78,7 +78,11 @@ class EngineRunner:
         elapsed = time.monotonic() - started
         session.end()
         engine.shutdown(5)
-        spans = [s for s in self.exporter.get_finished_spans() if s.name == ev.HOOK_SPAN_NAME]
+        spans = [
+            s
+            for s in self.exporter.get_finished_spans()
+            if s.name.startswith(ev.HOOK_SPAN_NAME + " ")
+        ]
         assert len(spans) == 1, [s.name for s in self.exporter.get_finished_spans()]
         journal = Journal(self.journal_path)
         try:

@@ -54,7 +54,7 @@ def check_traced(spans: list[dict[str, Any]], original: Any, traceparent: str) -
     """The replay's hook span among `spans` (trace-file records): it names the replayed row,
     links to the original delivery's span, and the request carried its trace context."""
     [hook] = [s for s in spans if s["attributes"].get(REPLAYED_FROM) == original.id]
-    assert hook["name"] == "agent.lifecycle_hook"
+    assert hook["name"] == "agent.lifecycle_hook report"
     assert hook["attributes"]["agent.lifecycle_hook.name"] == "report"
     assert hook["attributes"]["agent.lifecycle_hook.event"] in ("task-completed", "post-start")
     assert hook["attributes"]["agent.lifecycle_hook.action"] == "http"
@@ -126,7 +126,9 @@ def test_a_replay_records_the_delivery_metrics_and_its_span_on_the_providers_giv
         records.close()
 
     assert outcome.outcome == "failed"
-    [hook] = [s for s in exporter.get_finished_spans() if s.name == "agent.lifecycle_hook"]
+    [hook] = [
+        s for s in exporter.get_finished_spans() if s.name.startswith("agent.lifecycle_hook ")
+    ]
     assert hook.attributes is not None
     assert hook.attributes[REPLAYED_FROM] == failed.id
     assert hook.attributes["error.type"] == "http.502"

@@ -111,7 +111,7 @@ def test_a_claude_session_fires_every_event_in_order_in_one_trace(
     sessions = [s for s in spans if s["name"] == "invoke_agent test-agent"]
     assert len(sessions) == 1
     session = sessions[0]
-    hook_spans = [s for s in spans if s["name"] == "agent.lifecycle_hook"]
+    hook_spans = [s for s in spans if s["name"].startswith("agent.lifecycle_hook ")]
     assert len(hook_spans) == len(EXPECTED) + len(scripts)
     assert {s["trace_id"] for s in hook_spans} == {session["trace_id"]}
     assert {s["parent_span_id"] for s in hook_spans} == {session["span_id"]}

@@ -55,6 +55,6 @@ def test_a_hook_running_at_exit_finishes_and_its_span_is_exported(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     assert '"name": "invoke_agent planner"' in result.stdout
-    assert '"name": "agent.lifecycle_hook"' in result.stdout, result.stdout[-2000:]
+    assert '"name": "agent.lifecycle_hook on-activity"' in result.stdout, result.stdout[-2000:]
     assert "shutdown MeterProvider" not in result.stdout + result.stderr
     assert "ran thinking" in (tmp_path / "agent.log").read_text()

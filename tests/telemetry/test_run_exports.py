@@ -56,7 +56,7 @@ def assert_exported(receiver: OtlpHttpReceiver) -> None:
     def arrived() -> bool:
         names = {span.name for _, span in receiver.spans()}
         return (
-            "agent.lifecycle_hook" in names
+            any(name.startswith("agent.lifecycle_hook ") for name in names)
             and any(name.startswith("invoke_agent") for name in names)
             and any(scope == HTTPX_SCOPE for scope, _ in receiver.spans())
             and "http.client.request.duration" in receiver.metric_names()
@@ -64,7 +64,7 @@ def assert_exported(receiver: OtlpHttpReceiver) -> None:
 
     receiver.wait_for(arrived)
     spans = receiver.spans()
-    (hook,) = [span for _, span in spans if span.name == "agent.lifecycle_hook"]
+    (hook,) = [span for _, span in spans if span.name.startswith("agent.lifecycle_hook ")]
     (client,) = [span for scope, span in spans if scope == HTTPX_SCOPE]
     assert client.parent_span_id == hook.span_id
     assert {a.key for a in client.attributes} >= {"http.request.method", "url.full"}

@@ -35,7 +35,7 @@ def _record_session(trace_file: Path) -> None:
         }
         client = {"http.response.status_code": 201}
         with (
-            tracer.start_as_current_span("agent.lifecycle_hook", attributes=hook),
+            tracer.start_as_current_span("agent.lifecycle_hook register-agent", attributes=hook),
             tracer.start_as_current_span("POST", kind=SpanKind.CLIENT, attributes=client),
         ):
             time.sleep(0.002)
@@ -46,7 +46,9 @@ def _record_session(trace_file: Path) -> None:
             "agent.lifecycle_hook.outcome": "timeout",
             "agent.lifecycle_hook.attempts": 2,
         }
-        with tracer.start_as_current_span("agent.lifecycle_hook", attributes=failed) as span:
+        with tracer.start_as_current_span(
+            "agent.lifecycle_hook cleanup", attributes=failed
+        ) as span:
             span.add_event("agent.lifecycle_hook.retry", {"agent.lifecycle_hook.retry.attempt": 2})
             span.set_status(Status(StatusCode.ERROR, "deadline passed after 10s"))
     telemetry.shutdown()
@@ -114,8 +116,8 @@ def test_json_output_carries_every_span(trace_file: Path) -> None:
     names = sorted(span["name"] for span in document["spans"])
     assert names == [
         "POST",
-        "agent.lifecycle_hook",
-        "agent.lifecycle_hook",
+        "agent.lifecycle_hook cleanup",
+        "agent.lifecycle_hook register-agent",
         "invoke_agent reviewer",
     ]
 
@@ -184,7 +186,8 @@ def _record_sessions(trace_file: Path, names: list[str], failure: str = "") -> N
                 "agent.lifecycle_hook.outcome": "failed" if failure else "success",
                 "agent.lifecycle_hook.attempts": 4,
             }
-            with tracer.start_as_current_span("agent.lifecycle_hook", attributes=hook) as span:
+            name = "agent.lifecycle_hook notify-a-rather-long-hook-name"
+            with tracer.start_as_current_span(name, attributes=hook) as span:
                 if failure:
                     span.set_status(Status(StatusCode.ERROR, failure))
         time.sleep(0.002)  # distinct start times
@@ -341,3 +344,49 @@ def test_a_long_failure_message_wraps_between_words_at_80_columns(tmp_path: Path
     # Every line ends at a word's end: the next starts a new word.
     assert all(part.endswith(tuple("abcdefghijklmnopqrstuvwxyz0123456789.")) for part in message)
     assert {word for line in message for word in line.split()} <= {"✗", *words.split()}
+
+
+def test_a_trace_file_of_an_earlier_version_is_drawn_as_before(tmp_path: Path) -> None:
+    """Earlier versions wrote one flat span a line and named hook spans `agent.lifecycle_hook`
+    alone: a user who upgrades still sees those files' hooks, outcomes and messages."""
+    path = tmp_path / "old.jsonl"
+    trace_id, start = "5b8e0c1f" * 4, 1767000000000000000
+    session = {
+        "trace_id": trace_id, "span_id": "00000000000000a1", "parent_span_id": None,
+        "name": "invoke_agent reviewer", "kind": "INTERNAL", "start_time_unix_nano": start,
+        "end_time_unix_nano": start + 2_000_000_000, "status": {"code": "UNSET", "message": ""},
+        "attributes": {}, "events": [],
+    }  # fmt: skip
+    hook = {
+        **session, "span_id": "00000000000000b2", "parent_span_id": "00000000000000a1",
+        "name": "agent.lifecycle_hook", "start_time_unix_nano": start + 1_000_000,
+        "end_time_unix_nano": start + 11_000_000,
+        "status": {"code": "ERROR", "message": "HTTP 503 from the registry"},
+        "attributes": {"agent.lifecycle_hook.name": "register-agent",
+                       "agent.lifecycle_hook.event": "post-start",
+                       "agent.lifecycle_hook.outcome": "failed",
+                       "agent.lifecycle_hook.attempts": 3},
+    }  # fmt: skip
+    path.write_text(json.dumps(hook) + "\n" + json.dumps(session) + "\n")
+    result = _run_cli(str(path), "--width", "100")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("invoke_agent reviewer  2025-12-29 09:20:00Z  trace 5b8e0c1f")
+    [row] = [line for line in lines if "register-agent" in line]
+    assert row.startswith("✗ register-agent  post-start  ×3  failed")
+    assert "    ✗ HTTP 503 from the registry" in lines
+
+
+def test_a_recorded_trace_file_of_the_flat_format_is_drawn_whole() -> None:
+    """tests/data/trace-file-flat-spans.jsonl: a real `run` session (a failing webhook and a
+    script hook) recorded by the version before the OTLP JSON file, its stack-trace paths
+    made neutral. A user upgrading keeps such files: `trace` draws them as that version did."""
+    recorded = Path(__file__).parents[1] / "data" / "trace-file-flat-spans.jsonl"
+    result = _run_cli(str(recorded), "--width", "100")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("invoke_agent reviewer  2026-12-02 05:53:42Z  trace d60460ed")
+    assert any(line.startswith("✗ register-agent  post-start  ×1  failed") for line in lines)
+    assert "    ✗ ConnectError talking to 127.0.0.1:9: Connection refused" in lines
+    assert any(line.startswith("✓ say-goodbye  session-end  ×1") for line in lines)
+    assert any("running → stopping" in line for line in lines)
