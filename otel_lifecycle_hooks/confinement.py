@@ -45,8 +45,8 @@ import signal
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 log = logging.getLogger("otel_lifecycle_hooks.confinement")
 
@@ -71,8 +71,8 @@ _JOIN = 'echo 0 >"$1" || exit 126; shift; exec "$@"'
 _EMPTY_WAIT = 2.0
 
 
-@dataclass(frozen=True)
-class Hierarchy:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class Hierarchy(NamedTuple):
     """Where the cgroup v2 hierarchy is mounted, and this process's cgroup in it."""
 
     mount: Path  # the mount point

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span
@@ -69,7 +68,7 @@ class AttemptLoop:
                     "timeout", 0.0, error_type="timeout", message="deadline passed"
                 )
             else:
-                one = replace(self._frame, rendered=rendered, timeout=timeout)
+                one = self._frame._replace(rendered=rendered, timeout=timeout)
                 result = runner.attempt(self._services, one)
             if self._interrupted.is_set() and result.kind != "ok":
                 # Cut short by the operator's second signal (a blocking hook on the main

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
@@ -22,8 +21,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 
-@dataclass(frozen=True, slots=True)
-class Retry:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class Retry(NamedTuple):
     """An execution about to wait `delay` seconds before attempt `attempt + 1`."""
 
     hook: HookSpec

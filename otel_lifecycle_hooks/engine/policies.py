@@ -4,7 +4,7 @@ how long an attempt may take. No I/O and no sleeping; every function is a value 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
@@ -13,8 +13,8 @@ from ..template.model import HookSpec
 RETRY_DELAYS: tuple[float, ...] = (1.0, 2.0, 4.0)
 
 
-@dataclass(frozen=True, slots=True)
-class RetryDecision:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class RetryDecision(NamedTuple):
     """Retry after `delay` seconds, or stop (delay None) for `reason`."""
 
     delay: float | None
@@ -25,8 +25,8 @@ class RetryDecision:
         return self.delay is not None
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class RetryPolicy(NamedTuple):
     """One attempt plus up to len(delays) retries of transient failures and timeouts.
 
     A `Retry-After` from the server replaces the next delay when it fits in what is left of
@@ -98,8 +98,8 @@ def fails_transition(hook: HookSpec, outcome: str, event: str | None = None) -> 
     return hook.blocking and hook.on_error == "fail" and outcome not in ("success", "skipped")
 
 
-@dataclass(frozen=True, slots=True)
-class DebounceWindow:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class DebounceWindow(NamedTuple):
     """Trailing-edge coalescing: the first event opens a window of `seconds`; when it closes,
     only the latest event seen in it fires. Windows are fixed from their first event, so a
     steady stream still delivers its latest state once per window instead of never."""

@@ -20,8 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..harness.normalized import MAX_FIELD_CHARS, NormalizedEvent, WireFormatError, clip
 from ..reported import safe_text
@@ -39,8 +38,8 @@ LOG_BURST = 5
 LOG_INTERVAL = 10.0  # seconds
 
 
-@dataclass(frozen=True, slots=True)
-class Admitted:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class Admitted(NamedTuple):
     """A message the supervisor acts on: an event, or a status signal and its message."""
 
     kind: str  # "event" | "status"

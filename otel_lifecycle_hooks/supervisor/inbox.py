@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .admission import Admitted
 
@@ -20,15 +20,15 @@ from .admission import Admitted
 MAX_PENDING_MESSAGES = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SignalReceived:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class SignalReceived(NamedTuple):
     """SIGTERM, SIGINT or SIGHUP, as the supervisor's handler saw it."""
 
     signum: int
 
 
-@dataclass(frozen=True, slots=True)
-class AgentExited:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class AgentExited(NamedTuple):
     """The agent's exit code (128 + N for a death by signal N, as a shell reports it)."""
 
     code: int

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import LifecycleHooksError
 from ..template.durations import DurationError, parse_duration
@@ -19,8 +19,8 @@ class LimitError(ValueError, LifecycleHooksError):
     """A limit whose value is not one: the message names where it was set and a fix."""
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class Limits(NamedTuple):
     """The agent's limits; None is no limit."""
 
     max_turns: int | None = None

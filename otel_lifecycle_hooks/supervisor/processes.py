@@ -52,8 +52,7 @@ import os
 import signal as signals
 import sys
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -235,8 +234,8 @@ def _collect(pid: int) -> bool:
     return done == pid
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessInfo:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class ProcessInfo(NamedTuple):
     """One line of /proc/<pid>/stat: what tells whose process it is."""
 
     pid: int

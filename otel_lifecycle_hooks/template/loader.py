@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -89,8 +88,8 @@ def load_templates(paths: Sequence[str | os.PathLike[str]]) -> Template:
     return reading.template
 
 
-@dataclass(frozen=True, slots=True)
-class TemplateReading:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class TemplateReading(NamedTuple):
     """What one reading of template files found: every problem, in file order then position.
 
     `template` is the merged template, usable only when `problems` is empty; with problems it

@@ -499,3 +499,12 @@ def run_python(script: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def test_the_otlp_settings_show_header_names_never_their_values() -> None:
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20canary-otlp-token,x-team=obs"}
+    settings = otlp_settings("traces", env)
+    assert settings.headers["authorization"] == "Bearer canary-otlp-token"
+    for shown in (repr(settings), str(settings), f"{settings}", repr([settings])):
+        assert "canary-otlp-token" not in shown
+        assert "authorization" in shown and "x-team" in shown

@@ -10,8 +10,7 @@ names them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from opentelemetry.trace import Span
 
@@ -39,8 +38,8 @@ class Refusal(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class Attempt(NamedTuple):
     """What one attempt of one hook is made from."""
 
     hook: HookSpec

@@ -11,8 +11,7 @@ import json
 import os
 from collections import ChainMap
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...actions.base import AttemptResult
 from ...redact import Redactor
@@ -27,8 +26,8 @@ from .base import ActionServices, Attempt, OutputListener, Refusal
 _STDIN_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedScript:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class PreparedScript(NamedTuple):
     """A script cleared to run: who runs it, with which environment and redactor."""
 
     command: RenderedCommand
