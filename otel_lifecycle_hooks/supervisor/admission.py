@@ -20,11 +20,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..harness.normalized import MAX_FIELD_CHARS, NormalizedEvent, WireFormatError, clip
 from ..reported import safe_text
+from .server import Reply
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -47,6 +48,13 @@ class Admitted:
     event: NormalizedEvent | None = None
     status: str = ""
     message: str = ""
+    # The sender waits for the decision of this event's gates (engine/gates.py).
+    reply: Reply | None = field(default=None, compare=False)
+
+    @property
+    def kind_event(self) -> str:
+        """The runtime event's name ("" for a status)."""
+        return self.event.event if self.event is not None else ""
 
 
 class IngressCounts:

@@ -37,8 +37,13 @@ from tests.support.target_server import Reply
 
 def gate(name: str = "policy", on_error: str = "log", blocking: bool = True) -> HookSpec:
     action = HookAction(type="http", url="http://127.0.0.1:1/p")
-    return HookSpec(name=name, on=("tool-start",), action=action, on_error=on_error,  # type: ignore[arg-type]
-                    blocking=blocking)  # fmt: skip
+    return HookSpec(
+        name=name,
+        on=("tool-start",),
+        action=action,
+        on_error=on_error,  # type: ignore[arg-type]
+        blocking=blocking,
+    )
 
 
 @pytest.mark.parametrize("verdict", ["allow", "deny", "ask"])
@@ -54,9 +59,14 @@ def test_an_answer_without_a_decision_is_not_a_decision() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b'{"decision": "yes"}', b'{"decision": "DENY"}', b'{"decision": null}',
-     b'{"decision": "deny", "reason": 5}', b'{"decision": ["deny"]}'],
-)  # fmt: skip
+    [
+        b'{"decision": "yes"}',
+        b'{"decision": "DENY"}',
+        b'{"decision": null}',
+        b'{"decision": "deny", "reason": 5}',
+        b'{"decision": ["deny"]}',
+    ],
+)
 def test_a_decision_of_the_wrong_shape_is_refused(body: bytes) -> None:
     with pytest.raises(BadDecision):
         parse_decision(body)
@@ -138,8 +148,14 @@ def fire(hooks: str, fields: dict[str, str] | None = None):
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
     template = load_template_text("lifecycle_hooks:\n" + textwrap.dedent(hooks))
-    engine = HookEngine(template, tracer_provider=provider, meter_provider=meters,
-                        clock=FakeClock(), journal=False, hook_log=False)  # fmt: skip
+    engine = HookEngine(
+        template,
+        tracer_provider=provider,
+        meter_provider=meters,
+        clock=FakeClock(),
+        journal=False,
+        hook_log=False,
+    )
     session = AgentSession(engine, agent_name="agent-1", tracer_provider=provider)
     try:
         result = session.record("tool-start", fields or {"TOOL_NAME": "Bash"})
@@ -156,8 +172,10 @@ def decisions_counted(metrics) -> dict[tuple[str, str], int]:
             for metric in scope.metrics:
                 if metric.name == "agent.lifecycle_hook.decisions":
                     for point in metric.data.data_points:
-                        key = (point.attributes["agent.lifecycle_hook.name"],
-                               point.attributes["agent.lifecycle_hook.decision"])  # fmt: skip
+                        key = (
+                            point.attributes["agent.lifecycle_hook.name"],
+                            point.attributes["agent.lifecycle_hook.decision"],
+                        )
                         counted[key] = point.value
     return counted
 
