@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
+from .policies import fails_transition
 
 Verdict = Literal["allow", "deny", "ask"]
 VERDICTS: tuple[Verdict, ...] = ("allow", "deny", "ask")
@@ -138,17 +139,19 @@ def decide(
     outcome: str,
     answered: tuple[str, str] | None,
     failure: str = "",
+    event: str = "",
 ) -> GateDecision | None:
     """What gate `hook` decided, from its execution's `outcome` and the (verdict, reason) its
     action `answered`; None when it decided nothing (the agent goes on). `failure`: why it
-    failed, for the reason of a fail-closed deny."""
+    failed, for the reason of a fail-closed deny; `event`: where (a hook that names the events
+    it may refuse at, `refuse_on`, is fail-closed only there)."""
     if outcome == "skipped":
         return None  # its condition was false, or it did not run: it had nothing to decide
     if outcome == "success" and answered is not None:
         verdict, reason = answered
         if verdict in _RANK:
             return GateDecision(verdict, sanitise_reason(reason), hook.name)  # type: ignore[arg-type]
-    if outcome != "success" and hook.on_error == "fail":
+    if outcome != "success" and fails_transition(hook, outcome, event or None):
         why = sanitise_reason(failure) or outcome
         return GateDecision("deny", f"gate {hook.name} failed ({why}): fail-closed", hook.name)
     return None
