@@ -57,6 +57,7 @@ _VALUE_OPTIONS = {
 # What a gate decides when no supervisor answers (`--on-unreachable`): written into the
 # harness's hook settings, never read from the agent's environment.
 UNREACHABLE_POLICIES = ("allow", "deny")
+UNREACHABLE_REASON = "otel-lifecycle-hooks: no supervisor answered this gate, which is fail-closed"
 
 
 def main(
@@ -146,6 +147,14 @@ def _gate(
 
     try:
         decision = socket_client.ask_decision(events, env)
+        if decision is None:
+            # The events went to a socket served by no process this hook runs under: its
+            # answer would not be trusted, so none was asked for.
+            if options.get("on_unreachable", "allow") == "deny":
+                _answer(answer(style, {"decision": "deny", "reason": UNREACHABLE_REASON}))
+                log("gate: the socket is served by no process this hook runs under: no "
+                    "decision trusted; answered deny (--on-unreachable)", env)  # fmt: skip
+            return True
     except OSError as exc:
         policy = options.get("on_unreachable", "allow")
         if policy == "deny":

@@ -350,36 +350,37 @@ def ask_decision(
     events: Sequence[NormalizedEvent],
     environ: Mapping[str, str] | None = None,
     timeout: float = REPLY_TIMEOUT,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Deliver `events` and wait for the supervisor's decision on the first one's gates: a
     JSON object `{"decision": "allow"|"deny"|"ask", "reason": ..., "gate": ...}`.
 
-    The answer is taken only from a process this one runs under (the supervisor is an
-    ancestor of every hook command of its agent), whose pid the kernel gives: a socket the
-    agent serves itself, named by a variable or a pointer file it rewrote, is refused. Raises
-    `SupervisorUnavailable` (an `OSError`) when no trusted answer came within `timeout`."""
+    An answer is taken only from a process this one runs under (the supervisor is an
+    ancestor of every hook command of its agent), whose pid the kernel gives. A socket served
+    by any other process (one the agent serves itself, named by a variable it set) still gets
+    the events, as before, but is not asked: None, no decision. Raises
+    `SupervisorUnavailable` (an `OSError`) when no answer came within `timeout`."""
     path, served_by = supervisor_address(environ)
     wire = [event.to_wire() for event in events]
-    wire[0] = {**wire[0], REPLY_KEY: True}
-    lines = [encode(obj) for obj in wire]
     try:
         connection = _connect(path)
     except OSError:
-        record_undelivered(path, len(lines))
+        record_undelivered(path, len(wire))
         raise
     try:
         if served_by is not None:
             _check_server(connection, path, served_by)
         peer = _peer_pid(connection)
-        if peer is None or (peer != os.getpid() and peer not in set(_ancestors())):
-            raise SupervisorUnavailable(
-                f"supervisor socket {path}: not served by a process this hook runs under; "
-                "its answer is not trusted"
-            )
+        trusted = peer is not None and (peer == os.getpid() or peer in set(_ancestors()))
+        if trusted:
+            wire[0] = {**wire[0], REPLY_KEY: True}
         connection.settimeout(SEND_TIMEOUT)
-        connection.sendall(b"".join(lines))
-        connection.shutdown(_socket.SHUT_WR)
-        return _read_reply(connection, path, timeout)
+        try:
+            connection.sendall(b"".join(encode(obj) for obj in wire))
+            connection.shutdown(_socket.SHUT_WR)
+        except OSError:
+            record_undelivered(path, len(wire))
+            raise
+        return _read_reply(connection, path, timeout) if trusted else None
     finally:
         connection.close()
 

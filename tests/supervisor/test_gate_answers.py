@@ -231,7 +231,7 @@ def test_an_agent_served_socket_cannot_forge_an_allow(tmp_path: Path) -> None:
         )
         said = json.loads(done.stdout)["hookSpecificOutput"]
         assert said["permissionDecision"] == "deny"
-        assert b"not served by a process this hook runs under" in done.stderr
+        assert b"served by no process this hook runs under" in done.stderr
     finally:
         serving.kill()
         serving.wait()
