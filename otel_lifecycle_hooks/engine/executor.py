@@ -276,7 +276,7 @@ class HookExecutor:
         if unresolved:  # at most once per hook and variable a minute, with a suppressed count
             warn_unresolved(log, hook.name, unresolved)
         span_context = span.get_span_context()
-        decision = decide(hook, outcome, answered, message, event.name) if gate else None
+        decision = decide(hook, outcome, answered, error_type or "", event.name) if gate else None
         if decision is not None:  # the journal's message says what the gate decided, and why
             said = f"decision {decision.verdict}" + (
                 f": {decision.reason}" if decision.reason else ""

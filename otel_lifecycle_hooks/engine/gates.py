@@ -26,6 +26,7 @@ from .policies import fails_transition
 
 Verdict = Literal["allow", "deny", "ask"]
 VERDICTS: tuple[Verdict, ...] = ("allow", "deny", "ask")
+_VERDICTS: dict[str, Verdict] = {verdict: verdict for verdict in VERDICTS}
 # Which verdict wins a merge: the higher rank.
 _RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
@@ -142,15 +143,16 @@ def decide(
     event: str = "",
 ) -> GateDecision | None:
     """What gate `hook` decided, from its execution's `outcome` and the (verdict, reason) its
-    action `answered`; None when it decided nothing (the agent goes on). `failure`: why it
-    failed, for the reason of a fail-closed deny; `event`: where (a hook that names the events
+    action `answered`; None when it decided nothing (the agent goes on). `failure`: how it
+    failed (its error type: the reason reaches the agent, so never the endpoint's address),
+    for the reason of a fail-closed deny; `event`: where (a hook that names the events
     it may refuse at, `refuse_on`, is fail-closed only there)."""
     if outcome == "skipped":
         return None  # its condition was false, or it did not run: it had nothing to decide
     if outcome == "success" and answered is not None:
-        verdict, reason = answered
-        if verdict in _RANK:
-            return GateDecision(verdict, sanitise_reason(reason), hook.name)  # type: ignore[arg-type]
+        verdict = _VERDICTS.get(answered[0])
+        if verdict is not None:
+            return GateDecision(verdict, sanitise_reason(answered[1]), hook.name)
     if outcome != "success" and fails_transition(hook, outcome, event or None):
         why = sanitise_reason(failure) or outcome
         return GateDecision("deny", f"gate {hook.name} failed ({why}): fail-closed", hook.name)
