@@ -19,7 +19,7 @@ from collections.abc import Mapping
 #   pretool     Claude Code / Codex PreToolUse: hookSpecificOutput.permissionDecision
 #   permission  Claude Code / Codex PermissionRequest: hookSpecificOutput.decision.behavior
 #   block       Claude Code / Codex UserPromptSubmit and Stop: {"decision": "block"}
-#   gemini      Gemini CLI BeforeTool, BeforeAgent, AfterAgent: {"decision": "deny"}
+#   gemini      Gemini CLI BeforeTool, AfterAgent: {"decision": "deny"}
 #   plain       the opencode plugin: the decision itself; the plugin throws on deny
 _CLAUDE_LIKE = {
     "PreToolUse": "pretool",
@@ -30,7 +30,8 @@ _CLAUDE_LIKE = {
 REFUSABLE: dict[str, dict[str, str]] = {
     "claude": _CLAUDE_LIKE,
     "codex": _CLAUDE_LIKE,
-    "gemini": {"BeforeTool": "gemini", "BeforeAgent": "gemini", "AfterAgent": "gemini"},
+    # BeforeAgent is agent-start here (not a gate event), so only these two wait.
+    "gemini": {"BeforeTool": "gemini", "AfterAgent": "gemini"},
     "opencode": {"tool.execute.before": "plain"},
 }
 MAX_REASON_CHARS = 1000

@@ -162,6 +162,9 @@ class AgentEvents:
             # The event itself comes first: its gates' decision is what the sender waits for.
             if message.reply is not None and item.event == message.kind_event:
                 message.reply.send(result.decision.to_wire())
+        if message.reply is not None:
+            # The tracker derived nothing from it (a repeated notification): no gate ran.
+            message.reply.send(ALLOW.to_wire())
         hit = self._limits.exceeded(self._tracker.turns, self._tracker.model_calls)
         if hit is not None:
             self._phases.limit_exceeded(*hit)
