@@ -52,6 +52,7 @@ SCRIPTS = [
     "bench_memory.py",
     "bench_startup.py",
     "bench_harness_event.py",
+    "bench_gate.py",
     "bench_hook_scale.py",
     "bench_agents.py",
     "bench_ui_api.py",

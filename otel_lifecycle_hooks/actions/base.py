@@ -42,6 +42,9 @@ class AttemptResult(NamedTuple):
     # (stdout, stderr) tails.
     exchange: Exchange | None = None
     output: tuple[str, str] | None = None
+    # A gate's answer as its system gave it, (verdict, reason): a host-protocol script's
+    # `deny`, the-loop's refusal (engine/gates.py reads HTTP bodies and stdout itself).
+    decision: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:

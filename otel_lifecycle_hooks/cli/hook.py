@@ -52,7 +52,12 @@ _VALUE_OPTIONS = {
     "--dialect": "dialect",
     "--dialect-file": "dialect_file",
     "--template": "template",
+    "--on-unreachable": "on_unreachable",
 }
+# What a gate decides when no supervisor answers (`--on-unreachable`): written into the
+# harness's hook settings, never read from the agent's environment.
+UNREACHABLE_POLICIES = ("allow", "deny")
+UNREACHABLE_REASON = "otel-lifecycle-hooks: no supervisor answered this gate, which is fail-closed"
 
 
 def main(
@@ -120,10 +125,49 @@ def _hook(argv: list[str], stdin: BinaryIO | None, env: Mapping[str, str]) -> bo
         from ..harness.dialects import detect_dialect, get_dialect
 
         dialect = get_dialect(detect_dialect(payload, extra), env)
-    _answer(dialect.response(payload))
     events = dialect.translate(payload, extra)
     _log_dropped(events, env)
+    from ..harness.refusals import style_for
+
+    style = style_for(dialect.name, payload) if events else None
+    if style is not None:
+        return _gate(events, style, options, env)
+    _answer(dialect.response(payload))
     return not events or _deliver(events, options.get("template", []), env)
+
+
+def _gate(
+    events: list[NormalizedEvent], style: str, options: Mapping[str, Any], env: Mapping[str, str]
+) -> bool:
+    """An event the harness lets a hook refuse: wait for the supervisor's decision on its
+    gates and answer it in the harness's protocol. With no answer (no supervisor, none
+    reachable, no answer in time), `--on-unreachable` decides (default allow)."""
+    from ..harness import socket_client
+    from ..harness.refusals import answer
+
+    try:
+        decision = socket_client.ask_decision(events, env)
+        if decision is None:
+            # The events went to a socket served by no process this hook runs under: its
+            # answer would not be trusted, so none was asked for.
+            if options.get("on_unreachable", "allow") == "deny":
+                _answer(answer(style, {"decision": "deny", "reason": UNREACHABLE_REASON}))
+                log("gate: the socket is served by no process this hook runs under: no "
+                    "decision trusted; answered deny (--on-unreachable)", env)  # fmt: skip
+            return True
+    except OSError as exc:
+        policy = options.get("on_unreachable", "allow")
+        if policy == "deny":
+            reason = "no supervisor answered for this gate, which is fail-closed"
+            _answer(
+                answer(style, {"decision": "deny", "reason": f"otel-lifecycle-hooks: {reason}"})
+            )
+        if isinstance(exc, socket_client.NoSupervisor):
+            return _deliver(events, options.get("template", []), env)
+        log(f"gate: {exc}; event not delivered, answered {policy} (--on-unreachable)", env)
+        return True
+    _answer(answer(style, decision))
+    return True
 
 
 def _log_dropped(events: list[NormalizedEvent], env: Mapping[str, str]) -> None:
@@ -165,6 +209,8 @@ def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
                 raise _Refused(f"{name} needs a value")
             if key == "template":
                 options["template"].append(value)
+            elif key == "on_unreachable" and value not in UNREACHABLE_POLICIES:
+                raise _Refused(f"{name}: got {value!r}; write allow or deny")
             else:
                 options[key] = value
     return options, extra
@@ -337,6 +383,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--dialect-file", metavar="PATH", help="a dialect.yaml to translate with")
     parser.add_argument(
+        "--on-unreachable",
+        choices=UNREACHABLE_POLICIES,
+        help="what a gate answers the harness when no supervisor does (default: allow)",
+    )
+    parser.add_argument(
         "--template",
         metavar="PATH",
         action="append",
@@ -356,4 +407,6 @@ def run(args: Any) -> int:
         argv += ["--dialect-file", args.dialect_file]
     for template in args.template:
         argv += ["--template", template]
+    if getattr(args, "on_unreachable", None):
+        argv += ["--on-unreachable", args.on_unreachable]
     return main([*argv, "--", *args.extra])

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from .. import events as ev
 from ..template.model import HookSpec, Template
 from .executor import HookExecutor
+from .gates import GateDecision, merge
 from .model import Execution, LifecycleEvent, SessionInfo
 from .policies import DebounceWindow, fails_transition
 from .ratelimit import RateGate, gates_for
@@ -89,6 +90,16 @@ class DispatchResult:
     @property
     def ok(self) -> bool:
         return self.failed is None
+
+    @property
+    def gated(self) -> bool:
+        """Whether any gate of the event decided something (engine/gates.py)."""
+        return any(execution.decision is not None for execution in self.executions)
+
+    @property
+    def decision(self) -> GateDecision:
+        """The event's gates' decisions merged in declaration order (allow when none)."""
+        return merge(execution.decision for execution in self.executions)
 
 
 class EngineListener:

@@ -27,6 +27,7 @@ from ..variables import EVENT_VARIABLES, Variables, format_unix_timestamp
 from .attempts import AttemptLoop, frame_of
 from .capture import capture
 from .clock import SYSTEM_CLOCK, Clock
+from .gates import BadDecision, answer_of, decide, is_gate
 from .hook_span import HookSpans, end_span, hex_id
 from .model import Execution, LifecycleEvent, SessionInfo
 from .observers import ExecutionObserver, Observers
@@ -231,6 +232,8 @@ class HookExecutor:
         frame = frame_of(hook, event, session, hook_id, span, variables)
         loop = AttemptLoop(self, self.observers, self.stopping, self.interrupted, frame, deadline)
         last: AttemptResult | None = None
+        gate = is_gate(hook, event.name)
+        answered: tuple[str, str] | None = None
         outcome, error_type, message = "failed", None, ""
         request: dict[str, object] | None = None
         try:
@@ -247,6 +250,12 @@ class HookExecutor:
                     request = request_record(hook, rendered, self.redactor(variables))
                     last = loop.run(runner, rendered)
                     outcome, error_type, message = outcome_of(last), last.error_type, last.message
+                    if gate and outcome == "success":
+                        try:
+                            answered = answer_of(hook, last)
+                        except BadDecision as exc:
+                            outcome, error_type = "failed", "BadDecision"
+                            message = f"gate answer refused: {exc}"
                     if last.ok and (hook.action.is_http or last.response_body is not None):
                         capture(hook.name, session, last)
         except Refusal as refusal:
@@ -270,6 +279,12 @@ class HookExecutor:
         if unresolved:  # at most once per hook and variable a minute, with a suppressed count
             warn_unresolved(log, hook.name, unresolved)
         span_context = span.get_span_context()
+        decision = decide(hook, outcome, answered, error_type or "", event.name) if gate else None
+        if decision is not None:  # the journal's message says what the gate decided, and why
+            said = f"decision {decision.verdict}" + (
+                f": {decision.reason}" if decision.reason else ""
+            )
+            message = f"{said}; {message}" if message else said
         execution = Execution(
             hook=hook,
             event=event,
@@ -289,6 +304,7 @@ class HookExecutor:
             span_id=hex_id(span_context.span_id, 16),
             agent_id=session.metadata.get("AGENT_ID"),
             attempt_log=tuple(loop.rows),
+            decision=decision,
         )
         end_span(span, execution)
         if claim is None or claim():

@@ -15,6 +15,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import events as ev
 from ..template.model import HookSpec
+from .gates import ATTR_DECISION, ATTR_DECISION_REASON
 from .model import Execution, LifecycleEvent, SessionInfo
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
@@ -90,6 +91,10 @@ def end_span(span: Span, execution: Execution) -> None:
             attributes["process.exit.code"] = execution.exit_code
         if execution.hook.action.type == "script":
             attributes["process.command"] = execution.hook.action.command[0]
+        if execution.decision is not None:  # a gate: what it decided, and why
+            attributes[ATTR_DECISION] = execution.decision.verdict
+            if execution.decision.reason:
+                attributes[ATTR_DECISION_REASON] = execution.decision.reason
         failed = execution.outcome in ("failed", "timeout", "refused")
         if failed:
             attributes["error.type"] = execution.error_type or execution.outcome

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from opentelemetry.trace import SpanContext
 
 from ..template.model import HookSpec
+from .gates import GateDecision
 
 MICROS = 1_000_000  # an event's moment is kept to the microsecond (its ${TIMESTAMP})
 
@@ -115,3 +116,5 @@ class Execution(NamedTuple):
     replayed_from: int | None = None  # the journal row this execution re-sends
     # One journal AttemptRow per attempt made (redacted, bounded: engine/attempt_log.py).
     attempt_log: tuple[Any, ...] = ()
+    # What a gate decided (engine/gates.py GateDecision); None for every other hook.
+    decision: GateDecision | None = None

@@ -100,6 +100,10 @@ class MetricsObserver:
             execution.outcome,
             execution.duration,
         )
+        if execution.decision is not None:
+            self._metrics.record_decision(
+                execution.hook.name, execution.event.name, execution.decision.verdict
+            )
 
 
 class HookLogObserver:

@@ -13,6 +13,7 @@ from opentelemetry.trace import Span, SpanKind
 from .. import events as ev
 from .dispatch import DispatchResult
 from .engine import HookEngine
+from .gates import ATTR_DECISION, ATTR_DECISION_REASON, DECISION_EVENT, GateDecision
 from .model import LifecycleEvent, SessionInfo
 from .processor import LIVE_SESSIONS, LifecycleHookProcessor, seen_event_ids
 
@@ -116,6 +117,17 @@ class AgentSession:
                 )
             self.in_process = _in_process_factories[0](in_process_hooks, self)
 
+    def _record_decision(self, event: str, decision: GateDecision) -> None:
+        """The session span's event for what the gates of `event` decided."""
+        attributes: dict[str, Any] = {
+            ev.ATTR_EVENT: event,
+            ATTR_DECISION: decision.verdict,
+            ev.HOOK_ATTR_NAME: decision.gate,
+        }
+        if decision.reason:
+            attributes[ATTR_DECISION_REASON] = decision.reason
+        self.span.add_event(DECISION_EVENT, attributes)
+
     def record(
         self,
         event: str,
@@ -154,6 +166,8 @@ class AgentSession:
         self.span.add_event(ev.span_event_name(event), attributes)
         self._emit_event_record(event, attributes, lifecycle_event.timestamp)
         result = self.engine.fire(lifecycle_event, self.info, deadline=deadline)
+        if result.gated:
+            self._record_decision(event, result.decision)
         if self.in_process is not None:
             self.in_process.observe(event, values)
         return result

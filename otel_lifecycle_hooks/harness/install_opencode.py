@@ -56,22 +56,40 @@ import {{ spawn }} from "node:child_process"
 const HOOK = {argv}
 const FORWARDED = new Set({forwarded})
 
+// Resolves with what the hook command printed (a gate's decision), at most 64 KiB.
 const run = (body) =>
   new Promise((resolve) => {{
+    let out = ""
     try {{
-      const child = spawn(HOOK[0], HOOK.slice(1), {{ stdio: ["pipe", "ignore", "ignore"] }})
-      child.on("error", () => resolve())
-      child.on("close", () => resolve())
-      child.stdin.on("error", () => resolve())
+      const child = spawn(HOOK[0], HOOK.slice(1), {{ stdio: ["pipe", "pipe", "ignore"] }})
+      child.stdout.setEncoding("utf8")
+      child.stdout.on("data", (chunk) => {{
+        if (out.length < 65536) out += chunk
+      }})
+      child.on("error", () => resolve(""))
+      child.on("close", () => resolve(out))
+      child.stdin.on("error", () => resolve(""))
       child.stdin.end(JSON.stringify(body))
     }} catch {{
-      resolve()
+      resolve("")
     }}
   }})
 
 // One hook process at a time: started together they would reach the supervisor in any order.
 let queue = Promise.resolve()
 const send = (body) => (queue = queue.then(() => run(body)))
+
+// A gate's refusal (docs/gates.md): the tool call is refused by throwing, with the reason,
+// which opencode gives the model as the tool's result. Anything else lets it run.
+const refusal = (printed) => {{
+  try {{
+    const answer = JSON.parse(printed)
+    if (answer && (answer.decision === "deny" || answer.decision === "ask")) {{
+      return String(answer.reason || "refused by a policy gate")
+    }}
+  }} catch {{}}
+  return null
+}}
 
 // session.idle carries no text: the last text part of an assistant message is the answer.
 // Both maps forget a session's entries at its idle, so a long session does not grow them.
@@ -105,15 +123,21 @@ export const OtelLifecycleHooks = async () => ({{
     if (!FORWARDED.has(event.type)) return
     const body = {{ ...event }}
     if (event.type === "session.idle") body.answer = answerOf(event.properties?.sessionID)
-    return send(body)
+    await send(body)
   }},
-  "chat.message": async (input, output) => send({{ type: "chat.message", input, output }}),
-  "tool.execute.before": async (input, output) =>
-    send({{ type: "tool.execute.before", input, output }}),
-  "tool.execute.after": async (input, output) =>
-    send({{ type: "tool.execute.after", input, output }}),
-  "experimental.session.compacting": async (input) =>
-    send({{ type: "experimental.session.compacting", input }}),
+  "chat.message": async (input, output) => {{
+    await send({{ type: "chat.message", input, output }})
+  }},
+  "tool.execute.before": async (input, output) => {{
+    const reason = refusal(await send({{ type: "tool.execute.before", input, output }}))
+    if (reason !== null) throw new Error(reason)
+  }},
+  "tool.execute.after": async (input, output) => {{
+    await send({{ type: "tool.execute.after", input, output }})
+  }},
+  "experimental.session.compacting": async (input) => {{
+    await send({{ type: "experimental.session.compacting", input }})
+  }},
 }})
 """
 

@@ -335,3 +335,73 @@ def send_status(status: str, message: str, environ: Mapping[str, str] | None = N
     """Deliver an explicit status signal to the running supervisor."""
     path, served_by = supervisor_address(environ)
     send_lines(path, [status_message(status, message)], served_by)
+
+
+# -- asking for a gate's decision ---------------------------------------------------------------
+
+# How long `ask_decision` waits for the supervisor's answer: above the longest hook timeout
+# (120 s) the template may give a gate. A harness with a shorter hook timeout ends us first.
+REPLY_TIMEOUT = 125.0  # seconds
+MAX_REPLY_BYTES = 64 * 1024
+REPLY_KEY = "reply"  # set on the line whose event's gates the client waits for
+
+
+def ask_decision(
+    events: Sequence[NormalizedEvent],
+    environ: Mapping[str, str] | None = None,
+    timeout: float = REPLY_TIMEOUT,
+) -> dict[str, Any] | None:
+    """Deliver `events` and wait for the supervisor's decision on the first one's gates: a
+    JSON object `{"decision": "allow"|"deny"|"ask", "reason": ..., "gate": ...}`.
+
+    An answer is taken only from a process this one runs under (the supervisor is an
+    ancestor of every hook command of its agent), whose pid the kernel gives. A socket served
+    by any other process (one the agent serves itself, named by a variable it set) still gets
+    the events, as before, but is not asked: None, no decision. Raises
+    `SupervisorUnavailable` (an `OSError`) when no answer came within `timeout`."""
+    path, served_by = supervisor_address(environ)
+    wire = [event.to_wire() for event in events]
+    try:
+        connection = _connect(path)
+    except OSError:
+        record_undelivered(path, len(wire))
+        raise
+    try:
+        if served_by is not None:
+            _check_server(connection, path, served_by)
+        peer = _peer_pid(connection)
+        trusted = peer is not None and (peer == os.getpid() or peer in set(_ancestors()))
+        if trusted:
+            wire[0] = {**wire[0], REPLY_KEY: True}
+        connection.settimeout(SEND_TIMEOUT)
+        try:
+            connection.sendall(b"".join(encode(obj) for obj in wire))
+            connection.shutdown(_socket.SHUT_WR)
+        except OSError:
+            record_undelivered(path, len(wire))
+            raise
+        return _read_reply(connection, path, timeout) if trusted else None
+    finally:
+        connection.close()
+
+
+def _read_reply(connection: _socket.socket, path: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data and len(data) <= MAX_REPLY_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SupervisorUnavailable(f"supervisor socket {path}: no answer within {timeout:g}s")
+        connection.settimeout(left)
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    line = data.split(b"\n", 1)[0]
+    try:
+        answer = json.loads(line) if line.strip() and len(line) <= MAX_REPLY_BYTES else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise SupervisorUnavailable(f"supervisor socket {path}: no decision was answered")
+    return answer

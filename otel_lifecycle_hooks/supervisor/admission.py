@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from ..harness.normalized import MAX_FIELD_CHARS, NormalizedEvent, WireFormatError, clip
 from ..reported import safe_text
+from .server import Reply
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -46,6 +47,14 @@ class Admitted(NamedTuple):
     event: NormalizedEvent | None = None
     status: str = ""
     message: str = ""
+    # The sender waits for the decision of this event's gates (engine/gates.py); a reply is
+    # equal only to itself, so two admitted messages that wait are never equal.
+    reply: Reply | None = None
+
+    @property
+    def kind_event(self) -> str:
+        """The runtime event's name ("" for a status)."""
+        return self.event.event if self.event is not None else ""
 
 
 class IngressCounts:

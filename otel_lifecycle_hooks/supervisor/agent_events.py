@@ -11,18 +11,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import MeterProvider
 
 from .. import events as ev
+from ..engine.gates import ALLOW, is_gate
 from .admission import Admission, Admitted, IngressCounts
 from .agent_tree import agent_user_ids
 from .channel import SessionChannel, wants_http_route
 from .inbox import Inbox
 from .limits import Limits
 from .phases import Phases
-from .server import STOPPING, EventServer
+from .server import STOPPING, EventServer, Reply
 
 if TYPE_CHECKING:
     from ..harness.activity import ActivityTracker
@@ -70,12 +72,15 @@ class AgentEvents:
         listening; `serve` starts reading it."""
         http = wants_http_route(command, metadata, self._environ)
         owner = agent_user_ids(user)
-        self._channel = SessionChannel(self._deliver, owner, http, refuse=self.ingress.refuse)
+        self._channel = SessionChannel(
+            self._deliver, owner, http, refuse=self.ingress.refuse, ask=self._ask
+        )
         self._server = EventServer(
             self._channel.deliver,
             owner=owner,
             refuse=self.ingress.refuse,
             undelivered=self.ingress.sender_losses,
+            ask=self._channel.ask,
         )
 
     def serve(self) -> None:
@@ -101,18 +106,41 @@ class AgentEvents:
         if admitted is not None:
             self._inbox.put_message(admitted)  # may wait: backpressure on the senders
 
+    def _ask(self, message: dict[str, Any], reply: Reply) -> None:
+        """A message whose sender waits for the decision of its event's gates on `reply`:
+        answered at once when the event has none, else once its hooks ran (`_handle`)."""
+        admitted = self._admission.admit(message)
+        if admitted is None:
+            reply.close()  # nothing was judged: the sender's own policy answers
+            return
+        if admitted.event is not None and self._gated(admitted.event.event):
+            admitted = replace(admitted, reply=reply)
+        else:
+            reply.send(ALLOW.to_wire())
+        self._inbox.put_message(admitted)  # may wait: backpressure on the senders
+
+    def _gated(self, event: str) -> bool:
+        """Whether the template has a gate on `event` (a blocking hook it can refuse at)."""
+        session = self._phases.session
+        if session is None:
+            return False
+        return any(is_gate(hook, event) for hook in session.engine.template.hooks_for(event))
+
     # -- acting on messages --
 
     def act_on(self, message: Admitted, *, stopping: bool) -> None:
         """Handle one admitted message; while the session stops, refuse it (counted)."""
-        if stopping:
-            self.ingress.refuse(STOPPING)  # the session is ending: not acted on, counted
-            return
         try:
+            if stopping:
+                self.ingress.refuse(STOPPING)  # the session is ending: not acted on, counted
+                return
             self._handle(message)
         except Exception:  # nothing the agent sends may end the session
             log.exception("handling an agent message failed")
             self.ingress.refuse("handler_failed")
+        finally:
+            if message.reply is not None:
+                message.reply.close()  # not judged (stopping, a failure): the sender's policy
 
     def _handle(self, message: Admitted) -> None:
         if self._tracker is None:
@@ -141,7 +169,13 @@ class AgentEvents:
             fields = dict(item.fields)
             if item.event == ev.ACTIVITY_CHANGE:
                 self._phases.activity = fields.get("ACTIVITY", self._phases.activity)
-            self._phases.record(item.event, fields)
+            result = self._phases.record(item.event, fields)
+            # The event itself comes first: its gates' decision is what the sender waits for.
+            if message.reply is not None and item.event == message.kind_event:
+                message.reply.send(result.decision.to_wire())
+        if message.reply is not None:
+            # The tracker derived nothing from it (a repeated notification): no gate ran.
+            message.reply.send(ALLOW.to_wire())
         hit = self._limits.exceeded(self._tracker.turns, self._tracker.model_calls)
         if hit is not None:
             self._phases.limit_exceeded(*hit)

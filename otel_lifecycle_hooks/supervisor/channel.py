@@ -42,6 +42,7 @@ from ..private_files import (
     open_own_directory,
     replace_file,
 )
+from .server import Reply
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -79,11 +80,14 @@ class SessionChannel:
         owner: tuple[int, int] | None = None,
         http: bool = False,
         refuse: Callable[[str], None] | None = None,
+        ask: Callable[[dict[str, Any], Reply], None] | None = None,
     ) -> None:
-        """`deliver`: the supervisor's own delivery function. `owner`: (uid, gid) of the agent
+        """`deliver`: the supervisor's own delivery function; `ask`: its delivery of a
+        message whose sender waits for an answer (server.Reply). `owner`: (uid, gid) of the agent
         when it runs as another user. `http`: also open the loopback HTTP route. `refuse`:
         counts what the HTTP route refuses (the supervisor's ingress counter)."""
         self._supervisor_deliver = deliver
+        self._supervisor_ask = ask
         self._owner = owner
         self._refuse = refuse
         self._want_http = http
@@ -101,6 +105,16 @@ class SessionChannel:
         if message.get("kind") == PING_KIND:
             return
         self._supervisor_deliver(message)
+
+    def ask(self, message: dict[str, Any], reply: Reply) -> None:
+        """Hand one message whose sender waits for its gates' decision on `reply`."""
+        if self._supervisor_ask is None or message.get("kind") == PING_KIND:
+            reply.close()
+            self.deliver(message)
+            return
+        with self._count_lock:
+            self._received += 1
+        self._supervisor_ask(message, reply)
 
     def received(self) -> int:
         with self._count_lock:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..harness.socket_client import UNDELIVERED_FILE
+from ..harness.socket_client import REPLY_KEY, UNDELIVERED_FILE
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -50,6 +50,43 @@ STOPPING = "session_stopping"  # lines left unread in the backlog when the serve
 # How often the senders' count of undelivered lines is read while the server runs (and once
 # more at close): one fstatat, never the file's content.
 UNDELIVERED_CHECK_INTERVAL = 1.0  # seconds
+REPLY_SEND_TIMEOUT = 1.0  # seconds: an answer is one short line to a client that waits for it
+
+
+class Reply:
+    """The answer a client waits for (a line that asked for one: `socket_client.REPLY_KEY`),
+    sent at most once, on a duplicate of its connection, from whichever thread decided it.
+    `close()` without sending says "no decision": the client applies its own policy."""
+
+    __slots__ = ("_lock", "_sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock: socket.socket | None = sock
+        self._lock = threading.Lock()
+
+    def send(self, answer: dict[str, str]) -> None:
+        """Send `answer` as one JSON line and close; never raises, never waits long."""
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        try:
+            sock.settimeout(REPLY_SEND_TIMEOUT)
+            sock.sendall(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+        except OSError:
+            pass  # the client gave up: its own policy answers its harness
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    @property
+    def pending(self) -> bool:
+        return self._sock is not None
 
 
 class _Connection:
@@ -83,14 +120,18 @@ class EventServer:
         refuse: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         undelivered: Callable[[int], None] | None = None,
+        ask: Callable[[dict[str, Any], Reply], None] | None = None,
     ) -> None:
         """`owner`: (uid, gid) to hand the socket to, when the agent runs as another user
         than the supervisor (root); the directory stays the supervisor's. `refuse(reason)`
         counts what was refused (default: a log line). `undelivered(total)` is given the
         senders' running count of lines they could not deliver
         (`harness.socket_client.record_undelivered`), read every `UNDELIVERED_CHECK_INTERVAL`
-        and at close, from a file made here for the agent's user."""
+        and at close, from a file made here for the agent's user. `ask(message, reply)`
+        takes a message whose sender waits for an answer (a gate's decision) instead of
+        `deliver`; without it, such a sender gets none (its connection just ends)."""
         self._deliver = deliver
+        self._ask = ask
         self._refuse = refuse or _log_refusal
         self._undelivered = undelivered
         self._owner_uid = owner[0] if owner is not None else os.getuid()
@@ -230,7 +271,7 @@ class EventServer:
             chunk = b""
         if not chunk:  # end of file: a last line without its newline still counts
             if connection.buffer.strip():
-                self._decode(bytes(connection.buffer))
+                self._decode(bytes(connection.buffer), connection)
             self._drop(connection)
             return 0
         was_empty = not connection.buffer
@@ -244,7 +285,7 @@ class EventServer:
                 if len(line) >= MAX_LINE_BYTES:
                     self._refuse("line_too_long")
                 else:
-                    self._decode(bytes(line))
+                    self._decode(bytes(line), connection)
             was_empty = True
         if len(connection.buffer) >= MAX_LINE_BYTES:
             self._refuse("line_too_long")
@@ -270,7 +311,7 @@ class EventServer:
             self._selector.register(self._sock, selectors.EVENT_READ, None)
             self._paused = False
 
-    def _decode(self, line: bytes) -> None:
+    def _decode(self, line: bytes, connection: _Connection | None = None) -> None:
         if not line.strip():
             return
         try:
@@ -282,9 +323,20 @@ class EventServer:
         if not isinstance(message, dict):
             self._refuse("not_an_object")
             return
+        reply, ask = None, self._ask
+        if message.get(REPLY_KEY) is True and connection is not None and ask is not None:
+            try:
+                reply = Reply(connection.sock.dup())  # outlives the connection's end of file
+            except OSError:
+                reply = None
         try:
-            self._deliver(message)
+            if reply is None or ask is None:
+                self._deliver(message)
+            else:
+                ask(message, reply)
         except Exception:
+            if reply is not None:
+                reply.close()  # never leave a sender waiting on a failed delivery
             log.exception("event socket: delivering a message failed")
             self._refuse("delivery_failed")
 

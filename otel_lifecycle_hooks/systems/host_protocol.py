@@ -78,6 +78,10 @@ PROMPT_NAMES = ("preamble", "chat", "heartbeat", "compaction", "recover")
 # for later hooks, and `discover`'s `name` and `stages` say who the script is and what it
 # handles. Everything else would need the harness's cooperation.
 APPLIED_KEYS = frozenset({"log", "result"})
+# `deny` at the stages before a tool runs is a gate's refusal (engine/gates.py): the harness
+# is told in its own protocol where it can refuse a tool call (docs/gates.md).
+DENY_STAGES = frozenset({"before_tool", "tool_before"})
+DENY_KEY = "deny"
 DISCOVER_APPLIED_KEYS = APPLIED_KEYS | {"name", "stages"}
 
 NOT_APPLIED_STREAM = "not-applied"
@@ -350,6 +354,7 @@ def run_event(
     agent_name = session.metadata.get("AGENT_NAME", "")
     notes: list[str] = []
     not_applied_notes: list[str] = []  # for the span: only these, never a run's message
+    denials: list[str] = []  # the reasons of `deny` answers before a tool
 
     def ask(stage: str, left: float) -> tuple[AttemptResult, StdoutReader]:
         reader = StdoutReader(lambda line: log_line("log", line))
@@ -361,6 +366,11 @@ def run_event(
                           agent_name=agent_name)  # fmt: skip
         outcome = run(stage, json.dumps(payload, ensure_ascii=False).encode(), left, on_output)
         applied = DISCOVER_APPLIED_KEYS if stage == DISCOVER else APPLIED_KEYS
+        if stage in DENY_STAGES:
+            applied = applied | {DENY_KEY}
+            reason = deny_reason(reader.others.get(DENY_KEY), hook_name)
+            if reason is not None:
+                denials.append(reason)
         unapplied = [key for key in reader.others if key not in applied]
         if unapplied:
             note = not_applied(stage, unapplied)
@@ -417,7 +427,25 @@ def run_event(
     result = result._replace(duration=clock() - started)
     if merged is not None:
         result = result._replace(response_body=result_text(merged).encode("utf-8"))
+    if denials:
+        result = result._replace(decision=("deny", "; ".join(denials)))
     return _with_notes(result, notes)
+
+
+def deny_reason(value: Any, hook_name: str) -> str | None:
+    """The reason of a `deny` answer (`{"reason": ...}`, a text, or `true`); None when it is
+    not a refusal (absent, `false`, empty)."""
+    if isinstance(value, dict):
+        reason = value.get("reason")
+        value = reason if isinstance(reason, str) and reason.strip() else True
+    if isinstance(value, list):  # merged from several lines: any refusal refuses
+        reasons = [r for r in (deny_reason(v, hook_name) for v in value) if r is not None]
+        return "; ".join(reasons) if reasons else None
+    if isinstance(value, str) and value.strip():
+        return value
+    if value is True:
+        return f"refused by {hook_name}"
+    return None
 
 
 def mark_not_applied(stage: str, keys: Sequence[str], notes: Sequence[str]) -> None:

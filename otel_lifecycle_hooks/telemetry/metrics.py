@@ -38,6 +38,8 @@ DURATION = "agent.lifecycle_hook.duration"
 RETRIES = "agent.lifecycle_hook.retries"
 DEBOUNCED = "agent.lifecycle_hook.debounced"
 DROPPED = "agent.lifecycle_hook.dropped"
+DECISIONS = "agent.lifecycle_hook.decisions"
+ATTR_DECISION = "agent.lifecycle_hook.decision"
 QUEUE_DEPTH = "agent.lifecycle_hook.queue.depth"
 LIFECYCLE_EVENTS = "agent.lifecycle.events"
 JOURNAL_LOSSES = "agent.lifecycle.journal.losses"
@@ -192,6 +194,9 @@ class HookMetrics:
         self._dropped = meter.create_counter(
             DROPPED, unit="{event}", description="Events a hook never ran for, by reason."
         )
+        self._decisions = meter.create_counter(
+            DECISIONS, unit="{decision}", description="Gate decisions, by gate and verdict."
+        )
         # One attribute dict per (hook, event, action, outcome) and per event, built once: a
         # template has a handful of those, and every execution would otherwise build its own.
         self._execution_attributes: dict[tuple[str, str, str, str], dict[str, str]] = {}
@@ -216,6 +221,15 @@ class HookMetrics:
             self._duration.record(max(duration_s, 0.0), attributes)
         except Exception:
             logger.debug("recording a hook execution failed", exc_info=True)
+
+    def record_decision(self, hook: str, event: str, verdict: str) -> None:
+        """Count one gate decision (`allow|deny|ask`) of hook `hook` at `event`."""
+        attributes = {
+            events.HOOK_ATTR_NAME: hook,
+            events.HOOK_ATTR_EVENT: event,
+            ATTR_DECISION: verdict,
+        }
+        self._add(self._decisions, 1, attributes)
 
     def record_retry(self, hook: str, event: str) -> None:
         """Count one retry of a hook's action."""

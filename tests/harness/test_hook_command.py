@@ -58,9 +58,11 @@ def test_a_claude_pre_tool_use_reaches_the_supervisor_as_one_wire_line(
     assert result.stdout == b""
     [[line]] = line_server.wait_for(1)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
+    # A tool call is one Claude Code lets a hook refuse: the line asks for its gates' decision.
     assert json.loads(line) == {
         "v": 1,
         "kind": "event",
+        "reply": True,
         "event": "tool-start",
         "dialect": "claude",
         "raw_event": "PreToolUse",
@@ -72,7 +74,9 @@ def test_a_claude_pre_tool_use_reaches_the_supervisor_as_one_wire_line(
             "TOOL_CALL_ID": payload["tool_use_id"],
         },
     }
-    assert log_lines(env) == []
+    # This server never answers: the gate's unreachable policy (allow) answered, and said so.
+    [logged] = log_lines(env)
+    assert "no decision was answered; event not delivered, answered allow" in logged
 
 
 def test_codex_notify_is_read_from_the_last_argument(

@@ -97,10 +97,12 @@ class RealHarness:
         program: list[str] | None = None,
         env_extra: dict[str, str] | None = None,
         after_install: Callable[[Session], None] | None = None,
+        template_extra: str = "",
     ) -> SessionResult:
         """One session; `during(run_process, session)` runs while it does (to signal it);
         `program`: install with this hook program instead of through the CLI;
-        `after_install(session)`: add the user's own configuration after ours."""
+        `after_install(session)`: add the user's own configuration after ours;
+        `template_extra`: more of the template (tests/harnesses/session.py write_template)."""
         home, work = root / "home", root / "project"
         home.mkdir(parents=True)
         work.mkdir()
@@ -115,7 +117,11 @@ class RealHarness:
             if after_install is not None:
                 after_install(session)
             template = write_template(
-                root / "scion-agent.yaml", receiver, root / "runtime.jsonl", self.name
+                root / "scion-agent.yaml",
+                receiver,
+                root / "runtime.jsonl",
+                self.name,
+                template_extra,
             )
             process = start_run(self.command(prompt, extra), env, template, work)
             try:

@@ -46,8 +46,12 @@ RECORDER = (
 )
 
 
-def write_template(path: Path, receiver: TargetServer, runtime_log: Path, harness: str) -> Path:
-    """A template with a webhook per template event and one script hook on runtime events."""
+def write_template(
+    path: Path, receiver: TargetServer, runtime_log: Path, harness: str, extra: str = ""
+) -> Path:
+    """A template with a webhook per template event and one script hook on runtime events;
+    `extra`: more of the template, written after them (entries of `lifecycle_hooks:`, then
+    other sections)."""
     body = "{" + ", ".join(f'"{name}": "${{{name}}}"' for name in VARIABLES) + "}"
     lines = [f"harness: {harness}", "lifecycle_hooks:"]
     for event in TEMPLATE_EVENTS:
@@ -68,7 +72,8 @@ def write_template(path: Path, receiver: TargetServer, runtime_log: Path, harnes
         "      command: " + json.dumps([sys.executable, "-c", RECORDER, str(runtime_log)]),
         "    timeout: 10s",
     ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    extra = extra.replace("{receiver}", receiver.url("").rstrip("/"))
+    path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
     return path
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
-from otel_lifecycle_hooks.systems.host_protocol import STAGES, merge
+from otel_lifecycle_hooks.systems.host_protocol import STAGES, deny_reason, merge
 from otel_lifecycle_hooks.template.loader import TemplateError, load_templates
 
 HANG_BOUND = 30.0
@@ -334,14 +334,12 @@ def test_answers_this_host_cannot_act_on_are_recorded_as_not_applied(tmp_path: P
 
     [execution] = result.executions
     assert execution.outcome == "success"
-    assert "before_tool: deny, args not applied by this host" in execution.message
+    # `deny` before a tool is a gate's refusal (test_a_before_tool_deny_is_a_gate_decision).
+    assert "before_tool: args not applied by this host" in execution.message
     assert "discover: tools not applied by this host" in execution.message
     text = log.read_text()
     assert "[hook-script.guard.py log] guarding Bash" in text
-    assert (
-        "[hook-script.guard.py not-applied] before_tool: deny, args not applied by this host"
-        in text
-    )
+    assert "[hook-script.guard.py not-applied] before_tool: args not applied by this host" in text
 
 
 def test_answers_not_applied_are_events_on_the_hook_span(tmp_path: Path, spans: Any) -> None:
@@ -373,14 +371,37 @@ def test_answers_not_applied_are_events_on_the_hook_span(tmp_path: Path, spans: 
         },
         {
             "agent.lifecycle_hook.stage": "before_tool",
-            "agent.lifecycle_hook.response_keys": ("deny", "args"),
+            "agent.lifecycle_hook.response_keys": ("args",),
         },
     ]
     assert span.attributes is not None
     assert span.attributes["agent.lifecycle_hook.not_applied"] == (
         "discover: tools not applied by this host",
-        "before_tool: deny, args not applied by this host",
+        "before_tool: args not applied by this host",
     )
+
+
+def test_a_before_tool_deny_is_a_gate_decision_with_its_reason(tmp_path: Path) -> None:
+    published_script(tmp_path, ["before_tool"])
+
+    [result], _ = fire(
+        write_template(tmp_path, ["guard.py"]),
+        [("tool-start", {"TOOL_NAME": "Bash"})],
+        tmp_path / "log",
+    )
+
+    assert result.decision.verdict == "deny"
+    assert result.decision.reason == "no"
+    assert result.decision.gate == "hook-script.guard.py"
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [({"reason": "why"}, "why"), ("plain words", "plain words"), (True, "refused by g"),
+     (False, None), ({}, "refused by g"), ([{"reason": "a"}, "b"], "a; b")],
+)  # fmt: skip
+def test_the_shapes_of_a_deny_answer(answer: Any, reason: str | None) -> None:
+    assert deny_reason(answer, "g") == reason
 
 
 @pytest.mark.parametrize("scripts_first", [True, False])

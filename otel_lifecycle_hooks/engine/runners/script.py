@@ -19,6 +19,7 @@ from ...render import RenderedCommand
 from ...template.model import HookSpec
 from ...tracecontext import traceparent as to_traceparent
 from ...variables import format_unix_timestamp
+from ..gates import BadDecision, is_gate, parse_decision
 from ..model import LifecycleEvent, SessionInfo
 from .base import ActionServices, Attempt, OutputListener, Refusal
 
@@ -56,7 +57,8 @@ class ScriptRunner:
     ) -> AttemptResult:
         """Run the cleared script once with `payload` on stdin."""
         stdin = _STDIN_ENCODER.encode(self.payload(attempt)).encode()
-        return run_command(
+        gate = is_gate(attempt.hook, attempt.event.name)
+        result = run_command(
             services,
             script,
             script.command.argv,
@@ -64,7 +66,9 @@ class ScriptRunner:
             attempt.timeout,
             services.output_listener(attempt.hook, script.redactor),
             with_tails=True,
+            with_stdout=gate,
         )
+        return gate_answer(result) if gate else result
 
 
 def prepare(services: ActionServices, attempt: Attempt, command: RenderedCommand) -> PreparedScript:
@@ -104,9 +108,11 @@ def run_command(
     on_output: OutputListener | None,
     *,
     with_tails: bool = False,
+    with_stdout: bool = False,
 ) -> AttemptResult:
     """Run `argv` once as `script` was cleared to run; `with_tails` keeps the end of its
-    output for the delivery history."""
+    output for the delivery history; `with_stdout` its stdout (bounded) as the response body,
+    for a gate's decision to be read from."""
     from ...actions.script import run_script  # see prepare
 
     outcome = run_script(
@@ -118,9 +124,27 @@ def run_command(
         confined=script.confined,
         base_env=services.inherited_env(script.user),
     )
+    result = outcome.result
+    if with_stdout:
+        result = result._replace(response_body=outcome.stdout.encode("utf-8"))
     if not with_tails:
-        return outcome.result
-    return outcome.result._replace(output=(outcome.stdout_tail, outcome.stderr_tail))
+        return result
+    return result._replace(output=(outcome.stdout_tail, outcome.stderr_tail))
+
+
+def gate_answer(result: AttemptResult) -> AttemptResult:
+    """A gate script's result with the decision its stdout holds (engine/gates.py), its stdout
+    not kept as a response; a `decision` it cannot read makes the attempt a permanent failure."""
+    body, result = result.response_body, result._replace(response_body=None)
+    if not result.ok:
+        return result
+    try:
+        answered = parse_decision(body)
+    except BadDecision as exc:
+        return result._replace(
+            kind="permanent", error_type="BadDecision", message=f"gate answer refused: {exc}"
+        )
+    return result._replace(decision=answered)
 
 
 def script_payload(hook: HookSpec, event: LifecycleEvent, session: SessionInfo) -> dict[str, Any]:
