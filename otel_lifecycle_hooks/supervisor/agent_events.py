@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import MeterProvider
@@ -114,7 +113,7 @@ class AgentEvents:
             reply.close()  # nothing was judged: the sender's own policy answers
             return
         if admitted.event is not None and self._gated(admitted.event.event):
-            admitted = replace(admitted, reply=reply)
+            admitted = admitted._replace(reply=reply)
         else:
             reply.send(ALLOW.to_wire())
         self._inbox.put_message(admitted)  # may wait: backpressure on the senders
