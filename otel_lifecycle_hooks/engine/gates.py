@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
@@ -49,8 +48,8 @@ class BadDecision(ValueError):
     """A gate answered with a `decision` this package cannot read: the gate's failure."""
 
 
-@dataclass(frozen=True, slots=True)
-class GateDecision:
+# A NamedTuple, not a dataclass: made before run's spawn, 0.07 ms vs 0.5 ms (bench_startup.py)
+class GateDecision(NamedTuple):
     """What the gates of one event decided: the verdict, why, and the gate that decided."""
 
     verdict: Verdict
