@@ -15,9 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/demo/run_demo.py
 
-# The default tier (pyproject's addopts leave out tests marked `slow`).
+# The default tier (pyproject's addopts leave out tests marked `slow`), spread over
+# TEST_WORKERS processes (pytest-xdist). Most tests wait on subprocesses and servers, so two
+# cores keep four workers busy. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # Only the scale and soak tests marked `slow` (many supervisors, thousands of sessions).
 test-slow: $(STAMP)

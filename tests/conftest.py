@@ -1,13 +1,37 @@
-"""Shared fixtures: a loopback HTTP target server and a throwaway HOME."""
+"""Shared fixtures: a loopback HTTP target server and a throwaway HOME.
+
+How the suite runs in parallel: `make test` runs `pytest -n 4` (pytest-xdist) with
+`--dist loadfile` (pyproject's addopts): every test of one file runs on the same worker, in
+order, so a module- or session-scoped fixture serves the whole file once (Phoenix in
+tests/e2e/test_e2e_phoenix.py, the built wheel in tests/test_wheel_install.py, the real
+harness sessions of tests/harnesses/). Each worker is its own process with its own
+`tmp_path`s; a session fixture runs once per worker that needs it (PostgreSQL: a few seconds).
+So, for a new test:
+- ports: bind port 0 (`tests.support.rotel.free_port`, `TargetServer`), never a fixed one; a
+  fixed one the docs show is held under `tests.support.locks.machine_lock`;
+- files: under `tmp_path` (or `tempfile.mkdtemp`), never a fixed path;
+- shared downloads and installs: under `tests.support.cache.cache_root()`, built under a lock
+  (`machine_lock`, as `tests/support/sdk_venv.py` and `tests/harnesses/npm_cache.py` do), since
+  other workers and other checkouts' suites ask for them at once;
+- processes: count only your own process tree (a pid, a process group, a unique argument),
+  never the machine's;
+- an expensive fixture: keep its tests in one file.
+`pytest -n0` (or `-p no:xdist`) runs in this one process, for a debugger or to time a test.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.target_server import TargetServer
+
+# The commands' tables fit `COLUMNS` when it is set, even on a pipe; pytest-xdist's workers
+# start with COLUMNS=80 in their environment. A test that wants a width sets it itself.
+os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture

@@ -135,13 +135,21 @@ def test_reconcile_watching_through_an_outage_reports_it_and_recovers_after(
         lost = body(deliveries(receiver, "/register")[0])["session"]
         kill_with_agent(workspace, first, agent_pid)
         postgres_server.stop()
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--watch",
-             "--interval", "200ms", "--stale-after", "1s", "--template", str(template)],
-            env=workspace.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        # Its stderr goes to a file, read while it runs: the database comes back only once
+        # the watcher has met the outage, however long its start takes on a busy machine.
+        stderr_path = workspace.root / "reconcile.stderr"
+        with open(stderr_path, "w") as stderr_file:
+            watcher = subprocess.Popen(
+                [sys.executable, "-m", "otel_lifecycle_hooks", "reconcile", "--watch",
+                 "--interval", "200ms", "--stale-after", "1s", "--template", str(template)],
+                env=workspace.env, stdout=subprocess.PIPE, stderr=stderr_file, text=True,
+            )  # fmt: skip
+
+        def reported_the_outage() -> bool:
+            return "cannot read the journal" in stderr_path.read_text()
+
         try:
-            time.sleep(1.5)
+            wait_until(reported_the_outage, timeout=120, what="the watcher to meet the outage")
             assert watcher.poll() is None  # still watching, the database gone
             postgres_server.start()
             wait_until(lambda: hook_ids(receiver, "/farewell", lost), what="the recovery")
@@ -149,7 +157,8 @@ def test_reconcile_watching_through_an_outage_reports_it_and_recovers_after(
             if postgres_server.process is None:
                 postgres_server.start()
             watcher.send_signal(signal.SIGTERM)
-            out, err = watcher.communicate(timeout=120)
+            out, _ = watcher.communicate(timeout=120)
+        err = stderr_path.read_text()
         assert watcher.returncode == 0, err
         assert "cannot read the journal" in err
         assert f"recovered: session {lost}" in out
