@@ -1,8 +1,9 @@
 """Shared fixtures: a loopback HTTP target server and a throwaway HOME.
 
-How the suite runs in parallel: `make test` runs `pytest -n 4` (pytest-xdist) with
-`--dist loadfile` (pyproject's addopts): every test of one file runs on the same worker, in
-order, so a module- or session-scoped fixture serves the whole file once (Phoenix in
+How the suite runs in parallel: `make test` runs `pytest -n 4 --dist loadfile
+--no-loadscope-reorder` (pytest-xdist): every test of one file runs on the same worker, in
+order, the files that took longest in the last run first (tests/support/file_order.py), so
+a module- or session-scoped fixture serves the whole file once (Phoenix in
 tests/e2e/test_e2e_phoenix.py, the built wheel in tests/test_wheel_install.py, the real
 harness sessions of tests/harnesses/). Each worker is its own process with its own
 `tmp_path`s; a session fixture runs once per worker that needs it (PostgreSQL: a few seconds).
@@ -27,11 +28,39 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.file_order import FILE_SECONDS_KEY, FileClock, longest_files_first
 from tests.support.target_server import TargetServer
 
 # The commands' tables fit `COLUMNS` when it is set, even on a pipe; pytest-xdist's workers
 # start with COLUMNS=80 in their environment. A test that wants a width sets it itself.
 os.environ.pop("COLUMNS", None)
+
+
+_file_clock = FileClock()
+
+
+def _on_worker() -> bool:
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers: the files that took longest last time first."""
+    cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`
+    if _on_worker() and cache is not None:
+        longest_files_first(items, cache.get(FILE_SECONDS_KEY, {}))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Time each file (in the controller, which sees every worker's reports, or serially)."""
+    if not _on_worker():
+        _file_clock.add(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cache = getattr(session.config, "cache", None)
+    if not _on_worker() and cache is not None:
+        _file_clock.save(cache)
 
 
 @pytest.fixture
