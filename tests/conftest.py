@@ -27,9 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.file_order import FILE_SECONDS_KEY, FileClock, longest_files_first
 from tests.support.target_server import TargetServer
+
+# Hypothesis's own time limits (a 200 ms deadline per example, a health check on slow data
+# generation) judge speed: on a loaded 2-core machine with four workers they fail tests whose
+# behaviour is right. The tests' own `@settings` still apply on top of this profile.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 # The commands' tables fit `COLUMNS` when it is set, even on a pipe; pytest-xdist's workers
 # start with COLUMNS=80 in their environment. A test that wants a width sets it itself.
