@@ -23,6 +23,7 @@ So, for a new test:
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,12 @@ from tests.support.target_server import TargetServer
 # behaviour is right. The tests' own `@settings` still apply on top of this profile.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
+
+# A suite started in the background by a non-interactive shell (`make test &`, some CI
+# runners) inherits SIGINT ignored, and so would every command a test starts: the tests that
+# press Ctrl-C on a command (`history --follow`) need it delivered as on a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The commands' tables fit `COLUMNS` when it is set, even on a pipe; pytest-xdist's workers
 # start with COLUMNS=80 in their environment. A test that wants a width sets it itself.
