@@ -27,9 +27,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(BASE_STAMP)
 	$(BIN)/python examples/demo/run_demo.py
 
-# The default tier (pyproject's addopts leave out tests marked `slow`).
+# The default tier (pyproject's addopts leave out tests marked `slow`), spread over
+# TEST_WORKERS processes (pytest-xdist). Most tests wait on subprocesses and servers, so two
+# cores keep four workers busy. Each file's tests run on one worker, sharing its fixtures,
+# the files that took longest last time first (tests/support/file_order.py).
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 # Only the scale and soak tests marked `slow` (many supervisors, thousands of sessions).
 test-slow: $(STAMP)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.runnable import Sandbox, Step, bin_dir, blocks, is_runnable, mismatch, steps
+from tests.support.locks import machine_lock
 from tests.support.plain_venv import plain_install_bin
 from tests.support.rotel import RotelReceiver, debug_spans
 
@@ -45,7 +46,13 @@ COLLECTOR = "<!-- docs-test: collector -->"
 def nothing_listens_on_8080() -> Iterator[None]:
     """The pages' examples post to localhost:8080 "where nothing listens": a socket bound there
     and not listening makes that true (connections are refused) whatever else this machine
-    runs."""
+    runs. Whoever else needs the port (another checkout's suite running at the same time)
+    waits for it under a lock rather than skip."""
+    with machine_lock("port-8080"):
+        yield from _hold_port_8080()
+
+
+def _hold_port_8080() -> Iterator[None]:
     held = []
     for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         sock = socket.socket(family, socket.SOCK_STREAM)

@@ -50,6 +50,7 @@ def done(*_):
     print(swaps, flush=True)
     os._exit(0)
 signal.signal(signal.SIGTERM, done)
+print("ready", flush=True)
 lure_name = f".lure-{os.getpid()}"
 while True:
     folders = []
@@ -144,7 +145,7 @@ def start_attacker(stage: Stage) -> subprocess.Popen[str]:
     if python is None:
         pytest.skip("no system python3 for the attacker running as nobody")
     watched = [f"{stage.socket_base}/*", str(stage.runtime / "otel-lifecycle-hooks")]
-    return subprocess.Popen(
+    attacker = subprocess.Popen(
         [python, "-c", ATTACKER, str(stage.canary.path), *watched],
         user=NOBODY[0],
         group=NOBODY[1],
@@ -153,6 +154,11 @@ def start_attacker(stage: Stage) -> subprocess.Popen[str]:
         text=True,
         cwd="/",
     )
+    # The sessions start only once it is at work: on a busy machine its interpreter may take
+    # longer to start than every session start together.
+    assert attacker.stdout is not None
+    assert attacker.stdout.readline() == "ready\n", "the attacker did not start"
+    return attacker
 
 
 def stop_attacker(attacker: subprocess.Popen[str]) -> int:

@@ -57,13 +57,9 @@ def test_each_public_name_reveals_its_real_type_and_unknown_methods_are_errors(
         + "HookEngine.no_such_method()\n"
     )
     output = _mypy(tmp_path, source)
-    revealed = dict(
-        zip(
-            names,
-            re.findall(r'note: Revealed type is "(.*)"', output),
-            strict=True,
-        )
-    )
+    found = re.findall(r'note: Revealed type is "(.*)"', output)
+    assert len(found) == len(names), output
+    revealed = dict(zip(names, found, strict=True))
     for name in names:
         assert revealed[name].endswith(EXPECTED[name]), (name, revealed[name])
         assert revealed[name] != "Any", name
