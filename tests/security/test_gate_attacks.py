@@ -339,14 +339,6 @@ def test_a_reason_cannot_smuggle_an_allow_or_break_the_protocol(
     assert "\u2028" not in reason and "\u202e" not in reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the HTTP action reads at most 64 KiB of a body, exactly the decision bound: a longer "
-        "answer arrives cut to 65,536 bytes, is not over the bound, does not parse, and is "
-        "read as no decision: the agent goes on even past a fail-closed gate that said deny"
-    ),
-)
 def test_an_oversized_answer_fails_closed_rather_than_allowing(
     workspace: HostileWorkspace, agent_dir: Path, policy: TargetServer
 ) -> None:
@@ -381,13 +373,6 @@ def test_a_down_gate_with_a_token_in_its_url_fails_closed_without_naming_it(
     assert GATE_TOKEN not in reason and "127.0.0.1" not in reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a gate's reason is not redacted: a token the policy echoes reaches the harness's "
-        "stdout (the model), the hook span and the session span event"
-    ),
-)
 def test_a_policy_echoing_the_gate_token_in_its_reason_leaks_it_nowhere(
     workspace: HostileWorkspace, agent_dir: Path, policy: TargetServer
 ) -> None:
