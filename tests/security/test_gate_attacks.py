@@ -236,16 +236,6 @@ def test_a_socket_the_agent_serves_cannot_answer_allow_for_the_harness(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the agent writes a `notification` line with NOTIFICATION_TYPE permission_prompt to "
-        "the event socket before its harness's PermissionRequest hook asks; the activity "
-        "tracker takes the real request for a repeat (`_repeats_the_prompt`), derives "
-        "nothing, and agent_events answers ALLOW with no gate run: the permission gate is "
-        "skipped (its deny went to the forged line's sender)"
-    ),
-)
 def test_a_forged_permission_notification_does_not_skip_the_permission_gate(
     workspace: HostileWorkspace, agent_dir: Path, policy: TargetServer
 ) -> None:
@@ -265,15 +255,6 @@ def test_a_forged_permission_notification_does_not_skip_the_permission_gate(
     assert decision.get("behavior") == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the agent writes an `agent-end` line (raw_event `notify`) to the event socket while "
-        "its turn runs; its harness's real Stop is then taken for the same turn end told "
-        "twice (`_repeats_the_turn_end`), nothing is derived, and ALLOW is answered with no "
-        "gate run: a Stop gate's block (go on working) is skipped"
-    ),
-)
 def test_a_forged_turn_end_does_not_skip_the_stop_gate(
     workspace: HostileWorkspace, agent_dir: Path, policy: TargetServer
 ) -> None:
