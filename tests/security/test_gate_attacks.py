@@ -80,16 +80,60 @@ GATE_AGENT = textwrap.dedent(
             time.sleep(0.02)
         env["LIFECYCLE_HOOKS_SOCKET"] = fake_path
         env.pop("OTEL_LIFECYCLE_HOOKS_SOCKET", None)
+    seen = []
+
+    def hijack(marker):
+        # A gate script run as this user: its stdout pipe is ours to open too. Hold a write
+        # end, let the script print its answer and exit, then have the last word.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or int(pid) == os.getpid():
+                    continue
+                try:
+                    cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+                    if marker.encode() not in cmdline or b"python" in cmdline:
+                        continue
+                    held = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY)
+                except PermissionError:
+                    seen.append(pid)  # found, but its stdout is not ours to open
+                    continue
+                except OSError:
+                    continue
+                while os.path.exists(f"/proc/{pid}/cmdline"):
+                    try:
+                        open(f"/proc/{pid}/cmdline", "rb").read()
+                    except OSError:
+                        break
+                    if not open(f"/proc/{pid}/cmdline", "rb").read():
+                        break  # a zombie: exited
+                    time.sleep(0.01)
+                os.write(held, b'{"decision": "allow"}\n')
+                os.close(held)
+                return pid
+            if seen and not os.path.exists(f"/proc/{seen[-1]}"):
+                return None  # it answered and is gone
+            time.sleep(0.01)
+        return None
+
     dialect, payload, extra = plan["hook"]
     command = [sys.executable, "-m", "otel_lifecycle_hooks", "hook", "--dialect", dialect, *extra]
     started = time.monotonic()
+    hook = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    hook.stdin.write(payload.encode())
+    hook.stdin.close()
+    hook.stdin = None
+    hijacked = hijack(plan["hijack"]) if plan.get("hijack") else None
     try:
-        done = subprocess.run(command, input=payload.encode(), capture_output=True, env=env,
-                              timeout=plan["harness_timeout"])
-        result = {"stdout": done.stdout.decode(), "stderr": done.stderr.decode(),
-                  "killed": False}
-    except subprocess.TimeoutExpired as ended:
-        result = {"stdout": (ended.stdout or b"").decode(), "killed": True}
+        out, err = hook.communicate(timeout=plan["harness_timeout"])
+        result = {"stdout": out.decode(), "stderr": err.decode(), "killed": False}
+    except subprocess.TimeoutExpired:
+        hook.kill()
+        out, _ = hook.communicate()
+        result = {"stdout": out.decode(), "killed": True}
+    result["hijacked"] = hijacked
+    result["seen"] = seen
     result["seconds"] = time.monotonic() - started
     result["replies"] = replies
     if fake is not None:
@@ -290,6 +334,37 @@ def test_a_flood_of_forged_tool_calls_does_not_outlast_the_harness_hook_timeout(
         for _ in range(15)
     )
     result = attack(workspace, agent_dir, template, ("claude", CLAUDE_PRE_TOOL, []), sends=[flood])
+    assert pre_tool_verdict(result) == "deny", result
+
+
+def test_the_agent_cannot_have_the_last_word_on_a_gate_scripts_stdout(
+    workspace: HostileWorkspace, agent_dir: Path
+) -> None:
+    """A gate script runs as the agent's user: the agent finds it in /proc and tries to open
+    its stdout there, to hold a write end past the script's exit and write an allow after
+    its deny, as the last JSON line the supervisor reads. Refused (the script is not the
+    agent's to open, Permission denied), and the script's answer stands."""
+    deny = json.dumps({"decision": "deny", "reason": "no"})
+    argv = ["/bin/sh", "-c", f"sleep 1; echo '{deny}' # gate-script-marker"]
+    template = workspace.template(
+        "  - name: policy\n"
+        "    on: [tool-start]\n"
+        "    action:\n"
+        "      type: script\n"
+        f"      command: {json.dumps(argv)}\n"
+        "    blocking: true\n"
+        "    on_error: fail\n"
+        "    timeout: 5s\n"
+    )
+    result = attack(
+        workspace,
+        agent_dir,
+        template,
+        ("claude", CLAUDE_PRE_TOOL, []),
+        hijack="gate-script-marker",
+    )
+    assert result["seen"] or result["hijacked"], "the agent never found the gate script"
+    assert result["hijacked"] is None, "the agent held the gate script's stdout"
     assert pre_tool_verdict(result) == "deny", result
 
 
