@@ -280,6 +280,11 @@ class HookExecutor:
             warn_unresolved(log, hook.name, unresolved)
         span_context = span.get_span_context()
         decision = decide(hook, outcome, answered, error_type or "", event.name) if gate else None
+        if decision is not None and decision.reason:
+            # The reason reaches the harness (and the model), the spans and the journal: a
+            # policy may echo the token it was sent.
+            reason = self.redactor(variables).redact_text(decision.reason)
+            decision = decision._replace(reason=reason)
         if decision is not None:  # the journal's message says what the gate decided, and why
             said = f"decision {decision.verdict}" + (
                 f": {decision.reason}" if decision.reason else ""

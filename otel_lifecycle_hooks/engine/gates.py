@@ -89,14 +89,16 @@ def parse_decision(body: bytes | str | None) -> tuple[Verdict, str] | None:
     """The (verdict, reason) a gate's answer carries; None when it carries none (no body,
     not a JSON object, no `decision` key: an ordinary hook's answer). Raises `BadDecision`
     when it has a `decision` that is not one of `VERDICTS`, a `reason` that is not a string,
-    or is longer than `MAX_DECISION_BYTES`."""
+    or is `MAX_DECISION_BYTES` long or longer."""
     if body is None:
         return None
     raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
     if not raw.strip():
         return None
-    if len(raw) > MAX_DECISION_BYTES:
-        raise BadDecision(f"answer longer than {MAX_DECISION_BYTES} bytes")
+    # At the bound, not only past it: the HTTP action reads no more than this many bytes, so
+    # an answer of exactly that length may be a longer one cut (a deny read as no decision).
+    if len(raw) >= MAX_DECISION_BYTES:
+        raise BadDecision(f"answer {MAX_DECISION_BYTES} bytes long or longer (it may be cut)")
     try:
         value = json.loads(raw.decode("utf-8", "replace"))
     except (ValueError, RecursionError):

@@ -26,7 +26,8 @@ from .phases import Phases
 from .server import STOPPING, EventServer, Reply
 
 if TYPE_CHECKING:
-    from ..harness.activity import ActivityTracker
+    from ..harness.activity import ActivityTracker, Derived
+    from ..harness.normalized import NormalizedEvent
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -161,6 +162,8 @@ class AgentEvents:
             derived = self._tracker.signal(message.status, message.message)
         elif message.event is not None:
             derived = self._tracker.observe(message.event)
+            if not derived and message.reply is not None:
+                derived = [self._asked_again(message.event)]
             self._note_harness_session(message.event.session_id)
         else:
             return
@@ -173,11 +176,24 @@ class AgentEvents:
             if message.reply is not None and item.event == message.kind_event:
                 message.reply.send(result.decision.to_wire())
         if message.reply is not None:
-            # The tracker derived nothing from it (a repeated notification): no gate ran.
-            message.reply.send(ALLOW.to_wire())
+            message.reply.send(ALLOW.to_wire())  # answered above unless the loop failed
         hit = self._limits.exceeded(self._tracker.turns, self._tracker.model_calls)
         if hit is not None:
             self._phases.limit_exceeded(*hit)
+
+    def _asked_again(self, event: NormalizedEvent) -> Derived:
+        """An event the tracker took for a repeat (a permission prompt, a turn's end told
+        twice) whose harness waits on it: dispatched all the same, so that its gates decide.
+        Answering it without them would let a line the agent wrote to the socket first,
+        the same event forged, stand for the harness's own and skip every gate."""
+        from ..harness.activity import Derived
+        from ..harness.normalized import HARNESS_SESSION_ID
+
+        assert self._tracker is not None
+        fields = {**event.fields, "ACTIVITY": self._tracker.activity}
+        if event.session_id:
+            fields[HARNESS_SESSION_ID] = event.session_id
+        return Derived(event.event, fields)
 
     def _note_harness_session(self, harness_session_id: str) -> None:
         """The harness's own id for this session, kept on the session span: SESSION_ID (and
