@@ -206,3 +206,17 @@ def test_http_route_an_endpoint_down_fails_closed_under_on_error_fail(
     assert result.returncode == 0, result.stderr[-3000:]
     assert not marker.exists(), "the tool ran past a fail-closed gate"
     assert told_the_model(result, "fail-closed")
+
+
+def test_http_route_a_prompt_gate_that_denies_blocks_the_prompt_before_the_model(
+    claude_over_http: RealHarness, tmp_path: Path
+) -> None:
+    """UserPromptSubmit answered `{"decision": "block"}` by the route: Claude Code never sends
+    the prompt to the model, and shows the reason."""
+    prompt_gate = gate("{receiver}").replace("on: [tool-start]", "on: [prompt-submit]")
+    deny = Reply.json(200, json.dumps({"decision": "deny", "reason": REASON}))
+    result, marker = run_gated(claude_over_http, tmp_path, prompt_gate, deny, True)
+    assert gate_posts(result), result.hook_log()[-3000:]
+    assert not marker.exists(), "the blocked prompt's tool ran"
+    assert not told_the_model(result, "Run the command"), result.extra["model_requests"]
+    assert REASON in result.stdout + result.stderr, (result.stdout, result.stderr[-2000:])
