@@ -1,6 +1,6 @@
 """`otel-lifecycle-hooks harness install|uninstall|doctor`.
 
-    harness install   NAME [--project DIR] [--dry-run] [--json]
+    harness install   NAME [--project DIR] [--template PATH] [--dry-run] [--json]
     harness uninstall NAME [--project DIR] [--dry-run] [--json]
     harness doctor    [NAME] [--json]
 
@@ -8,7 +8,9 @@
 codex or opencode): user level, under $HOME, unless `--project DIR` names a project. It merges
 with what is there and keeps the user's own hooks; running it again changes nothing;
 `--dry-run` prints the change as a diff and writes nothing; `uninstall` removes only what
-`install` added.
+`install` added. `--template PATH`: the hook command of each event where the template has a
+fail-closed gate (`on_error: fail`) answers deny when no supervisor answers
+(`--on-unreachable deny`, docs/gates.md); the others allow.
 
 `doctor`, run from inside a session (a hook or the agent's shell tool), tells whether the
 supervisor is reachable (its variable, its pointer file, its socket, its HTTP route) and whether
@@ -52,6 +54,12 @@ def add_parser(subparsers: Any) -> None:
         sub.add_argument("--project", metavar="DIR", help="a project's configuration, not $HOME's")
         sub.add_argument("--dry-run", action="store_true", help="print the change, write nothing")
         sub.add_argument("--json", action="store_true", help="a JSON summary on stdout")
+        if action == "install":
+            sub.add_argument(
+                "--template",
+                metavar="PATH",
+                help="fail closed, when no supervisor answers, where its gates are fail-closed",
+            )
     doctor = actions.add_parser("doctor", help="check a running session's channel")
     doctor.add_argument("name", metavar="NAME", nargs="?", help="also check this harness's config")
     doctor.add_argument("--json", action="store_true", help="the checks as JSON on stdout")
@@ -72,17 +80,24 @@ def _scope(args: Any) -> Any:
         project = Path(args.project).absolute()
         if not project.is_dir():
             raise InstallError(f"--project {args.project}: not a directory")
-    return Scope(home=home, project=project, environ=dict(os.environ))
+    fail_closed = None
+    if getattr(args, "template", None):
+        from ..harness.install import fail_closed_events
+        from ..template.loader import load_templates
+
+        fail_closed = fail_closed_events(load_templates([args.template]))
+    return Scope(home=home, project=project, environ=dict(os.environ), fail_closed=fail_closed)
 
 
 def _install(args: Any) -> int:
     from ..harness.install import InstallError, plan
+    from ..template.problems import TemplateError
 
     try:
         change = plan(args.harness_action, args.name, _scope(args))
         if not args.dry_run:
             change.apply()
-    except InstallError as exc:
+    except (InstallError, TemplateError) as exc:
         print(f"otel-lifecycle-hooks harness {args.harness_action}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:

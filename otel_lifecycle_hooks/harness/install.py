@@ -24,11 +24,16 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..engine.gates import GATE_EVENTS, is_gate
+from ..engine.policies import fails_transition
 from ..errors import LifecycleHooksError
 from ..private_files import replace_file
 from . import install_record
+
+if TYPE_CHECKING:
+    from ..template.model import Template
 
 PROGRAM = "otel-lifecycle-hooks"
 HOOK_TIMEOUT_SECONDS = 10  # what a harness allows one hook call; ours take milliseconds
@@ -45,6 +50,17 @@ class Scope:
     home: Path
     project: Path | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
+    # The lifecycle events at which the template has a fail-closed gate (`fail_closed_events`):
+    # their hook commands answer deny when no supervisor does. None: no template was given,
+    # and what is installed keeps its policy.
+    fail_closed: frozenset[str] | None = None
+
+    def unreachable_deny(self, harness_event: str) -> bool | None:
+        """Whether the hook command of `harness_event` is written with `--on-unreachable
+        deny`; None when no template says (an installed command is kept as it is)."""
+        if self.fail_closed is None:
+            return None
+        return REFUSABLE_EVENTS.get(harness_event) in self.fail_closed
 
     @property
     def label(self) -> str:
@@ -255,8 +271,41 @@ def package_command() -> list[str]:
     return [sys.executable, "-m", "otel_lifecycle_hooks"]
 
 
-def hook_argv(dialect: str, program: list[str] | None = None) -> list[str]:
-    return [*(program or package_command()), "hook", "--dialect", dialect]
+def hook_argv(
+    dialect: str, program: list[str] | None = None, unreachable_deny: bool | None = False
+) -> list[str]:
+    """Our hook command; `unreachable_deny`: it answers deny when no supervisor answers."""
+    argv = [*(program or package_command()), "hook", "--dialect", dialect]
+    return [*argv, *UNREACHABLE_DENY] if unreachable_deny else argv
+
+
+# -- the template's policy when no supervisor answers (docs/gates.md) --------------------------
+
+UNREACHABLE_DENY = ("--on-unreachable", "deny")
+# The lifecycle event each harness event a hook can refuse becomes (the dialects' translation,
+# pinned by tests/harness/test_install_unreachable.py); refusals.REFUSABLE names the events.
+REFUSABLE_EVENTS: dict[str, str] = {
+    "PreToolUse": "tool-start",
+    "UserPromptSubmit": "prompt-submit",
+    "PermissionRequest": "notification",
+    "Stop": "agent-end",
+    "BeforeTool": "tool-start",
+    "AfterAgent": "agent-end",
+    "tool.execute.before": "tool-start",
+}
+
+
+def fail_closed_events(template: Template) -> frozenset[str]:
+    """The lifecycle events at which `template` has a fail-closed gate: a blocking hook with
+    `on_error: fail` on an event a harness can refuse (at those its `refuse_on` names)."""
+    return frozenset(
+        event
+        for event in GATE_EVENTS
+        if any(
+            is_gate(hook, event) and fails_transition(hook, "failure", event)
+            for hook in template.hooks_for(event)
+        )
+    )
 
 
 def shell_command(argv: Iterable[str]) -> str:
@@ -304,9 +353,11 @@ def add_command_hooks(
     events: Iterable[HookEvent],
     handler: dict[str, object],
     is_ours: Callable[[Mapping[str, object]], bool],
+    replace: bool = False,
 ) -> dict[str, object]:
     """`settings` with `handler` in its own group on every event that does not have one of
-    ours yet; the user's groups are left as they are, in their order."""
+    ours yet; the user's groups are left as they are, in their order. `replace`: a handler of
+    ours that differs from `handler` (another unreachable policy) becomes `handler`."""
     # A deep copy through JSON: the input stays as read, and the result holds only JSON types.
     result: dict[str, object] = json.loads(json.dumps(settings))
     hooks = result.setdefault("hooks", {})
@@ -319,6 +370,13 @@ def add_command_hooks(
                 f'{path}: "hooks.{event.name}" is not a list of groups; nothing was changed'
             )
         if any(_group_has(group, is_ours) for group in groups):
+            if replace:
+                for found in groups:
+                    if _group_has(found, is_ours):
+                        found["hooks"] = [
+                            dict(handler) if isinstance(h, dict) and is_ours(h) else h
+                            for h in found["hooks"]
+                        ]
             continue
         group: dict[str, object] = {}
         if event.matcher is not None:
@@ -382,18 +440,31 @@ def settings_json_path(scope: Scope, folder: str) -> Path:
 
 
 def plan_settings_install(
-    dialect: str, scope: Scope, path: Path, events: Iterable[HookEvent], command: str, timeout: int
+    dialect: str,
+    scope: Scope,
+    path: Path,
+    events: Iterable[HookEvent],
+    program: list[str],
+    timeout: int,
 ) -> InstallPlan:
     """Our command hook on every one of `events` in a settings.json, beside the user's hooks;
-    `timeout` in the harness's own unit."""
-    handler = {"type": "command", "command": command, "timeout": timeout}
+    `timeout` in the harness's own unit. An event where the scope's template has a
+    fail-closed gate gets `--on-unreachable deny`."""
 
     def is_ours(found: Mapping[str, object]) -> bool:
         return is_our_handler(found, dialect)
 
-    change = json_settings_change(
-        path, lambda settings: add_command_hooks(settings, path, events, handler, is_ours)
-    )
+    def add_all(settings: dict[str, object]) -> dict[str, object]:
+        for event in events:
+            deny = scope.unreachable_deny(event.name)
+            command = shell_command(hook_argv(dialect, program, deny))
+            handler = {"type": "command", "command": command, "timeout": timeout}
+            settings = add_command_hooks(
+                settings, path, [event], handler, is_ours, replace=deny is not None
+            )
+        return settings
+
+    change = json_settings_change(path, add_all)
     return InstallPlan(dialect, "install", scope, [change])
 
 

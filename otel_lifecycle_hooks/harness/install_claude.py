@@ -17,11 +17,9 @@ from .install import (
     HookEvent,
     InstallPlan,
     Scope,
-    hook_argv,
     plan_settings_install,
     plan_settings_uninstall,
     settings_json_path,
-    shell_command,
 )
 
 DIALECT = "claude"
@@ -33,9 +31,8 @@ def settings_path(scope: Scope) -> Path:
 
 
 def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
-    command = shell_command(hook_argv(DIALECT, program))
     return plan_settings_install(
-        DIALECT, scope, settings_path(scope), EVENTS, command, HOOK_TIMEOUT_SECONDS
+        DIALECT, scope, settings_path(scope), EVENTS, program, HOOK_TIMEOUT_SECONDS
     )
 
 

@@ -113,11 +113,11 @@ def _is_ours(handler: Mapping[str, Any]) -> bool:
     return is_our_handler(handler, DIALECT)
 
 
-def _our_handler(program: list[str], event: str) -> dict[str, Any]:
+def _our_handler(program: list[str], event: str, deny: bool | None) -> dict[str, Any]:
     timeout = SESSION_END_TIMEOUT if event == "SessionEnd" else HOOK_TIMEOUT_SECONDS
     return {
         "type": "command",
-        "command": shell_command(hook_argv(DIALECT, program)),
+        "command": shell_command(hook_argv(DIALECT, program, deny)),
         "timeout": timeout,
     }
 
@@ -127,8 +127,10 @@ def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
 
     def add_all(settings: dict[str, Any]) -> dict[str, Any]:
         for event in EVENTS:
+            deny = scope.unreachable_deny(event.name)
+            handler = _our_handler(program, event.name, deny)
             settings = add_command_hooks(
-                settings, path, [event], _our_handler(program, event.name), _is_ours
+                settings, path, [event], handler, _is_ours, replace=deny is not None
             )
         return settings
 

@@ -15,11 +15,9 @@ from .install import (
     HookEvent,
     InstallPlan,
     Scope,
-    hook_argv,
     plan_settings_install,
     plan_settings_uninstall,
     settings_json_path,
-    shell_command,
 )
 
 DIALECT = "gemini"
@@ -45,8 +43,7 @@ def settings_path(scope: Scope) -> Path:
 
 
 def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
-    command = shell_command(hook_argv(DIALECT, program))
-    return plan_settings_install(DIALECT, scope, settings_path(scope), EVENTS, command, TIMEOUT_MS)
+    return plan_settings_install(DIALECT, scope, settings_path(scope), EVENTS, program, TIMEOUT_MS)
 
 
 def plan_uninstall(scope: Scope) -> InstallPlan:

@@ -10,7 +10,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .install import FileChange, InstallError, InstallPlan, Scope, hook_argv, read_text
+from .install import (
+    UNREACHABLE_DENY,
+    FileChange,
+    InstallError,
+    InstallPlan,
+    Scope,
+    hook_argv,
+    read_text,
+)
 
 DIALECT = "opencode"
 PLUGIN_NAME = "otel-lifecycle-hooks.js"
@@ -44,9 +52,10 @@ FORWARDED_EVENTS = (
 )
 
 
-def plugin_source(program: list[str]) -> str:
-    """The plugin's JavaScript: the hook command's argv and the events it forwards."""
-    argv = json.dumps(hook_argv(DIALECT, program))
+def plugin_source(program: list[str], unreachable_deny: bool = False) -> str:
+    """The plugin's JavaScript: the hook command's argv and the events it forwards;
+    `unreachable_deny`: the command answers deny when no supervisor does."""
+    argv = json.dumps(hook_argv(DIALECT, program, unreachable_deny))
     forwarded = json.dumps(list(FORWARDED_EVENTS))
     return f"""{MARKER}; removed by `harness uninstall opencode`.
 // Only the events the package uses go to the hook command, on stdin, one at a time and in the
@@ -147,9 +156,12 @@ def plan_install(scope: Scope, program: list[str]) -> InstallPlan:
     before = read_text(path)
     if before is not None and MARKER not in before:
         raise InstallError(f"{path}: exists and was not written by this package; not replaced")
-    return InstallPlan(
-        DIALECT, "install", scope, [FileChange(path, before, plugin_source(program))]
-    )
+    deny = scope.unreachable_deny("tool.execute.before")
+    if deny is None:
+        # No template given: an installed plugin keeps its unreachable policy.
+        deny = before is not None and json.dumps(list(UNREACHABLE_DENY))[1:-1] in before
+    after = plugin_source(program, deny)
+    return InstallPlan(DIALECT, "install", scope, [FileChange(path, before, after)])
 
 
 def plan_uninstall(scope: Scope) -> InstallPlan:

@@ -131,7 +131,11 @@ class SessionChannel:
                 from .ingest_http import HttpIngest
 
                 self._http = HttpIngest(
-                    self.deliver, self.received, agent=self._owner, refuse=self._refuse
+                    self.deliver,
+                    self.received,
+                    agent=self._owner,
+                    refuse=self._refuse,
+                    ask=self.ask if self._supervisor_ask is not None else None,
                 )
             except OSError as exc:
                 log.warning("HTTP event route not started: %s", exc.strerror or exc)

@@ -6,8 +6,13 @@ translated by the claude dialect, exactly as `hook --dialect claude` would (its 
 with the agent's rights: supervisor/agent_reader.py), and its messages go to the same delivery
 function as the Unix socket's, in the order the payloads arrived.
 
-It answers at once, before delivery, with `200` and an empty body: Claude Code reads that as
-success with nothing to say, so the agent is never held up or steered. A missing or wrong token
+An event Claude Code lets a hook refuse (harness/refusals.py: PreToolUse, PermissionRequest,
+UserPromptSubmit, Stop) is asked for its gates' decision, as `hook` asks on the socket (the
+supervisor's `ask`: answered allow at once when the template has no gate on it): its connection
+waits, at most `GATE_WAIT` seconds, and is answered `200` with the decision in Claude Code's
+own hook-output JSON (empty for allow, or when no decision came in time: Claude Code goes on).
+Every other event is answered at once, before delivery, with `200` and an empty body: Claude
+Code reads that as success with nothing to say. A missing or wrong token
 gets 401, a peer that is not loopback 403, a body over `MAX_BODY_BYTES` (or without a length)
 413/411 before any of it is read, a body that is not a JSON object 400, JSON with more than
 `MAX_JSON_TOKENS` tokens or deeper than `MAX_JSON_DEPTH` 413 before it is parsed, and no room
@@ -42,9 +47,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..harness.dialects import claude
+from ..harness.refusals import answer, style_for
 from ..loopback import is_loopback_host
 from .admission import IngressCounts
 from .agent_reader import AgentIdentity, tail_reader
+from .server import Reply
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -86,6 +93,11 @@ LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
 LISTEN_BACKLOG = 128
 ACCEPT_PAUSE = 0.25  # seconds without accepting after an accept failed (out of descriptors)
+# How long a refusable event's connection waits for its gates' decision: under the 10 s
+# timeout the Claude Code settings give each http hook (claude_hooks.HOOK_TIMEOUT_SECONDS), so
+# that the route, not Claude Code, says what happens when none comes (the agent goes on).
+GATE_WAIT = 8.0  # seconds
+MAX_DECISION_BYTES = 64 * 1024  # the supervisor's answer line (a decision and its reason)
 _READ_SIZE = 65536
 _POLL_INTERVAL = 0.25  # seconds between deadline sweeps when nothing arrives
 
@@ -208,7 +220,20 @@ class _BodyBudget:
 
 
 # A connection's states.
-_HEAD, _BODY, _PARSING, _LINGER = "head", "body", "parsing", "linger"
+_HEAD, _BODY, _PARSING, _WAITING, _LINGER = "head", "body", "parsing", "waiting", "linger"
+
+
+class _Gate:
+    """A refusable event's wait: the read end of the pair whose other end is the supervisor's
+    `Reply`, and how Claude Code reads a decision for that event (refusals.answer)."""
+
+    __slots__ = ("buffer", "connection", "sock", "style")
+
+    def __init__(self, sock: socket.socket, style: str) -> None:
+        self.sock = sock
+        self.style = style
+        self.buffer = bytearray()
+        self.connection: _Connection | None = None
 
 
 class _Connection:
@@ -219,6 +244,7 @@ class _Connection:
         "close_after",
         "deadline",
         "events",
+        "gate",
         "keep_alive",
         "order",
         "outgoing",
@@ -244,6 +270,7 @@ class _Connection:
         self.outgoing = bytearray()
         self.close_after = False
         self.events = 0  # what the selector watches for
+        self.gate: _Gate | None = None  # waiting for a decision (state _WAITING)
 
 
 class HttpIngest:
@@ -257,12 +284,15 @@ class HttpIngest:
         agent: tuple[int, int] | None = None,
         refuse: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        ask: Callable[[dict[str, Any], Reply], None] | None = None,
     ) -> None:
         """`deliver`: the socket's delivery function; `received`: how many messages the
         session got so far (for `GET /v1/status`); `agent`: the (uid, gid) the agent runs as,
         when not as this process (transcripts are read with its rights); `refuse(reason)`:
-        counts each refusal (default: a counter of its own that logs, rate-limited)."""
+        counts each refusal (default: a counter of its own that logs, rate-limited); `ask`: the
+        delivery of a message whose gates' decision is awaited (without it, no event waits)."""
         self._deliver = deliver
+        self._ask = ask
         self._received = received or (lambda: 0)
         self._refuse = refuse or IngressCounts().refuse
         self._read_tail = tail_reader(AgentIdentity(*agent) if agent else None)
@@ -275,12 +305,12 @@ class HttpIngest:
         self._parses_waiting = 0  # bodies handed to the parser and not yet queued for delivery
         self._parses_lock = threading.Lock()
         self.token = secrets.token_urlsafe(32)
-        self._payloads: queue.Queue[tuple[dict[str, Any], int] | None] = queue.Queue(
+        self._payloads: queue.Queue[tuple[dict[str, Any], int, Reply | None] | None] = queue.Queue(
             MAX_QUEUED_PAYLOADS
         )
         # Bodies waiting for the parser: at most one per connection, so at most MAX_CONNECTIONS.
         self._to_parse: queue.Queue[tuple[_Connection, int, bytearray] | None] = queue.Queue()
-        self._answers: queue.Queue[tuple[_Connection, int, int]] = queue.Queue()
+        self._answers: queue.Queue[tuple[_Connection, int, int, _Gate | None]] = queue.Queue()
         self._sock = socket.create_server(("127.0.0.1", 0), backlog=LISTEN_BACKLOG)
         self._sock.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -329,16 +359,17 @@ class HttpIngest:
             return False
         return hmac.compare_digest(header[len("Bearer ") :].encode(), self.token.encode())
 
-    def accept(self, payload: dict[str, Any], size: int) -> bool:
-        """Queue one payload (charged `size` bytes) for delivery; False when there is no room.
-        A large one may not take the last `BODY_RESERVE_BYTES` of room, as a large body."""
+    def accept(self, payload: dict[str, Any], size: int, reply: Reply | None = None) -> bool:
+        """Queue one payload (charged `size` bytes) for delivery, its first message asked for a
+        decision on `reply` if given; False when there is no room. A large one may not take the
+        last `BODY_RESERVE_BYTES` of room, as a large body."""
         reserve = BODY_RESERVE_BYTES if size > LARGE_BODY_BYTES else 0
         with self._queued_lock:
             if self._queued_bytes + size > self._max_queued_bytes - reserve:
                 self._refuse("http_queue_full")
                 return False
             try:
-                self._payloads.put_nowait((payload, size))
+                self._payloads.put_nowait((payload, size, reply))
             except queue.Full:
                 self._refuse("http_queue_full")
                 return False
@@ -355,7 +386,7 @@ class HttpIngest:
             item = self._payloads.get()
             if item is None:
                 return
-            payload, size = item
+            payload, size, reply = item
             with self._queued_lock:
                 self._queued_bytes -= size
             try:
@@ -364,16 +395,23 @@ class HttpIngest:
                 # The type only: the payload is the agent's, and may hold anything.
                 self._refuse("http_not_translated")
                 log.debug("HTTP event route: a payload not translated (%s)", type(exc).__name__)
-                continue
+                events = []
             del payload, item
             for event in events:
                 try:
-                    self._deliver(event.to_wire())
+                    if reply is not None and self._ask is not None:
+                        # The first message is the event its gates decide on (as `hook` asks).
+                        asked, reply = reply, None
+                        self._ask(event.to_wire(), asked)
+                    else:
+                        self._deliver(event.to_wire())
                 except Exception as exc:  # noqa: BLE001 - nor one failed delivery
                     self._refuse("delivery_failed")
                     log.warning(
                         "HTTP event route: delivering a message failed (%s)", type(exc).__name__
                     )
+            if reply is not None:
+                reply.close()  # nothing was asked: no decision, Claude Code goes on
 
     # -- parsing (one thread: one parse at a time, in arrival order) --------------------------
 
@@ -384,41 +422,53 @@ class HttpIngest:
                 return
             connection, taken, body = item
             del item
-            status = self._parsed(body)
+            status, gate = self._parsed(body)
             del body
             self._bodies.give_back(taken)
             with self._parses_lock:
                 self._parses_waiting -= 1  # after `accept`: the delivery order is kept
-            self._answers.put((connection, connection.served, status))
+            self._answers.put((connection, connection.served, status, gate))
             self._wake()
 
-    def _parsed(self, body: bytearray) -> int:
-        """Parse one body and queue it for delivery; the status to answer."""
+    def _parsed(self, body: bytearray) -> tuple[int, _Gate | None]:
+        """Parse one body and queue it for delivery; the status to answer, and the wait for
+        its gates' decision when it is an event Claude Code lets a hook refuse."""
         try:
             return self._parse_and_queue(body)
         except MemoryError:
             self._refuse("http_out_of_memory")
-            return 503
+            return 503, None
         except Exception as exc:  # noqa: BLE001 - the route outlives any one body
             self._refuse("http_bad_request")
             log.debug("HTTP event route: a body failed (%s)", type(exc).__name__)
-            return 400
+            return 400, None
 
-    def _parse_and_queue(self, body: bytearray) -> int:
+    def _parse_and_queue(self, body: bytearray) -> tuple[int, _Gate | None]:
         tokens = json_token_count(body)
         if tokens is None:
             self._refuse("http_json_too_large")
-            return 413
+            return 413, None
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError):
             self._refuse("http_not_json")
-            return 400
+            return 400, None
         if not isinstance(payload, dict):
             self._refuse("http_not_an_object")
-            return 400
+            return 400, None
         charge = len(body) + TOKEN_CHARGE * tokens
-        return 200 if self.accept(payload, charge) else 503
+        style = style_for(claude.NAME, payload) if self._ask is not None else None
+        if style is None:
+            return (200 if self.accept(payload, charge) else 503), None
+        # The supervisor answers on one end of a pair; the serving thread's selector reads
+        # the other, so the decision comes back to it like any readable connection.
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        if not self.accept(payload, charge, Reply(theirs)):
+            theirs.close()
+            ours.close()
+            return 503, None
+        return 200, _Gate(ours, style)
 
     # -- serving (one thread: every connection, through a selector) ---------------------------
 
@@ -435,6 +485,8 @@ class HttpIngest:
                         self._drain_wake()
                     elif key.data is None:
                         waiting = True
+                    elif isinstance(key.data, _Gate):
+                        self._read_decision(key.data)
                     else:
                         self._step(key.data, mask)
                 self._answer_parsed()
@@ -503,7 +555,7 @@ class HttpIngest:
             if (
                 mask & selectors.EVENT_READ
                 and connection.order in self._connections
-                and connection.state != _PARSING
+                and connection.state not in (_PARSING, _WAITING)
             ):
                 self._read(connection)
         except RequestRefused as refused:
@@ -609,9 +661,9 @@ class HttpIngest:
         if inline:
             # A usual post, with no body before it still waiting: parsed here, which saves
             # two thread hand-offs on every event.
-            status = self._parsed(body)
+            status, gate = self._parsed(body)
             self._bodies.give_back(taken)
-            self._answer(connection, status)
+            self._answer(connection, status, gate)
             return
         self._watch(connection, 0)  # nothing more is read until this body is answered
         self._to_parse.put((connection, taken, body))
@@ -619,19 +671,30 @@ class HttpIngest:
     def _answer_parsed(self) -> None:
         while True:
             try:
-                connection, served, status = self._answers.get_nowait()
+                connection, served, status, gate = self._answers.get_nowait()
             except queue.Empty:
                 return
-            if self._connections.get(connection.order) is not connection:
-                continue  # closed while its body was parsed (the supervisor stopping)
-            if connection.served != served or connection.state != _PARSING:
+            if (
+                self._connections.get(connection.order) is not connection
+                or connection.served != served
+                or connection.state != _PARSING
+            ):
+                if gate is not None:
+                    gate.sock.close()  # closed while its body was parsed (the supervisor stopping)
                 continue
             try:
-                self._answer(connection, status)
+                self._answer(connection, status, gate)
             except OSError:
                 self._drop(connection)
 
-    def _answer(self, connection: _Connection, status: int) -> None:
+    def _answer(self, connection: _Connection, status: int, gate: _Gate | None = None) -> None:
+        if gate is not None:
+            # Answered once the supervisor decides (`_read_decision`), or at `GATE_WAIT`.
+            gate.connection, connection.gate = connection, gate
+            connection.state = _WAITING
+            connection.deadline = self._clock() + GATE_WAIT
+            self._selector.register(gate.sock, selectors.EVENT_READ, gate)
+            return
         if status != 200:
             connection.close_after = True
         self._respond(connection, status)
@@ -666,12 +729,14 @@ class HttpIngest:
             sent = connection.sock.send(connection.outgoing)
             del connection.outgoing[:sent]
         if connection.outgoing:
-            reading = 0 if connection.state == _PARSING else selectors.EVENT_READ
+            reading = 0 if connection.state in (_PARSING, _WAITING) else selectors.EVENT_READ
             self._watch(connection, reading | selectors.EVENT_WRITE)
             return
         if connection.state == _LINGER:
             connection.sock.shutdown(socket.SHUT_WR)  # the answer is out; what comes is drained
-        self._watch(connection, 0 if connection.state == _PARSING else selectors.EVENT_READ)
+        self._watch(
+            connection, 0 if connection.state in (_PARSING, _WAITING) else selectors.EVENT_READ
+        )
 
     def _fail(self, connection: _Connection, refused: RequestRefused) -> None:
         self._refuse(refused.reason)
@@ -701,6 +766,12 @@ class HttpIngest:
         for connection in [c for c in self._connections.values() if c.deadline <= now]:
             if connection.state == _PARSING:
                 continue  # the parser answers it; the parse is bounded, not the client
+            if connection.state == _WAITING and connection.gate is not None:
+                log.warning(
+                    "HTTP event route: no gate decision within %gs; Claude Code goes on", GATE_WAIT
+                )
+                self._decided(connection.gate, None)
+                continue
             if connection.state == _LINGER:
                 self._drop(connection)
             elif connection.state == _BODY or connection.buffer:
@@ -718,11 +789,57 @@ class HttpIngest:
             self._bodies.give_back(connection.taken)
             connection.taken = 0
         connection.body = None
+        self._end_wait(connection)
         if connection.events:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(connection.sock)
             connection.events = 0
         connection.sock.close()
+
+    # -- a refusable event's decision ----------------------------------------------------------
+
+    def _read_decision(self, gate: _Gate) -> None:
+        """Read the supervisor's answer line (or its end: no decision) and answer the hook."""
+        try:
+            chunk = gate.sock.recv(_READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        gate.buffer += chunk
+        if chunk and b"\n" not in gate.buffer and len(gate.buffer) <= MAX_DECISION_BYTES:
+            return
+        decision: object = None
+        if b"\n" in gate.buffer:
+            with contextlib.suppress(ValueError):
+                decision = json.loads(gate.buffer.split(b"\n", 1)[0])
+        self._decided(gate, decision if isinstance(decision, dict) else None)
+
+    def _decided(self, gate: _Gate, decision: dict[str, Any] | None) -> None:
+        """Answer the waiting hook with `decision` in Claude Code's protocol (refusals.answer:
+        nothing for allow or no decision, so Claude Code goes on)."""
+        connection = gate.connection
+        if connection is None:
+            return
+        self._end_wait(connection)
+        text = answer(gate.style, decision) if decision is not None else None
+        connection.state = _HEAD
+        try:
+            if text is None:
+                self._respond(connection, 200)
+            else:
+                self._respond(connection, 200, text.encode("utf-8"), "application/json")
+        except OSError:
+            self._drop(connection)
+
+    def _end_wait(self, connection: _Connection) -> None:
+        gate, connection.gate = connection.gate, None
+        if gate is None:
+            return
+        gate.connection = None
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(gate.sock)
+        gate.sock.close()
 
     def _drain_wake(self) -> None:
         try:
@@ -735,6 +852,6 @@ class HttpIngest:
 def _unfinished(connection: _Connection) -> bool:
     """Whether closing `connection` now loses a request: one begun, or a connection that has
     sent nothing yet (not one answered and idle, or lingering after its answer)."""
-    if connection.state in (_BODY, _PARSING) or connection.buffer:
+    if connection.state in (_BODY, _PARSING, _WAITING) or connection.buffer:
         return True
     return connection.state == _HEAD and not connection.served
