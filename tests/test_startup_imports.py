@@ -7,8 +7,10 @@ file's exporter, OTLP's exporter): they are made when the first span ends. The c
 console module is never imported (the report escapes through terminal.py). Nor the Logs API:
 the first phases' event records are emitted once the agent has started. Nor, with a metrics
 exporter, the metrics SDK and OTLP's metric exporter: the meter provider is made once the
-agent has started. Before the spawn no cyclic collection runs, and the event socket and the
-HTTP route, listening, are not read yet (their readers' threads start after the spawn)."""
+agent has started. Nor, with a template of `lifecycle_hooks:` alone, the other seeds'
+executors (the-loop's) or scripts (the host protocol's). Before the spawn no cyclic collection
+runs, and the event socket and the HTTP route, listening, are not read yet (their readers'
+threads start after the spawn)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,12 @@ SPAN_EXPORT = ("opentelemetry.sdk.trace.export", "otel_lifecycle_hooks.telemetry
 # Made once the agent has started (telemetry/meter_later.py).
 METRICS_EXPORT = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp", "google.protobuf",
                   "requests")  # fmt: skip
+# The other seeds' executors and scripts, loaded only for a template that has them
+# (systems/__init__.py): a template of `lifecycle_hooks:` alone pays for neither.
+OTHER_SYSTEMS = (
+    "otel_lifecycle_hooks.systems.the_loop",
+    "otel_lifecycle_hooks.systems.host_protocol",
+)
 LOGS_API = ("opentelemetry._logs", "opentelemetry.logs", "otel_lifecycle_hooks.telemetry.logs_api")
 
 # `run` as the console script starts it, with a note of the HTTP client modules imported at
@@ -95,10 +103,15 @@ sys.exit(main())
 
 
 def noted_imports(
-    tmp_path: Path, url: str, modules: tuple[str, ...], *run_options: str, **environ: str
+    tmp_path: Path,
+    url: str,
+    modules: tuple[str, ...],
+    *run_options: str,
+    template_tail: str = "",
+    **environ: str,
 ) -> dict[str, Any]:
     """Which of `modules` `run` had imported when it spawned its agent, and at its exit, with
-    a template whose post-start webhook goes to `url`."""
+    a template whose post-start webhook goes to `url` (and `template_tail` after it)."""
     template = tmp_path / "agent.yaml"
     template.write_text(
         "lifecycle_hooks:\n"
@@ -109,7 +122,7 @@ def noted_imports(
         "      method: POST\n"
         f'      url: "{url}"\n'
         '      body: \'{"agent": "${AGENT_NAME}"}\'\n'
-        "    blocking: false\n"
+        "    blocking: false\n" + template_tail
     )
     noted = tmp_path / "imports.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCION_"))}
@@ -256,3 +269,21 @@ def test_the_value_types_made_before_the_spawn_are_named_tuples(
     assert made <= DATACLASSES_BEFORE_SPAWN, sorted(made - DATACLASSES_BEFORE_SPAWN)
     # The check can see them: the supervisor's options are one.
     assert "otel_lifecycle_hooks.supervisor.options.SupervisorOptions" in made
+
+
+def test_the_other_systems_executors_and_scripts_are_loaded_only_for_a_template_with_them(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    seen = noted_imports(plain, target_server.url("/plain"), OTHER_SYSTEMS)
+    assert seen["at-spawn"] == seen["at-exit"] == []
+    # The check can see them: a template with a host-protocol script loads its reader.
+    scripts = tmp_path / "scripts"
+    (scripts / "hooks").mkdir(parents=True)
+    script = scripts / "hooks" / "noop.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    tail = "hook_scripts:\n  - hooks/noop.sh\n"
+    seen = noted_imports(scripts, target_server.url("/scripts"), OTHER_SYSTEMS, template_tail=tail)
+    assert seen["at-spawn"] == ["otel_lifecycle_hooks.systems.host_protocol"]
