@@ -545,19 +545,25 @@ class _PipePump:
                 return True
             remaining = until - time.monotonic()
             if remaining <= 0:
+                # Late, as a loaded machine may be: what is already in the pipes is still
+                # taken (one pass; an exited script's output fits in a pipe's buffer).
+                self._serve_ready(0)
                 return exited
             if not self._watched:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._process.wait(remaining)
                 continue
-            wait_ms = math.ceil(min(remaining, _POLL_INTERVAL) * 1000)
-            for fd, _ in self._poller.poll(wait_ms):
-                name = self._watched.get(fd)
-                if name == "stdin":
-                    self._write_stdin(fd)
-                elif name in self._streams:
-                    self._read(name, fd)
-                # "exit": the poll() above reaps it
+            self._serve_ready(math.ceil(min(remaining, _POLL_INTERVAL) * 1000))
+
+    def _serve_ready(self, wait_ms: int) -> None:
+        """Serve each pipe that is ready within `wait_ms`: write stdin, read the output."""
+        for fd, _ in self._poller.poll(wait_ms):
+            name = self._watched.get(fd)
+            if name == "stdin":
+                self._write_stdin(fd)
+            elif name in self._streams:
+                self._read(name, fd)
+            # "exit": the poll() in `run` reaps it
 
     def _watch(self, fd: int, name: str, events: int) -> None:
         self._poller.register(fd, events)

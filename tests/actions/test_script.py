@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from otel_lifecycle_hooks.actions.script import ScriptOutcome, run_script
+from otel_lifecycle_hooks.actions.script import ScriptOutcome, _PipePump, run_script
 from otel_lifecycle_hooks.render import RenderedCommand
 
 PY = sys.executable
@@ -266,3 +267,31 @@ def test_signal_names_are_reported_for_sigterm_sent_by_others(tmp_path: Path):
     assert outcome.result.error_type == "signal.SIGTERM"
     assert outcome.result.kind == "permanent"
     assert signal.SIGTERM.name in outcome.result.message
+
+
+def test_output_an_exited_script_left_in_its_pipe_is_read_even_when_the_drain_starts_late() -> None:
+    """On a loaded machine the pump may get the processor back only after its drain deadline:
+    what the script wrote before exiting is still in the pipe and must not be lost."""
+    stdin_read, stdin_write = os.pipe()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    os.close(stdin_read)
+    os.write(out_write, b"agent reviewer exited with 0\n")
+    os.write(err_write, b"a warning")
+    os.close(out_write)
+    os.close(err_write)
+    process = subprocess.Popen(["true"])
+    process.wait()
+    lines: list[tuple[str, str]] = []
+    pump = _PipePump(
+        process,
+        (stdin_write, out_read, err_read),
+        b"",
+        1 << 20,
+        lambda stream, line: lines.append((stream, line)),
+    )
+    try:
+        assert pump.run(until=time.monotonic() - 1.0, stop_on_exit=False)
+    finally:
+        pump.close()
+    assert sorted(lines) == [("stderr", "a warning"), ("stdout", "agent reviewer exited with 0")]

@@ -98,11 +98,13 @@ class RealHarness:
         env_extra: dict[str, str] | None = None,
         after_install: Callable[[Session], None] | None = None,
         template_extra: str = "",
+        grace_period: str = "5s",
     ) -> SessionResult:
         """One session; `during(run_process, session)` runs while it does (to signal it);
         `program`: install with this hook program instead of through the CLI;
         `after_install(session)`: add the user's own configuration after ours;
-        `template_extra`: more of the template (tests/harnesses/session.py write_template)."""
+        `template_extra`: more of the template (tests/harnesses/session.py write_template);
+        `grace_period`: `run --grace-period`, which also bounds the deliveries at the end."""
         home, work = root / "home", root / "project"
         home.mkdir(parents=True)
         work.mkdir()
@@ -123,7 +125,9 @@ class RealHarness:
                 self.name,
                 template_extra,
             )
-            process = start_run(self.command(prompt, extra), env, template, work)
+            process = start_run(
+                self.command(prompt, extra), env, template, work, grace_period=grace_period
+            )
             try:
                 if during is not None:
                     during(process, session)

@@ -106,8 +106,9 @@ def test_sigterm_in_the_middle_of_a_tool_stops_the_session_and_leaves_no_process
 def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> None:
     pid_file = tmp_path / "project" / "tool.pid"  # inside the workspace Codex lets tools write
     # A duration no other process has: the sleep is found by it (inside Codex's sandbox the
-    # tool's own idea of its pid is another namespace's).
-    duration = f"29.{random.randrange(10**6):06d}"
+    # tool's own idea of its pid is another namespace's). Longer than the run's hang guard and
+    # the wait for it to be gone, so that it cannot end on its own and pass for stopped.
+    duration = f"300.{random.randrange(10**6):06d}"
     script = [
         Step.shell(f"echo $$ > {pid_file}; exec sleep {duration}"),
         Step.reply("never reached"),
@@ -126,8 +127,15 @@ def check_sigterm_leaves_no_process(harness: RealHarness, tmp_path: Path) -> Non
         process.send_signal(signal.SIGTERM)
 
     try:
+        # A generous grace period: TERM reaches every process at once, so it costs nothing
+        # when they obey; a short one on a loaded machine ends before the queued
+        # phase-change to `stopped` is delivered, and the run rightly drops it.
         result = harness.run(
-            tmp_path, script, extra=RUN_TOOLS[harness.name], during=terminate_during_the_tool
+            tmp_path,
+            script,
+            extra=RUN_TOOLS[harness.name],
+            during=terminate_during_the_tool,
+            grace_period="60s",
         )
         fired = set(result.fired_events())
         assert {"pre-stop", "session-end"} <= fired, result.hook_log()[-3000:]

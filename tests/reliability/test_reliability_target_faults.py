@@ -32,7 +32,9 @@ class Fault:
     prepare: Callable[[TargetServer], str]  # returns the hook's URL
     kind: str  # transient | permanent | timeout | ok
     error_types: tuple[str, ...] = ()
-    timeout: str = "1s"
+    # Generous where the fault is not a timeout: a loaded machine may take over a second to
+    # connect, resolve or handshake, and that must not turn the fault into a timeout.
+    timeout: str = "10s"
     retry_after: float | None = None
 
 

@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from otel_lifecycle_hooks.cli import hook as hook_command
 from otel_lifecycle_hooks.supervisor.admission import Admission, Admitted
 from otel_lifecycle_hooks.supervisor.server import EventServer
 from tests.supervisor.supervised import wait_until
@@ -70,10 +72,41 @@ def test_a_stdin_left_open_after_the_payload_does_not_hold_up_the_hook(
             write_end, json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash"}).encode()
         )
         assert process.wait(timeout=120) == 0  # returned while stdin is still open
+        # The socket has no reply: the hook may end before the server has read its line.
+        wait_until(collected.events, what="the delivered event")
         assert collected.events() == [("tool-start", {"TOOL_NAME": "Bash"})]
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_whole_payload_ends_the_read_long_before_the_stdin_deadline(
+    inbox: tuple[Inbox, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same in-process with the deadline at an hour: only a read that stops at the end of
+    the JSON object returns within the hang guard, however slow the machine."""
+    collected, env = inbox
+    monkeypatch.setattr(hook_command, "STDIN_DEADLINE", 3600.0)
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb", buffering=0) as stdin:
+        try:
+            os.write(
+                write_end,
+                json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash"}).encode(),
+            )
+            runner = threading.Thread(
+                target=hook_command.main,
+                args=(["--dialect", "claude"],),
+                kwargs={"stdin": stdin, "environ": env},
+                daemon=True,
+            )
+            runner.start()
+            runner.join(timeout=120)  # a hang guard: the deadline is an hour
+            assert not runner.is_alive(), "the hook waited for the end of stdin"
+            wait_until(collected.events, what="the delivered event")
+            assert collected.events() == [("tool-start", {"TOOL_NAME": "Bash"})]
+        finally:
+            os.close(write_end)
 
 
 def test_a_stdin_that_stays_open_and_silent_ends_at_the_deadline_with_one_log_line(
