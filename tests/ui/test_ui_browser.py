@@ -117,7 +117,7 @@ def test_sessions_deliveries_attempts_and_a_redeliver_in_a_real_browser(
             audit = deliveries.filter(has_text="audit")
             expect(audit).to_contain_text("failed")
             expect(audit).to_contain_text("HTTP 500")
-            stop(supervisor, signal_first=None, timeout=60)
+            stop(supervisor, signal_first=None, timeout=300)  # a hang guard only
             assert supervisor.returncode == 0
 
             # A delivery's attempts: each request as sent (redacted) and each response.
@@ -336,7 +336,7 @@ def test_a_retrying_delivery_is_shown_running_with_its_attempts_until_it_ends(
         finally:
             second_may_answer.set()
             go.touch()
-            stop(supervisor, signal_first=None, timeout=60)
+            stop(supervisor, signal_first=None, timeout=300)  # a hang guard only
             if ui is not None:
                 assert ui.stop() == 0
         assert supervisor.returncode == 0
