@@ -223,6 +223,8 @@ def test_a_second_sigterm_while_a_hook_waits_to_retry_journals_it_as_interrupted
     wait_until(ready.exists, what="the agent to start")
     run.signal(signal.SIGTERM)
     wait_until(lambda: target_server.requests, what="the first session-end attempt")
+    # Its answer read (the request's arrival is not enough on a busy machine): now it waits.
+    wait_until(lambda: "retrying in" in run.stderr, what="the first retry wait")
     run.signal(signal.SIGTERM)
     run.wait(timeout=120)  # the hook would have waited 6 s before its second attempt
     journal = Journal(workspace.journal)
