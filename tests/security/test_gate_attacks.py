@@ -338,7 +338,18 @@ def test_a_flood_of_forged_tool_calls_does_not_outlast_the_harness_hook_timeout(
     assert not result["killed"], "the harness's hook timeout ended `hook` first"
     assert pre_tool_verdict(result) == "deny", result
     reason = told_claude(result)["hookSpecificOutput"]["permissionDecisionReason"]
-    assert "fail-closed" in reason
+    assert "no decision within 8s" in reason and "fail-closed" in reason
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon", "601"])
+def test_a_decision_wait_that_is_not_a_bound_is_refused_by_name(value: str) -> None:
+    """`--decision-wait` is written into the harness's settings: a value that is not a
+    number of seconds in (0, 600] is refused with what would be valid, never taken."""
+    from otel_lifecycle_hooks.cli import hook
+
+    with pytest.raises(Exception, match=r"--decision-wait: got .*seconds above 0"):
+        hook.parse_args(["--decision-wait", value])
+    assert hook.parse_args(["--decision-wait=2.5"])[0]["decision_wait"] == 2.5
 
 
 def test_the_agent_cannot_have_the_last_word_on_a_gate_scripts_stdout(
