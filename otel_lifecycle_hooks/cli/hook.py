@@ -1,6 +1,7 @@
 """`otel-lifecycle-hooks hook`: what a harness calls from its own hook configuration.
 
-    otel-lifecycle-hooks hook [--dialect NAME | --dialect-file PATH] [--template PATH]... [ARG]...
+    otel-lifecycle-hooks hook [--dialect NAME | --dialect-file PATH] [--template PATH]...
+        [--on-unreachable allow|deny] [--decision-wait SECONDS] [ARG]...
 
 Reads one payload (JSON, at most `MAX_PAYLOAD_BYTES`, within `STDIN_DEADLINE`) on stdin, or from the
 last argument when that is a JSON object (Codex's `notify` passes it so), translates it with the
@@ -53,11 +54,16 @@ _VALUE_OPTIONS = {
     "--dialect-file": "dialect_file",
     "--template": "template",
     "--on-unreachable": "on_unreachable",
+    "--decision-wait": "decision_wait",
 }
 # What a gate decides when no supervisor answers (`--on-unreachable`): written into the
 # harness's hook settings, never read from the agent's environment.
 UNREACHABLE_POLICIES = ("allow", "deny")
 UNREACHABLE_REASON = "otel-lifecycle-hooks: no supervisor answered this gate, which is fail-closed"
+# `--decision-wait`: how long a gate's decision is waited for (default
+# socket_client.DECISION_WAIT, under the hook timeout install writes); past it,
+# `--on-unreachable` answers. Above the longest gate timeout a template may give (120 s).
+MAX_DECISION_WAIT = 600.0  # seconds
 
 
 def main(
@@ -140,13 +146,16 @@ def _gate(
     events: list[NormalizedEvent], style: str, options: Mapping[str, Any], env: Mapping[str, str]
 ) -> bool:
     """An event the harness lets a hook refuse: wait for the supervisor's decision on its
-    gates and answer it in the harness's protocol. With no answer (no supervisor, none
-    reachable, no answer in time), `--on-unreachable` decides (default allow)."""
+    gates, at most `--decision-wait`, and answer it in the harness's protocol. With no answer
+    (no supervisor, none reachable, none in time), `--on-unreachable` decides (default
+    allow): a decision that comes after the harness's own hook timeout would never be told,
+    and the harness would go on whatever the gate's policy."""
     from ..harness import socket_client
     from ..harness.refusals import answer
 
+    wait = options.get("decision_wait", socket_client.DECISION_WAIT)
     try:
-        decision = socket_client.ask_decision(events, env)
+        decision = socket_client.ask_decision(events, env, timeout=wait)
         if decision is None:
             # The events went to a socket served by no process this hook runs under: its
             # answer would not be trusted, so none was asked for.
@@ -159,6 +168,8 @@ def _gate(
         policy = options.get("on_unreachable", "allow")
         if policy == "deny":
             reason = "no supervisor answered for this gate, which is fail-closed"
+            if isinstance(exc, socket_client.DecisionLate):
+                reason = f"no decision within {wait:g}s for this gate, which is fail-closed"
             _answer(
                 answer(style, {"decision": "deny", "reason": f"otel-lifecycle-hooks: {reason}"})
             )
@@ -191,7 +202,8 @@ def _answer(text: str | None) -> None:
 
 
 def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """`--dialect`, `--dialect-file`, `--template` (repeatable); everything else is extra."""
+    """`--dialect`, `--dialect-file`, `--template` (repeatable), `--on-unreachable`,
+    `--decision-wait`; everything else is extra."""
     options: dict[str, Any] = {"template": []}
     extra: list[str] = []
     args = iter(argv)
@@ -211,9 +223,25 @@ def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
                 options["template"].append(value)
             elif key == "on_unreachable" and value not in UNREACHABLE_POLICIES:
                 raise _Refused(f"{name}: got {value!r}; write allow or deny")
+            elif key == "decision_wait":
+                options[key] = _decision_wait(name, value)
             else:
                 options[key] = value
     return options, extra
+
+
+def _decision_wait(name: str, value: str) -> float:
+    """`--decision-wait`'s seconds: a number above 0, at most `MAX_DECISION_WAIT`."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_DECISION_WAIT:  # NaN fails this too
+        raise _Refused(
+            f"{name}: got {value!r}; write seconds above 0, at most {MAX_DECISION_WAIT:g} "
+            "(under the harness's own hook timeout)"
+        )
+    return seconds
 
 
 def _named_dialect(options: Mapping[str, Any], env: Mapping[str, str]) -> Dialect | None:
@@ -385,7 +413,14 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--on-unreachable",
         choices=UNREACHABLE_POLICIES,
-        help="what a gate answers the harness when no supervisor does (default: allow)",
+        help="what a gate answers the harness when no supervisor does, or none decides "
+        "within --decision-wait (default: allow)",
+    )
+    parser.add_argument(
+        "--decision-wait",
+        metavar="SECONDS",
+        help="how long a gate's decision is waited for; keep it under the harness's own "
+        "hook timeout (default: 8, under the 10 s `harness install` writes)",
     )
     parser.add_argument(
         "--template",
@@ -409,4 +444,6 @@ def run(args: Any) -> int:
         argv += ["--template", template]
     if getattr(args, "on_unreachable", None):
         argv += ["--on-unreachable", args.on_unreachable]
+    if getattr(args, "decision_wait", None):
+        argv += ["--decision-wait", args.decision_wait]
     return main([*argv, "--", *args.extra])

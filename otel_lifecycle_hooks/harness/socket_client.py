@@ -84,6 +84,11 @@ class SupervisorUnavailable(OSError, LifecycleHooksError):
     """No supervisor socket is configured, or it did not accept the connection in time."""
 
 
+class DecisionLate(SupervisorUnavailable):
+    """The supervisor took the event but decided nothing on its gates in time (it was busy
+    with earlier messages, or the gates are slower than the wait)."""
+
+
 class NoSupervisor(SupervisorUnavailable):
     """No supervisor is configured at all (no variable, no pointer file): the agent is not
     under `run`, which for hooks installed at user level is a normal day, not a failure."""
@@ -339,9 +344,11 @@ def send_status(status: str, message: str, environ: Mapping[str, str] | None = N
 
 # -- asking for a gate's decision ---------------------------------------------------------------
 
-# How long `ask_decision` waits for the supervisor's answer: above the longest hook timeout
-# (120 s) the template may give a gate. A harness with a shorter hook timeout ends us first.
-REPLY_TIMEOUT = 125.0  # seconds
+# How long `ask_decision` waits for the supervisor's answer by default: under the 10 s hook
+# timeout `harness install` writes (install.HOOK_TIMEOUT_SECONDS), so that past it `hook`, not
+# the harness, says what happens (`--on-unreachable`): a harness that ends a hook goes on, even
+# past a fail-closed gate. `hook --decision-wait` sets another, for a longer harness timeout.
+DECISION_WAIT = 8.0  # seconds
 MAX_REPLY_BYTES = 64 * 1024
 REPLY_KEY = "reply"  # set on the line whose event's gates the client waits for
 
@@ -349,7 +356,7 @@ REPLY_KEY = "reply"  # set on the line whose event's gates the client waits for
 def ask_decision(
     events: Sequence[NormalizedEvent],
     environ: Mapping[str, str] | None = None,
-    timeout: float = REPLY_TIMEOUT,
+    timeout: float = DECISION_WAIT,
 ) -> dict[str, Any] | None:
     """Deliver `events` and wait for the supervisor's decision on the first one's gates: a
     JSON object `{"decision": "allow"|"deny"|"ask", "reason": ..., "gate": ...}`.
@@ -358,7 +365,8 @@ def ask_decision(
     ancestor of every hook command of its agent), whose pid the kernel gives. A socket served
     by any other process (one the agent serves itself, named by a variable it set) still gets
     the events, as before, but is not asked: None, no decision. Raises
-    `SupervisorUnavailable` (an `OSError`) when no answer came within `timeout`."""
+    `DecisionLate` (a `SupervisorUnavailable`, an `OSError`) when no answer came within
+    `timeout`, `SupervisorUnavailable` when the supervisor cannot be reached."""
     path, served_by = supervisor_address(environ)
     wire = [event.to_wire() for event in events]
     try:
@@ -391,9 +399,12 @@ def _read_reply(connection: _socket.socket, path: str, timeout: float) -> dict[s
     while b"\n" not in data and len(data) <= MAX_REPLY_BYTES:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise SupervisorUnavailable(f"supervisor socket {path}: no answer within {timeout:g}s")
+            raise DecisionLate(f"supervisor socket {path}: no decision within {timeout:g}s")
         connection.settimeout(left)
-        chunk = connection.recv(65536)
+        try:
+            chunk = connection.recv(65536)
+        except TimeoutError:
+            continue  # the deadline passed: said above
         if not chunk:
             break
         data += chunk

@@ -17,6 +17,7 @@ from opentelemetry.metrics import MeterProvider
 
 from .. import events as ev
 from ..engine.gates import ALLOW, is_gate
+from ..engine.policies import fails_transition
 from .admission import Admission, Admitted, IngressCounts
 from .agent_tree import agent_user_ids
 from .channel import SessionChannel, wants_http_route
@@ -73,7 +74,12 @@ class AgentEvents:
         http = wants_http_route(command, metadata, self._environ)
         owner = agent_user_ids(user)
         self._channel = SessionChannel(
-            self._deliver, owner, http, refuse=self.ingress.refuse, ask=self._ask
+            self._deliver,
+            owner,
+            http,
+            refuse=self.ingress.refuse,
+            ask=self._ask,
+            fail_closed=self._fail_closed,
         )
         self._server = EventServer(
             self._channel.deliver,
@@ -125,6 +131,18 @@ class AgentEvents:
         if session is None:
             return False
         return any(is_gate(hook, event) for hook in session.engine.template.hooks_for(event))
+
+    def _fail_closed(self, event: str) -> bool:
+        """Whether the template has a fail-closed gate at `event` (`on_error: fail`, at the
+        events of its `refuse_on`): a decision that comes too late denies there. Called from
+        the HTTP route's thread; the template is read only."""
+        session = self._phases.session
+        if session is None:
+            return False
+        return any(
+            is_gate(hook, event) and fails_transition(hook, "failure", event)
+            for hook in session.engine.template.hooks_for(event)
+        )
 
     # -- acting on messages --
 

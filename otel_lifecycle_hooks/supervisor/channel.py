@@ -81,13 +81,17 @@ class SessionChannel:
         http: bool = False,
         refuse: Callable[[str], None] | None = None,
         ask: Callable[[dict[str, Any], Reply], None] | None = None,
+        fail_closed: Callable[[str], bool] | None = None,
     ) -> None:
         """`deliver`: the supervisor's own delivery function; `ask`: its delivery of a
         message whose sender waits for an answer (server.Reply). `owner`: (uid, gid) of the agent
         when it runs as another user. `http`: also open the loopback HTTP route. `refuse`:
-        counts what the HTTP route refuses (the supervisor's ingress counter)."""
+        counts what the HTTP route refuses (the supervisor's ingress counter).
+        `fail_closed(event)`: whether the template has a fail-closed gate at a lifecycle
+        event, the HTTP route's answer when no decision comes in time."""
         self._supervisor_deliver = deliver
         self._supervisor_ask = ask
+        self._fail_closed = fail_closed
         self._owner = owner
         self._refuse = refuse
         self._want_http = http
@@ -136,6 +140,7 @@ class SessionChannel:
                     agent=self._owner,
                     refuse=self._refuse,
                     ask=self.ask if self._supervisor_ask is not None else None,
+                    fail_closed=self._fail_closed,
                 )
             except OSError as exc:
                 log.warning("HTTP event route not started: %s", exc.strerror or exc)

@@ -10,7 +10,10 @@ An event Claude Code lets a hook refuse (harness/refusals.py: PreToolUse, Permis
 UserPromptSubmit, Stop) is asked for its gates' decision, as `hook` asks on the socket (the
 supervisor's `ask`: answered allow at once when the template has no gate on it): its connection
 waits, at most `GATE_WAIT` seconds, and is answered `200` with the decision in Claude Code's
-own hook-output JSON (empty for allow, or when no decision came in time: Claude Code goes on).
+own hook-output JSON (empty for allow). When no decision came in time (the supervisor busy
+with what the agent sent before, a slow gate), the gate's own policy answers: deny where the
+event has a fail-closed gate (`fail_closed`, the template's `on_error: fail`), else empty,
+and Claude Code goes on.
 Every other event is answered at once, before delivery, with `200` and an empty body: Claude
 Code reads that as success with nothing to say. A missing or wrong token
 gets 401, a peer that is not loopback 403, a body over `MAX_BODY_BYTES` (or without a length)
@@ -97,6 +100,14 @@ ACCEPT_PAUSE = 0.25  # seconds without accepting after an accept failed (out of 
 # timeout the Claude Code settings give each http hook (claude_hooks.HOOK_TIMEOUT_SECONDS), so
 # that the route, not Claude Code, says what happens when none comes (the agent goes on).
 GATE_WAIT = 8.0  # seconds
+# The lifecycle event of each post Claude Code lets a hook refuse, known before its payload is
+# translated (the claude dialect's names, pinned by a test): its policy past `GATE_WAIT`.
+REFUSABLE_EVENTS = {
+    "PreToolUse": "tool-start",
+    "PermissionRequest": "notification",
+    "UserPromptSubmit": "prompt-submit",
+    "Stop": "agent-end",
+}
 MAX_DECISION_BYTES = 64 * 1024  # the supervisor's answer line (a decision and its reason)
 _READ_SIZE = 65536
 _POLL_INTERVAL = 0.25  # seconds between deadline sweeps when nothing arrives
@@ -227,11 +238,12 @@ class _Gate:
     """A refusable event's wait: the read end of the pair whose other end is the supervisor's
     `Reply`, and how Claude Code reads a decision for that event (refusals.answer)."""
 
-    __slots__ = ("buffer", "connection", "sock", "style")
+    __slots__ = ("buffer", "connection", "event", "sock", "style")
 
-    def __init__(self, sock: socket.socket, style: str) -> None:
+    def __init__(self, sock: socket.socket, style: str, event: str) -> None:
         self.sock = sock
         self.style = style
+        self.event = event  # the lifecycle event (REFUSABLE_EVENTS): its policy when late
         self.buffer = bytearray()
         self.connection: _Connection | None = None
 
@@ -285,14 +297,18 @@ class HttpIngest:
         refuse: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         ask: Callable[[dict[str, Any], Reply], None] | None = None,
+        fail_closed: Callable[[str], bool] | None = None,
     ) -> None:
         """`deliver`: the socket's delivery function; `received`: how many messages the
         session got so far (for `GET /v1/status`); `agent`: the (uid, gid) the agent runs as,
         when not as this process (transcripts are read with its rights); `refuse(reason)`:
         counts each refusal (default: a counter of its own that logs, rate-limited); `ask`: the
-        delivery of a message whose gates' decision is awaited (without it, no event waits)."""
+        delivery of a message whose gates' decision is awaited (without it, no event waits);
+        `fail_closed(event)`: whether a lifecycle event has a fail-closed gate, so that no
+        decision within `GATE_WAIT` denies there (without it, none does)."""
         self._deliver = deliver
         self._ask = ask
+        self._fail_closed = fail_closed or (lambda event: False)
         self._received = received or (lambda: 0)
         self._refuse = refuse or IngressCounts().refuse
         self._read_tail = tail_reader(AgentIdentity(*agent) if agent else None)
@@ -468,7 +484,10 @@ class HttpIngest:
             theirs.close()
             ours.close()
             return 503, None
-        return 200, _Gate(ours, style)
+        raw = payload.get("hook_event_name")
+        return 200, _Gate(
+            ours, style, REFUSABLE_EVENTS.get(raw, "") if isinstance(raw, str) else ""
+        )
 
     # -- serving (one thread: every connection, through a selector) ---------------------------
 
@@ -767,10 +786,7 @@ class HttpIngest:
             if connection.state == _PARSING:
                 continue  # the parser answers it; the parse is bounded, not the client
             if connection.state == _WAITING and connection.gate is not None:
-                log.warning(
-                    "HTTP event route: no gate decision within %gs; Claude Code goes on", GATE_WAIT
-                )
-                self._decided(connection.gate, None)
+                self._decided(connection.gate, self._late(connection.gate))
                 continue
             if connection.state == _LINGER:
                 self._drop(connection)
@@ -814,6 +830,23 @@ class HttpIngest:
             with contextlib.suppress(ValueError):
                 decision = json.loads(gate.buffer.split(b"\n", 1)[0])
         self._decided(gate, decision if isinstance(decision, dict) else None)
+
+    def _late(self, gate: _Gate) -> dict[str, Any] | None:
+        """No decision within `GATE_WAIT`: deny where the event has a fail-closed gate, else
+        none (Claude Code goes on). A decision the supervisor makes later is not told."""
+        try:
+            closed = bool(gate.event) and self._fail_closed(gate.event)
+        except Exception:  # noqa: BLE001 - a late gate never fails open by an error here
+            log.exception("HTTP event route: the gate's policy could not be read")
+            closed = True
+        if not closed:
+            log.warning(
+                "HTTP event route: no gate decision within %gs; Claude Code goes on", GATE_WAIT
+            )
+            return None
+        log.warning("HTTP event route: no gate decision within %gs; fail-closed: deny", GATE_WAIT)
+        reason = f"no decision within {GATE_WAIT:g}s for this gate, which is fail-closed"
+        return {"decision": "deny", "reason": f"otel-lifecycle-hooks: {reason}"}
 
     def _decided(self, gate: _Gate, decision: dict[str, Any] | None) -> None:
         """Answer the waiting hook with `decision` in Claude Code's protocol (refusals.answer:

@@ -170,6 +170,53 @@ def test_no_decision_within_the_wait_is_an_empty_200(
     assert post(http, PRE_TOOL).json()["hookSpecificOutput"]["permissionDecision"] == "deny"
 
 
+@pytest.mark.parametrize(
+    ("payload", "said"),
+    [
+        (PRE_TOOL, lambda body: body["hookSpecificOutput"]["permissionDecision"]),
+        (
+            {"hook_event_name": "Stop", "session_id": "s1", "stop_hook_active": False},
+            lambda body: body["decision"],
+        ),
+    ],
+)
+def test_no_decision_within_the_wait_denies_where_the_gate_is_fail_closed(
+    supervisor: Supervisor, monkeypatch: Any, payload: dict[str, Any], said: Any
+) -> None:
+    """Past `GATE_WAIT` (a flood ahead of the event, a slow gate) the route answers by the
+    gate's own policy: deny at an event with a fail-closed gate, allow (empty) elsewhere."""
+    monkeypatch.setattr(ingest_http, "GATE_WAIT", 0.5)
+    supervisor.hold = True
+    closed = {"tool-start", "agent-end"}
+    ingest = HttpIngest(
+        supervisor.deliver, ask=supervisor.ask, fail_closed=closed.__contains__
+    ).start()
+    try:
+        with httpx.Client(base_url=ingest.url, trust_env=False, timeout=30) as http:
+            http.headers["Authorization"] = f"Bearer {ingest.token}"
+            body = post(http, payload).json()
+            assert said(body) in ("deny", "block")
+            assert "fail-closed" in json.dumps(body)
+            prompt = {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "prompt": "go"}
+            assert post(http, prompt).content == b""  # no fail-closed gate there: allow
+    finally:
+        for reply in supervisor.held:
+            reply.close()
+        ingest.close()
+
+
+def test_the_routes_event_names_are_the_claude_dialects() -> None:
+    """The route names the lifecycle event of a refusable post before it is translated (its
+    policy past `GATE_WAIT`): the same name the claude dialect gives it."""
+    from otel_lifecycle_hooks.harness.dialects import claude
+    from otel_lifecycle_hooks.harness.refusals import REFUSABLE
+
+    for name in REFUSABLE["claude"]:
+        payload = {"hook_event_name": name, "session_id": "s1", "tool_name": "Bash"}
+        [event, *_] = claude.translate_hook_payload(payload, claude.NAME, lambda *_: None)
+        assert ingest_http.REFUSABLE_EVENTS[name] == event.event
+
+
 def test_a_waiting_post_never_holds_up_another_connection(
     supervisor: Supervisor, client: tuple[HttpIngest, httpx.Client]
 ) -> None:
@@ -216,9 +263,11 @@ POSTER = textwrap.dedent(
 )
 
 
-def run_posting(tmp_path: Path, template: str, payload: dict[str, Any]) -> dict[str, Any]:
+def run_posting(
+    tmp_path: Path, template: str, payload: dict[str, Any], poster: str = POSTER
+) -> dict[str, Any]:
     (tmp_path / "scion-agent.yaml").write_text(textwrap.dedent(template))
-    (tmp_path / "poster.py").write_text(POSTER)
+    (tmp_path / "poster.py").write_text(poster)
     out = tmp_path / "answer.json"
     env = {
         "HOME": str(tmp_path),
@@ -283,3 +332,41 @@ def test_under_run_an_event_with_no_gate_is_answered_empty(tmp_path: Path) -> No
             action: {type: http, method: POST, url: "http://127.0.0.1:9/n"}
         """
     assert run_posting(tmp_path, template, PRE_TOOL) == {"status": 200, "body": ""}
+
+
+FLOOD_POSTER = textwrap.dedent(
+    """
+    import json, os, socket, sys, urllib.request
+    payload, out = sys.argv[1:3]
+    line = json.dumps({"v": 1, "kind": "event", "event": "tool-start",
+                       "fields": {"TOOL_NAME": "t"}}) + "\\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(os.environ["LIFECYCLE_HOOKS_SOCKET"])
+        connection.sendall((line * 15).encode())
+        connection.shutdown(socket.SHUT_WR)
+    request = urllib.request.Request(
+        os.environ["LIFECYCLE_HOOKS_HTTP_URL"] + "/claude", data=payload.encode(),
+        headers={"Authorization": "Bearer " + os.environ["LIFECYCLE_HOOKS_HTTP_TOKEN"],
+                 "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        open(out, "w").write(json.dumps({"status": response.status,
+                                         "body": response.read().decode()}))
+    """
+)
+
+
+def test_under_run_a_flood_ahead_of_the_post_does_not_open_a_fail_closed_gate(
+    tmp_path: Path,
+) -> None:
+    """The agent writes forged tool-start lines to the event socket, each costing the
+    policy's answer time (1 s), before its harness posts: the real decision comes after
+    `GATE_WAIT`, and the route answers by the fail-closed gate's policy, deny."""
+    with TargetServer() as policy:
+        slow_deny = b'{"decision": "deny", "reason": "no"}'
+        policy.always("/p", Answer(200, {"content-type": "application/json"}, slow_deny, delay=1.0))
+        answer = run_posting(
+            tmp_path, gate_template(policy.url("/p"), "fail"), PRE_TOOL, poster=FLOOD_POSTER
+        )
+    said = json.loads(answer["body"])["hookSpecificOutput"]
+    assert said["permissionDecision"] == "deny"
+    assert "fail-closed" in said["permissionDecisionReason"]

@@ -312,19 +312,14 @@ def test_a_forged_turn_end_does_not_skip_the_stop_gate(
     assert told_claude(result).get("decision") == "block"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the supervisor acts on the agent's messages one at a time, each gate in turn: the "
-        "agent queues forged tool-start lines before its harness's PreToolUse, each costing "
-        "the policy's answer time (here 1 s, under the gate's 2 s timeout), so the real "
-        "event's decision comes after the harness's own hook timeout (10 s): the harness "
-        "ends `hook` and goes on, a fail-closed gate's deny never told"
-    ),
-)
 def test_a_flood_of_forged_tool_calls_does_not_outlast_the_harness_hook_timeout(
     workspace: HostileWorkspace, agent_dir: Path, policy: TargetServer
 ) -> None:
+    """The agent queues forged tool-start lines before its harness's PreToolUse, each costing
+    the policy's answer time (1 s, under the gate's 2 s timeout), so the real event's
+    decision would come after the harness's hook timeout (10 s). `hook` waits at most its
+    decision wait (under that timeout), then its `--on-unreachable deny`, which install
+    writes for a fail-closed gate, answers: the tool does not run."""
     slow_deny = b'{"decision": "deny", "reason": "no"}'
     policy.always("/p", Reply(200, {"content-type": "application/json"}, slow_deny, delay=1.0))
     template = workspace.template(gate(policy.url("/p"), on_error="fail"))
@@ -333,8 +328,28 @@ def test_a_flood_of_forged_tool_calls_does_not_outlast_the_harness_hook_timeout(
         + "\n"
         for _ in range(15)
     )
-    result = attack(workspace, agent_dir, template, ("claude", CLAUDE_PRE_TOOL, []), sends=[flood])
+    result = attack(
+        workspace,
+        agent_dir,
+        template,
+        ("claude", CLAUDE_PRE_TOOL, ["--on-unreachable", "deny"]),  # as install writes it
+        sends=[flood],
+    )
+    assert not result["killed"], "the harness's hook timeout ended `hook` first"
     assert pre_tool_verdict(result) == "deny", result
+    reason = told_claude(result)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "no decision within 8s" in reason and "fail-closed" in reason
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon", "601"])
+def test_a_decision_wait_that_is_not_a_bound_is_refused_by_name(value: str) -> None:
+    """`--decision-wait` is written into the harness's settings: a value that is not a
+    number of seconds in (0, 600] is refused with what would be valid, never taken."""
+    from otel_lifecycle_hooks.cli import hook
+
+    with pytest.raises(Exception, match=r"--decision-wait: got .*seconds above 0"):
+        hook.parse_args(["--decision-wait", value])
+    assert hook.parse_args(["--decision-wait=2.5"])[0]["decision_wait"] == 2.5
 
 
 def test_the_agent_cannot_have_the_last_word_on_a_gate_scripts_stdout(
