@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from otel_lifecycle_hooks.journal import open_journal
-from otel_lifecycle_hooks.journal.seal import KEY_ENV, seal
+from otel_lifecycle_hooks.journal.seal import seal
+from otel_lifecycle_hooks.variables import JOURNAL_KEY_ENV as KEY_ENV
 
 JOURNAL_KEY = "test-journal-key-5c0e9b7a3d1f"
 # What a command's environment adds to hold the key.
