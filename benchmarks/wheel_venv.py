@@ -57,12 +57,14 @@ def build_wheel(out_dir: Path, python: str = sys.executable) -> Path:
 
 def make_venv(venv_dir: Path, wheel: Path, python: str | None = None) -> Path:
     """A fresh venv at `venv_dir` (an earlier one is removed) with `wheel` and its
-    dependencies installed and byte-compiled; the venv's python."""
+    dependencies installed and byte-compiled; the venv's python. The `[postgres]` extra comes
+    too, as a fleet's install has it: bench_ui_api.py measures the PostgreSQL journal with it;
+    nothing else imports it unless its journal is PostgreSQL."""
     base = python or str(getattr(sys, "_base_executable", sys.executable))
     shutil.rmtree(venv_dir, ignore_errors=True)
     _run([base, "-m", "venv", str(venv_dir)])
     venv_python = venv_dir / "bin" / "python"
-    _run([str(venv_python), "-m", "pip", "install", "--quiet", str(wheel)])
+    _run([str(venv_python), "-m", "pip", "install", "--quiet", f"{wheel}[postgres]"])
     check_installed(venv_python)
     return venv_python
 
