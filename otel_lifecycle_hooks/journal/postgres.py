@@ -25,8 +25,16 @@ Reads (`history`, `reconcile`, recovery at start) and claims are made when asked
 on a hook's path. They and the writer share one connection, opened when first needed and
 closed once unused for `CONNECTION_IDLE`: a fleet of N supervisors holds at most N connections
 (none for a supervisor with nothing to write), and no session-level state is ever relied on
-(no server-side prepared statements, advisory locks only within a transaction, no LISTEN or
-SET), so a pooler in transaction mode (PgBouncer) can stand between them and the database.
+(no server-side prepared statements, advisory locks only within a transaction, no LISTEN, and
+only SET LOCAL), so a pooler in transaction mode (PgBouncer) can stand between them and the
+database.
+
+A frozen node never stalls recovery: every transaction this journal opens is ended by the
+database once idle for `IDLE_IN_TRANSACTION_TIMEOUT` (a stopped process's locks go with it),
+and a claim waits at most `CLAIM_LOCK_WAIT` for a session's row: one still locked then is
+skipped for this pass, with a warning, and claimed at a later one. A write batch waits at most
+`WRITE_LOCK_WAIT` for a row, and is then kept and tried again (the database answered: no
+outage), while reads and claims go on without it.
 
 Heartbeats are stamped with the database's clock when they are committed, and queued (never
 spilled) while it is down; `liveness_clock` gives recoverers the database's now and the moment
@@ -103,6 +111,24 @@ RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0)
 URGENT_RETRY_DELAY = 0.5
 # Serialises migrations of one database across every process that opens it.
 _MIGRATION_LOCK = 0x6F746C68
+# A frozen node (SIGSTOP, a paused VM) stopped inside one of its transactions keeps that
+# transaction's row locks while its connection lives, and a reconciler claiming its session
+# would wait on them forever. Every transaction this journal opens is therefore ended by the
+# database once left idle this long (its writes are replayed, harmlessly, if the node resumes):
+# ours last milliseconds between statements, so only a stopped process reaches it.
+IDLE_IN_TRANSACTION_TIMEOUT = 5.0
+# How long a claim waits for a session's row lock: longer than the above, so that a frozen
+# supervisor's lock has gone by then and the session is recovered in the same pass; a lock
+# held longer (another client's) skips the session this pass, said so, and the next pass
+# tries again.
+CLAIM_LOCK_WAIT = 8.0
+# How long a write batch waits for a row lock before it is tried again (after the longest
+# of RETRY_DELAYS): short, as the writer holds the one connection the claims and reads use.
+WRITE_LOCK_WAIT = 1.0
+_IDLE_MS = int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)
+_IDLE_LIMIT = f"SET LOCAL idle_in_transaction_session_timeout = '{_IDLE_MS}ms'"
+_CLAIM_LOCK_LIMIT = f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_WAIT * 1000)}ms'"
+_WRITE_LOCK_LIMIT = f"SET LOCAL lock_timeout = '{int(WRITE_LOCK_WAIT * 1000)}ms'"
 
 _INSERT_EXECUTION = INSERT_EXECUTION.replace("?", "%s") + " ON CONFLICT (row_uid) DO NOTHING"
 _INSERT_ATTEMPT = (
@@ -232,6 +258,9 @@ class PostgresJournal(JournalReader):
         # then takes the database's now as the moment supervisors could write again.
         self._outage_seen = False
         self._reachable_since = 0.0
+        # The writer's last attempt waited in vain for a row another connection holds: what
+        # waits for the writer (recovery's reads) does not wait for it meanwhile.
+        self._lock_blocked = False
         self._spill_lock = threading.Lock()
         self._spill: IO[str] | None = None
         self._spill_path = self._spill_dir / "unused.jsonl"  # named when first written
@@ -474,7 +503,7 @@ class PostgresJournal(JournalReader):
         self._wait_for_adopted()
         now = _now(at)
         params = claim_values(claimer, lease, now, session_id, steal_from, seal)
-        rows = self._select(CLAIM, params)
+        rows = self._select(CLAIM, params, locked_row=session_id)
         return session_row(rows[0]) if rows else None
 
     def release_claim(self, session_id: str, claimer: str, at: float | None = None) -> None:
@@ -505,7 +534,7 @@ class PostgresJournal(JournalReader):
         its commit)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._queue and not self._db_down and not self._closing:
+            while self._queue and not (self._db_down or self._lock_blocked or self._closing):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
@@ -516,7 +545,7 @@ class PostgresJournal(JournalReader):
         moments of its owed events) are in: otherwise it would claim new ones."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._held and not self._db_down:
+            while self._held and not (self._db_down or self._lock_blocked):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
@@ -667,6 +696,8 @@ class PostgresJournal(JournalReader):
         return adopted
 
     def _write_loop(self) -> None:
+        import psycopg
+
         failures = 0
         while True:
             with self._cond:
@@ -702,6 +733,18 @@ class PostgresJournal(JournalReader):
                     self._down_reported = False  # the next outage is reported too
                 with self._cond:
                     self._db_down = False
+                    self._lock_blocked = False
+            except psycopg.errors.LockNotAvailable:
+                # The database answers; another connection holds a row these writes change
+                # (a frozen node's open transaction, until the database ends it): no outage,
+                # so liveness is not judged afresh; the writes stay queued and go next time.
+                with self._cond:
+                    self._failures += 1
+                    self._lock_blocked = True
+                    self._cond.notify_all()
+                    if self._closing:
+                        break
+                    self._cond.wait(RETRY_DELAYS[-1])
             except Exception as exc:  # noqa: BLE001 - psycopg's errors, and a file we could not read
                 with self._cond:
                     self._db_down = True
@@ -757,6 +800,8 @@ class PostgresJournal(JournalReader):
 
         try:
             with db.transaction(), db.cursor() as cursor:
+                cursor.execute(_IDLE_LIMIT)
+                cursor.execute(_WRITE_LOCK_LIMIT)
                 index = 0
                 while index < len(batch):  # consecutive writes of one statement go together
                     sql = batch[index][0]
@@ -764,6 +809,9 @@ class PostgresJournal(JournalReader):
                     while end < len(batch) and batch[end][0] == sql:
                         end += 1
                     cursor.executemany(sql, [params for _, params in batch[index:end]])
+                    # executemany's pipeline leaves the database's idle timer unarmed (seen on
+                    # PostgreSQL 15); a simple statement after it arms it again.
+                    cursor.execute(_IDLE_LIMIT)
                     index = end
             return
         except (psycopg.OperationalError, psycopg.InterfaceError):
@@ -773,6 +821,8 @@ class PostgresJournal(JournalReader):
         for sql, params in batch:
             try:
                 with db.transaction(), db.cursor() as cursor:
+                    cursor.execute(_IDLE_LIMIT)
+                    cursor.execute(_WRITE_LOCK_LIMIT)
                     cursor.execute(sql, params)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 raise
@@ -822,16 +872,41 @@ class PostgresJournal(JournalReader):
 
     # -- reading --
 
-    def _select(self, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
-        """One read or claim (`?` placeholders) on the shared connection; [] when it fails."""
+    def _select(
+        self, sql: str, params: Sequence[Any], *, locked_row: str | None = None
+    ) -> list[Mapping[str, Any]]:
+        """One read or claim (`?` placeholders) on the shared connection; [] when it fails.
+        A claim names the session whose row it locks (`locked_row`): it waits at most
+        `CLAIM_LOCK_WAIT` for that lock, and [] when it was held longer."""
+        import psycopg
+
         with self._db_lock:
             try:
                 db = self._connection()
-                with db.cursor() as cursor:
-                    cursor.execute(_sql(sql), [_storable(param) for param in params])
-                    rows = list(cursor.fetchall()) if cursor.description else []
+                values = [_storable(param) for param in params]
+                if locked_row is None:
+                    with db.cursor() as cursor:
+                        cursor.execute(_sql(sql), values)
+                        rows = list(cursor.fetchall()) if cursor.description else []
+                else:
+                    with db.transaction(), db.cursor() as cursor:
+                        cursor.execute(_IDLE_LIMIT)
+                        cursor.execute(_CLAIM_LOCK_LIMIT)
+                        cursor.execute(_sql(sql), values)
+                        rows = list(cursor.fetchall()) if cursor.description else []
                 self._healthy = True  # a database that was down answers again
                 return rows
+            except psycopg.errors.LockNotAvailable:
+                # The database answered: the row is another connection's (a frozen node's open
+                # transaction, until the database ends it, or another client's).
+                self._healthy = True
+                log.warning(
+                    "execution journal %s: session %s's row stayed locked by another connection"
+                    " for %gs (a frozen node's open transaction?); not claimed in this pass,"
+                    " tried again at the next",
+                    self.path, locked_row, CLAIM_LOCK_WAIT,
+                )  # fmt: skip
+                return []
             except Exception as exc:  # noqa: BLE001 - psycopg's errors: a read never raises
                 log.error("execution journal %s: could not read: %s", self.path, _first_line(exc))
                 self._healthy = False
@@ -894,6 +969,7 @@ class PostgresJournal(JournalReader):
 
 def _migrate(db: Any) -> None:
     with db.transaction():
+        db.execute(_IDLE_LIMIT)  # a process frozen mid-migration holds no one up for long
         db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         db.execute("CREATE TABLE IF NOT EXISTS journal_schema (version INTEGER NOT NULL)")
         row = db.execute("SELECT max(version) AS version FROM journal_schema").fetchone()
