@@ -16,11 +16,13 @@ full `otel-lifecycle-hooks run --user nobody` starts run beside the same attacke
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +42,8 @@ FULL_RUNS = 4
 CANARY_TEXT = "root's secret\n"
 
 # The attacker, as `nobody`: argv is the canary, then directories to watch; a directory named
-# with a trailing "/*" is watched through every `olh-*` directory below it (socket dirs). On
-# SIGTERM it prints how many links it swapped in.
+# with a trailing "/*" is watched through every `olh-*` directory below it (socket dirs). It
+# prints "swapped" after its first swap; on SIGTERM, how many links it swapped in.
 ATTACKER = r"""
 import os, signal, sys
 canary, *watched = sys.argv[1:]
@@ -76,6 +78,8 @@ while True:
                 os.symlink(canary, lure)
                 os.rename(lure, os.path.join(folder, name))
                 swaps += 1
+                if swaps == 1:
+                    print("swapped", flush=True)
             except OSError:
                 try:
                     os.unlink(lure)
@@ -161,11 +165,18 @@ def start_attacker(stage: Stage) -> subprocess.Popen[str]:
     return attacker
 
 
+def has_swapped(attacker: subprocess.Popen[str]) -> bool:
+    """Whether the attacker has said it swapped a link in (without waiting for it)."""
+    assert attacker.stdout is not None
+    ready, _, _ = select.select([attacker.stdout], [], [], 0)
+    return bool(ready) and attacker.stdout.readline() == "swapped\n"
+
+
 def stop_attacker(attacker: subprocess.Popen[str]) -> int:
     """Stops the attacker; how many links it swapped in."""
     attacker.send_signal(signal.SIGTERM)
     out, _ = attacker.communicate(timeout=120)
-    return int(out.strip() or 0)
+    return int(out.split()[-1] if out.split() else 0)
 
 
 def test_no_session_start_hands_a_root_file_to_the_agent_through_a_planted_link(
@@ -174,8 +185,16 @@ def test_no_session_start_hands_a_root_file_to_the_agent_through_a_planted_link(
     agent_env = {"HOME": "/nonexistent", "XDG_RUNTIME_DIR": str(stage.runtime)}
     attacker = start_attacker(stage)
     wins = 0
+    starts = 0
+    swapped = False
+    # At least SESSION_STARTS starts, and on until the attacker has swapped a link in (on a
+    # busy machine it may get no time during the first ones); a hang guard bounds the rest.
+    deadline = time.monotonic() + 300
     try:
-        for start in range(SESSION_STARTS):
+        while starts < SESSION_STARTS or not swapped:
+            assert time.monotonic() < deadline, "the attacker never swapped a link in"
+            start = starts
+            starts += 1
             # Closing the HTTP route takes a server's poll interval: one start in
             # HTTP_EVERY opens it, and so writes the Claude Code settings file too.
             http = start % HTTP_EVERY == 0
@@ -188,11 +207,12 @@ def test_no_session_start_hands_a_root_file_to_the_agent_through_a_planted_link(
                 server.close()
             wins += stage.canary.changed()
             assert ("LIFECYCLE_HOOKS_CLAUDE_SETTINGS" in variables) == http
+            swapped = swapped or has_swapped(attacker)
     finally:
         swaps = stop_attacker(attacker)
-    # The attacker was at work throughout (the pointer files are in its own directory).
+    # The attacker was at work (the pointer files are in its own directory).
     assert swaps > 0
-    assert wins == 0, f"{wins} of {SESSION_STARTS} session starts handed the canary over"
+    assert wins == 0, f"{wins} of {starts} session starts handed the canary over"
 
 
 def test_full_runs_as_root_for_nobody_hand_no_root_file_over(stage: Stage, tmp_path: Path) -> None:
