@@ -24,6 +24,7 @@ import pytest
 from otel_lifecycle_hooks.supervisor import ingest_http
 from otel_lifecycle_hooks.supervisor.ingest_http import HttpIngest
 from otel_lifecycle_hooks.supervisor.server import Reply
+from tests.supervisor.supervised import wait_until
 from tests.support.target_server import Reply as Answer
 from tests.support.target_server import TargetServer
 
@@ -336,7 +337,7 @@ def test_under_run_an_event_with_no_gate_is_answered_empty(tmp_path: Path) -> No
 
 FLOOD_POSTER = textwrap.dedent(
     """
-    import json, os, socket, sys, urllib.request
+    import json, os, socket, sys, time, urllib.request
     payload, out = sys.argv[1:3]
     line = json.dumps({"v": 1, "kind": "event", "event": "tool-start",
                        "fields": {"TOOL_NAME": "t"}}) + "\\n"
@@ -344,6 +345,11 @@ FLOOD_POSTER = textwrap.dedent(
         connection.connect(os.environ["LIFECYCLE_HOOKS_SOCKET"])
         connection.sendall((line * 15).encode())
         connection.shutdown(socket.SHUT_WR)
+    # Post only once the flood is at work (the first forged call reached the policy): on a
+    # busy machine the post could otherwise be admitted ahead of the forged lines.
+    deadline = time.monotonic() + 120
+    while not os.path.exists(out + ".go") and time.monotonic() < deadline:
+        time.sleep(0.01)
     request = urllib.request.Request(
         os.environ["LIFECYCLE_HOOKS_HTTP_URL"] + "/claude", data=payload.encode(),
         headers={"Authorization": "Bearer " + os.environ["LIFECYCLE_HOOKS_HTTP_TOKEN"],
@@ -364,9 +370,18 @@ def test_under_run_a_flood_ahead_of_the_post_does_not_open_a_fail_closed_gate(
     with TargetServer() as policy:
         slow_deny = b'{"decision": "deny", "reason": "no"}'
         policy.always("/p", Answer(200, {"content-type": "application/json"}, slow_deny, delay=1.0))
+        go = tmp_path / "answer.json.go"
+
+        def start_posting_once_flooded() -> None:
+            wait_until(lambda: policy.requests, timeout=120, what="a forged call at the policy")
+            go.touch()
+
+        signaller = threading.Thread(target=start_posting_once_flooded, daemon=True)
+        signaller.start()
         answer = run_posting(
             tmp_path, gate_template(policy.url("/p"), "fail"), PRE_TOOL, poster=FLOOD_POSTER
         )
+        signaller.join(timeout=120)
     said = json.loads(answer["body"])["hookSpecificOutput"]
     assert said["permissionDecision"] == "deny"
     assert "fail-closed" in said["permissionDecisionReason"]
