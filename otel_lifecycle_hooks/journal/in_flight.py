@@ -68,53 +68,40 @@ class InFlight:
         if not attempt_log:
             return
         with self._writing:
-            self._journal_running(
-                hook, event, session, idempotency_key, attempt_log, max_attempts, delay
-            )
-
-    def _journal_running(
-        self,
-        hook: Any,
-        event: Any,
-        session: Any,
-        idempotency_key: str,
-        attempt_log: Sequence[AttemptRow],
-        max_attempts: int,
-        delay: float,
-    ) -> None:
-        try:
-            key = (session.session_id, hook.name, event.name, idempotency_key)
-            with self._lock:
-                if key in self._interrupted:
-                    return  # its interrupted row stands until it ends
-                uid, written = self._rows.get(key) or (new_row_uid(), 0)
-            started_at = attempt_log[0].started_at
-            following = len(attempt_log) + 1
-            row = ExecutionRow(
-                row_uid=uid,
-                hook=hook.name,
-                event=event.name,
-                outcome=RUNNING,
-                started_at=started_at,
-                attempts=len(attempt_log),
-                duration_ms=max(0.0, time.time() - started_at) * 1000.0,
-                session_id=session.session_id,
-                agent_id=session.metadata.get("AGENT_ID") or "",
-                # Built here from numbers only: no endpoint's or agent's text.
-                message=f"attempt {following} of {max_attempts} in {delay:g}s",
-                idempotency_key=idempotency_key,
-                recovered=bool(getattr(event, "recovered", False)),
-            )
-            new_attempts = tuple(attempt_log[written:])
-            if written == 0:
-                self._journal.record_execution(row, new_attempts)
-            else:
-                self._journal.update_execution(row, new_attempts)
-            # Only once written: an execution whose row never made it is journaled anew at its end.
-            with self._lock:
-                self._rows[key] = (uid, len(attempt_log))
-        except Exception:
-            log.exception("journaling hook %s in flight failed", getattr(hook, "name", hook))
+            try:
+                key = (session.session_id, hook.name, event.name, idempotency_key)
+                with self._lock:
+                    if key in self._interrupted:
+                        return  # its interrupted row stands until it ends
+                    uid, written = self._rows.get(key) or (new_row_uid(), 0)
+                started_at = attempt_log[0].started_at
+                following = len(attempt_log) + 1
+                row = ExecutionRow(
+                    row_uid=uid,
+                    hook=hook.name,
+                    event=event.name,
+                    outcome=RUNNING,
+                    started_at=started_at,
+                    attempts=len(attempt_log),
+                    duration_ms=max(0.0, time.time() - started_at) * 1000.0,
+                    session_id=session.session_id,
+                    agent_id=session.metadata.get("AGENT_ID") or "",
+                    # Built here from numbers only: no endpoint's or agent's text.
+                    message=f"attempt {following} of {max_attempts} in {delay:g}s",
+                    idempotency_key=idempotency_key,
+                    recovered=bool(getattr(event, "recovered", False)),
+                )
+                new_attempts = tuple(attempt_log[written:])
+                if written == 0:
+                    self._journal.record_execution(row, new_attempts)
+                else:
+                    self._journal.update_execution(row, new_attempts)
+                # Only once written: an execution whose row never made it is journaled anew at
+                # its end.
+                with self._lock:
+                    self._rows[key] = (uid, len(attempt_log))
+            except Exception:
+                log.exception("journaling hook %s in flight failed", getattr(hook, "name", hook))
 
     def record(self, execution: Any) -> int | None:
         """Journal an execution that ended: its in-flight row rewritten, or a new row."""
