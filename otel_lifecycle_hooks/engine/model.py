@@ -7,12 +7,13 @@ import random
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-from opentelemetry.trace import SpanContext
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..template.model import HookSpec
 from .gates import GateDecision
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 
 MICROS = 1_000_000  # an event's moment is kept to the microsecond (its ${TIMESTAMP})
 

@@ -135,3 +135,25 @@ class Observers:
                     observer.on_late_end(execution)
                 except Exception:  # a broken observer must not stop the others
                     log.exception("correcting the record of %s failed", execution.hook.name)
+
+
+class ExecutionWatcher:
+    """Told of what operators want to see as it happens (`run`'s report implements it):
+    each recorded execution with its journal id, each retry, each dropped event. Every
+    method is optional; none may block for long, as they run on the hooks' workers."""
+
+    def recorded(self, execution: Execution, history_id: int | None) -> None: ...
+
+    def retrying(
+        self,
+        hook: HookSpec,
+        event: LifecycleEvent,
+        attempt: int,
+        max_attempts: int,
+        delay: float,
+        result: AttemptResult,
+    ) -> None: ...
+
+    def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None: ...
+
+    def event_recorded(self, event: LifecycleEvent) -> None: ...

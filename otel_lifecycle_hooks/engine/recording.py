@@ -16,41 +16,18 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import metrics as metrics_api
 
-from ..actions.base import AttemptResult
 from ..hooklog import HookLog
 from ..telemetry.metrics import HookMetrics
 from ..template.model import HookSpec
 from .dispatch import EngineListener
 from .model import Execution, LifecycleEvent
-from .observers import ExecutionObserver, Retry
+from .observers import ExecutionObserver, ExecutionWatcher, Retry
 
 if TYPE_CHECKING:
     from ..journal.base import Journal as JournalBackend
     from ..journal.in_flight import InFlight
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
-
-
-class ExecutionWatcher:
-    """Told of what operators want to see as it happens (`run`'s report implements it):
-    each recorded execution with its journal id, each retry, each dropped event. Every
-    method is optional; none may block for long, as they run on the hooks' workers."""
-
-    def recorded(self, execution: Execution, history_id: int | None) -> None: ...
-
-    def retrying(
-        self,
-        hook: HookSpec,
-        event: LifecycleEvent,
-        attempt: int,
-        max_attempts: int,
-        delay: float,
-        result: AttemptResult,
-    ) -> None: ...
-
-    def dropped(self, hook: HookSpec, event: LifecycleEvent, reason: str) -> None: ...
-
-    def event_recorded(self, event: LifecycleEvent) -> None: ...
 
 
 def _tell(method: Callable[..., None], *args: object) -> None:

@@ -65,6 +65,7 @@ class AgentSession:
         parent: trace.SpanContext | None = None,
         in_process_hooks: Any = None,
         logger_provider: Any = None,
+        start_time: int | None = None,  # unix nanoseconds; default now
     ) -> None:
         if isinstance(hooks, LifecycleHookProcessor):
             self._processor: LifecycleHookProcessor | None = hooks
@@ -91,6 +92,7 @@ class AgentSession:
             context=context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
+            start_time=start_time,
         )
         known = self._processor.session_for(self.span) if self._processor else None
         self.info = known or SessionInfo(
@@ -136,20 +138,22 @@ class AgentSession:
         deadline: float | None = None,
         recovered: bool = False,
         timestamp: float | None = None,  # unix seconds; default now
+        late: bool = False,
     ) -> DispatchResult:
-        """Record `event` (a template or runtime event name) with its context variables."""
+        """Record `event` (a template or runtime event name) with its context variables.
+        `late`: the event happened at `timestamp`, before the session was made (`run` holds
+        the events before its agent's spawn that fire no hook), and its span event says so."""
         if event not in ev.ALL_EVENTS:
             raise ValueError(f"unknown lifecycle event {event!r}")
         values = {k: _text(v) for k, v in (fields or {}).items() if v is not None}
+        if timestamp is None:
+            moment = self.info.next_moment(self.engine.clock.wall())
+        elif late:  # a moment of its own, after the session's earlier ones
+            moment = self.info.next_moment(timestamp)
+        else:  # fixed before: journaled, or claimed by a recoverer
+            moment = self.info.keep_moment(timestamp)
         lifecycle_event = LifecycleEvent(
-            name=event,
-            fields=values,
-            timestamp=(
-                self.info.next_moment(self.engine.clock.wall())
-                if timestamp is None
-                else self.info.keep_moment(timestamp)
-            ),
-            recovered=recovered,
+            name=event, fields=values, timestamp=moment, recovered=recovered
         )
         attributes: dict[str, Any] = {
             ev.ATTR_EVENT: event,
@@ -163,7 +167,11 @@ class AgentSession:
                 )
         # Fired here, directly: the span-event and log-record routes skip this id.
         self._seen.first_sight(lifecycle_event.event_id)
-        self.span.add_event(ev.span_event_name(event), attributes)
+        self.span.add_event(
+            ev.span_event_name(event),
+            attributes,
+            timestamp=round(lifecycle_event.timestamp * 1e9) if late else None,
+        )
         self._emit_event_record(event, attributes, lifecycle_event.timestamp)
         result = self.engine.fire(lifecycle_event, self.info, deadline=deadline)
         if result.gated:

@@ -20,11 +20,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..harness.normalized import MAX_FIELD_CHARS, NormalizedEvent, WireFormatError, clip
 from ..reported import safe_text
 from .server import Reply
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter as MetricCounter
+    from opentelemetry.metrics import MeterProvider
 
 log = logging.getLogger("otel_lifecycle_hooks.supervisor")
 
@@ -61,21 +65,28 @@ class IngressCounts:
     """What the supervisor refused from the agent, by reason (thread-safe)."""
 
     def __init__(
-        self, meter_provider: Any = None, clock: Callable[[], float] = time.monotonic
+        self,
+        meter_provider: MeterProvider | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._clock = clock
         self._logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, suppressed)
         self._losses_seen = 0  # the senders' running count of undelivered lines, last read
-        self._metric = None
+        self._metric: MetricCounter | None = None
         if meter_provider is not None:
-            meter = meter_provider.get_meter("otel_lifecycle_hooks")
-            self._metric = meter.create_counter(
-                REFUSED_METRIC,
-                unit="{message}",
-                description="Messages and fields from the agent the supervisor refused",
-            )
+            self.count_with(meter_provider)
+
+    def count_with(self, meter_provider: MeterProvider) -> None:
+        """Count refusals as a metric of `meter_provider` from now on (`run` makes its meter
+        provider after it opened the routes)."""
+        meter = meter_provider.get_meter("otel_lifecycle_hooks")
+        self._metric = meter.create_counter(
+            REFUSED_METRIC,
+            unit="{message}",
+            description="Messages and fields from the agent the supervisor refused",
+        )
 
     def refuse(self, reason: str, detail: str = "", event: str = "", count: int = 1) -> None:
         """Count `count` refusals of `reason`; log it unless that reason is logging too often.

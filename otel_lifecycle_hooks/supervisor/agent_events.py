@@ -13,8 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.metrics import MeterProvider
-
 from .. import events as ev
 from ..engine.gates import ALLOW, is_gate
 from ..engine.policies import fails_transition
@@ -27,6 +25,8 @@ from .phases import Phases
 from .server import STOPPING, EventServer, Reply
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+
     from ..harness.activity import ActivityTracker, Derived
     from ..harness.normalized import NormalizedEvent
 
@@ -64,9 +64,8 @@ class AgentEvents:
         self._harness_session_id = ""
 
     def count_with(self, meter_provider: MeterProvider) -> None:
-        """Count admissions and refusals with the run's meter provider from now on."""
-        self.ingress = IngressCounts(meter_provider)
-        self._admission = Admission(self.ingress)
+        """Count refusals with the run's meter provider from now on."""
+        self.ingress.count_with(meter_provider)
 
     def open(self, command: Sequence[str], metadata: Mapping[str, str], user: str | None) -> None:
         """Open the session's channel and the event socket (owned by the agent's user),
@@ -190,8 +189,9 @@ class AgentEvents:
             if item.event == ev.ACTIVITY_CHANGE:
                 self._phases.activity = fields.get("ACTIVITY", self._phases.activity)
             result = self._phases.record(item.event, fields)
-            # The event itself comes first: its gates' decision is what the sender waits for.
-            if message.reply is not None and item.event == message.kind_event:
+            # The event itself comes first: its gates' decision is what the sender waits for
+            # (None: nothing fired, so nothing refused).
+            if message.reply is not None and item.event == message.kind_event and result:
                 message.reply.send(result.decision.to_wire())
         if message.reply is not None:
             message.reply.send(ALLOW.to_wire())  # answered above unless the loop failed

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..engine.recording import ExecutionWatcher
+from ..engine.observers import ExecutionWatcher
 from ..template.model import Template
 
 if TYPE_CHECKING:

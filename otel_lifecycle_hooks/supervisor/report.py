@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING
 
-from ..engine.recording import ExecutionWatcher
+from ..engine.observers import ExecutionWatcher
 from ..terminal import RED, YELLOW, escape_control, paint, wants_colour
 
 if TYPE_CHECKING:

@@ -27,12 +27,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .. import events as ev
-from ..engine.dispatch import DispatchResult
-from ..engine.engine import HookEngine
-from ..engine.session import AgentSession
-from ..telemetry.metrics import JournalLosses
-from ..telemetry.setup import Telemetry, configure_telemetry
-from ..tracecontext import traceparent
+from ..telemetry.otel_env import merge_otel_env, samples_every_session
+from ..tracecontext import SpanIds, traceparent
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admitted
 from .agent_events import AgentEvents
@@ -46,7 +42,11 @@ from .shutdown import RunInterrupted, Shutdown
 from .watchers import OwedFailures
 
 if TYPE_CHECKING:
+    from ..engine.dispatch import DispatchResult
+    from ..engine.engine import HookEngine
+    from ..engine.session import AgentSession
     from ..journal.base import Journal
+    from ..telemetry.setup import Telemetry
     from .journaling import SessionJournal
     from .options import JournalOption
     from .owed_moments import JournalLike
@@ -102,7 +102,9 @@ class Supervisor:
         self.metadata = agent_metadata(options)
         self.limits = Limits.from_sources(options.template.limits, options.environ)
         self.inbox = Inbox()
-        self.phases = Phases(options.environ, options.user)
+        self.phases = Phases(options.environ, options.user, options.template)
+        self.phases.make_session = self._make_session
+        self.phases.owed_moment = self._owed_moment
         self.agent = AgentTree(options.environ, on_exit=self.inbox.put_exit)
         self.shutdown = Shutdown(options.grace_period, self.inbox, self.agent, self.phases)
         self.events = AgentEvents(
@@ -110,8 +112,15 @@ class Supervisor:
         )
         # pre-stop/session-end hooks with a retry horizon that failed: the session stays owed.
         self.owed_failures = OwedFailures()
+        # The OTel settings the agent is given (the SDK's providers are built from the same).
+        self.otel_env = merge_otel_env(options.template.env, options.environ)
+        # Made with the session (`_make_session`), at its first hook or after the spawn.
         self.telemetry: Telemetry | None = None
         self.engine: HookEngine | None = None
+        # The session span's start and ids, chosen now: the agent may be started, and given
+        # them, before the span is made.
+        self._started = time.time_ns()
+        self._session_ids = SpanIds.new()
         self._journal: JournalLike | None = None  # the engine's
         self._session_journal: SessionJournal | None = None  # made at its first use
         self._journal_lock = threading.Lock()  # the metrics' thread reads its losses
@@ -125,6 +134,26 @@ class Supervisor:
             return self._run()
 
     def _run(self) -> int:
+        try:
+            code = self._lifecycle()
+        except Exception as exc:  # the supervisor's own failure
+            log.exception("supervisor failed")
+            code = self._fail(f"supervisor failure: {exc}", type(exc).__name__)
+        finally:
+            self._close()
+        return code
+
+    def _make_session(self) -> AgentSession:
+        """Telemetry, the engine and the session span, made when the first event fires a hook,
+        or right after the agent's spawn when nothing before it needed them."""
+        # Here, not at the top: the OTel SDK and the engine's modules, about 40 ms that an
+        # agent whose template fires nothing before its start does not wait for
+        # (bench_startup.py; tests/test_startup_imports.py).
+        from ..engine.engine import HookEngine
+        from ..engine.session import AgentSession
+        from ..telemetry.metrics import JournalLosses
+        from ..telemetry.setup import configure_telemetry
+
         options = self.options
         resource = {
             attr: self.metadata[name]
@@ -137,6 +166,7 @@ class Supervisor:
             resource_attributes=resource,
             session_id=self.metadata["AGENT_SLUG"],
             metrics_later=True,  # made once the agent has started (start_metrics)
+            first_span_ids=self._session_ids,
         )
         telemetry.quiet_session_export_failures()
         engine = self.engine = self.shutdown.engine = HookEngine(
@@ -154,25 +184,22 @@ class Supervisor:
         engine.recorders.watch(self.owed_failures)
         self.events.count_with(telemetry.meter_provider)
         JournalLosses(self._journal_losses, telemetry.meter_provider)
-        session = self.phases.session = AgentSession(
+        session = AgentSession(
             engine,
             agent_name=self.metadata["AGENT_NAME"],
             metadata=self.metadata,
             tracer_provider=telemetry.tracer_provider,
+            start_time=self._started,
         )
-        self.phases.owed_moment = self._owed_moment
-        # The first phases' log records wait for the agent's start (their timestamps kept).
+        context = session.span.get_span_context()
+        if context.is_valid and (context.trace_id, context.span_id) != self._session_ids:
+            raise RuntimeError("the session span did not get the ids its agent is given")
+        # The log records of the events before the agent's start wait for it (their
+        # timestamps kept).
         session.hold_event_records()
-        try:
-            code = self._lifecycle(telemetry, session)
-        except Exception as exc:  # the supervisor's own failure
-            log.exception("supervisor failed")
-            code = self._fail(f"supervisor failure: {exc}", type(exc).__name__)
-        finally:
-            self._close()
-        return code
+        return session
 
-    def _lifecycle(self, telemetry: Telemetry, session: AgentSession) -> int:
+    def _lifecycle(self) -> int:
         options, phases = self.options, self.phases
         phases.set_phase("provisioning")
         self.events.open(options.command, self.metadata, options.user)
@@ -183,19 +210,23 @@ class Supervisor:
             # Stopped during pre-start: what pre-start set up is undone, the agent never starts.
             self.shutdown.begin(f"signal {signal.Signals(early).name}")
             return self._finish(exit_code=128 + early, error=None)
-        if not result.ok:
+        if result is not None and not result.ok:
             return self._fail_transition("pre-start", result)
         phases.set_phase("starting")
         self.agent.become_subreaper()
         try:
-            pid = self._spawn(telemetry, session)
+            pid = self._spawn()
         except (OSError, LookupError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             message = f"could not start {options.command[0]!r}: {reason}"
             print(f"otel-lifecycle-hooks: {message}", file=sys.stderr)
             return self._fail(message, type(exc).__name__, exit_code=_spawn_exit_code(exc))
-        # What the agent's start did not need, from here on: its events read, the held log
-        # records, the meter provider, the journal and recovery (test_startup_imports.py).
+        # What the agent's start did not need, from here on: the session (when no hook before
+        # needed it), its events read, the held log records, the meter provider, the journal
+        # and recovery (test_startup_imports.py).
+        session = phases.start_session()
+        telemetry = self.telemetry
+        assert telemetry is not None
         self.events.serve()
         session.release_event_records()
         telemetry.start_metrics()
@@ -214,16 +245,23 @@ class Supervisor:
             options.on_running()
         return self._main_loop()
 
-    def _spawn(self, telemetry: Telemetry, session: AgentSession) -> int:
+    def _spawn(self) -> int:
         """Start the agent with its environment (the channel's variables included); its pid."""
         options = self.options
+        session = self.phases.session
+        if session is None and not samples_every_session(self.otel_env, os.environ):
+            session = self.phases.start_session()  # the sampler decides the agent's flags
         env = spawn_environment(
             options.environ,
             options.template,
-            telemetry.otel_env,
+            self.otel_env,
             self.metadata,
             self.agent.tag,
-            traceparent(session.span.get_span_context()),
+            (
+                self._session_ids.traceparent()
+                if session is None
+                else traceparent(session.span.get_span_context())
+            ),
         )
         identity: dict[str, Any] = {}
         if options.user:
@@ -344,7 +382,8 @@ class Supervisor:
             interrupted = self.shutdown.interrupted
             timeout = 0.5 if interrupted else self.shutdown.drain_timeout(self.options.template)
             self.engine.shutdown(timeout)
-        self._journaling().close()
+        if self.phases.session is not None:
+            self._journaling().close()
         if self.telemetry is not None:
             self.telemetry.shutdown()
         # Last, once the agent is gone and its session ended: nothing of it outlives the run.
@@ -353,19 +392,20 @@ class Supervisor:
     # -- the journal --
 
     def _journaling(self) -> SessionJournal:
-        """This session's part of the journal, made at its first use."""
+        """This session's part of the journal, made at its first use (with the session)."""
+        session = self.phases.start_session()
         with self._journal_lock:
             if self._session_journal is None:
                 # Here, not at the top: the journal's modules, SQLite and crash recovery (about
                 # 6 ms, -X importtime) come after the agent's start (test_startup_imports.py).
                 from .journaling import SessionJournal
 
-                assert self.engine is not None and self.phases.session is not None
+                assert self.engine is not None
                 options = self.options
                 self._session_journal = SessionJournal(
                     self._journal,
                     self.engine,
-                    self.phases.session,
+                    session,
                     options.template,
                     options.environ,
                     self.metadata,

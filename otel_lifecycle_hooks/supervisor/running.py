@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine.recording import ExecutionWatcher
+from ..engine.observers import ExecutionWatcher
 from ..private_files import is_trusted_directory, open_directory_path, replace_file
 from ..terminal import escape_control
 

@@ -14,12 +14,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from ..engine.engine import HookEngine
 from ..template.model import Template
 from .agent_tree import AgentTree
 from .inbox import Inbox
 from .phases import Phases
+
+if TYPE_CHECKING:
+    from ..engine.engine import HookEngine
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

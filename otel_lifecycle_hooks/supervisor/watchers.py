@@ -9,7 +9,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..engine.model import Execution
-from ..engine.recording import ExecutionWatcher
+from ..engine.observers import ExecutionWatcher
 from ..template.model import RETRIED_EVENTS
 
 if TYPE_CHECKING:

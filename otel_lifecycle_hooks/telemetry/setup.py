@@ -59,10 +59,12 @@ from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, sampling
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import TracerProvider
 
 from ..extras import MissingExtra, require_extra
+from .otel_env import EXIT_TIMEOUT_VARIABLE, merge_otel_env, sdk_disabled
 from .sampling import SessionRecordingSampler
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
     from opentelemetry.sdk.trace.export import SpanExporter
 
+    from ..tracecontext import SpanIds
     from .meter_later import MeterProviderLater
 
 logger = logging.getLogger(__name__)
@@ -84,7 +87,6 @@ PROMETHEUS_PORT_DEFAULT = 9464
 
 _SIGNAL_PATHS = {"traces": "v1/traces", "metrics": "v1/metrics"}
 EXIT_TIMEOUT_MS_DEFAULT = 2_000.0
-EXIT_TIMEOUT_VARIABLE = "LIFECYCLE_HOOKS_EXPORT_EXIT_TIMEOUT"
 LEGACY_EXIT_TIMEOUT_VARIABLE = "OTEL_" + EXIT_TIMEOUT_VARIABLE  # the older name, still read
 # Where the exporters log each retry and failure of an export.
 _EXPORTER_LOGGERS = (
@@ -101,24 +103,6 @@ _OS_ERROR = r"\[Errno -?\d+\] ([^'\")\]]+)"
 
 
 # --- pure decisions from the environment ----------------------------------------------
-
-
-def merge_otel_env(
-    template_env: Mapping[str, str] | None, environ: Mapping[str, str]
-) -> dict[str, str]:
-    """The `OTEL_*` variables in effect (and EXIT_TIMEOUT_VARIABLE): the environment's, with
-    the template's filling gaps."""
-
-    def kept(key: str) -> bool:
-        return key.startswith("OTEL_") or key == EXIT_TIMEOUT_VARIABLE
-
-    merged = {
-        key: str(value)
-        for key, value in (template_env or {}).items()
-        if kept(key) and str(value) != ""
-    }
-    merged.update({key: value for key, value in environ.items() if kept(key) and value != ""})
-    return merged
 
 
 def _signal_value(env: Mapping[str, str], signal: str, suffix: str) -> str | None:
@@ -566,6 +550,7 @@ def configure_telemetry(
     resource_attributes: Mapping[str, str] | None = None,
     session_id: str | None = None,
     metrics_later: bool = False,
+    first_span_ids: SpanIds | None = None,
 ) -> Telemetry:
     """Build new SDK providers from `OTEL_*` (see the module docstring). They are not made
     global; `attach_or_configure(set_global=True)` does that.
@@ -574,6 +559,8 @@ def configure_telemetry(
     `default_trace_path(environ, session_id)`. `metrics_later`: with a metrics exporter
     configured, the meter provider is a `MeterProviderLater` until `start_metrics()` makes
     the readers, their exporters and the SDK's provider (`run`: once its agent has started).
+    `first_span_ids`: the ids of the first span made with no parent (`run`'s session span,
+    whose ids its agent was given before the provider existed).
     """
     env_source = os.environ if environ is None else environ
     env = merge_otel_env(template_env, env_source)
@@ -582,10 +569,13 @@ def configure_telemetry(
     path_names = ("HOME", "XDG_STATE_HOME", "LIFECYCLE_HOOKS_TRACE_DIR")
     path_env = {**env, **{k: v for k, v in env_source.items() if k in path_names}}
     resource = build_resource(env, resource_attributes, service_name_default)
-    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    disabled = sdk_disabled(env)
 
     tracer_provider = SdkTracerProvider(
-        sampler=sampler_from_env(env), resource=resource, shutdown_on_exit=False
+        sampler=sampler_from_env(env),
+        resource=resource,
+        shutdown_on_exit=False,
+        id_generator=_FirstSpanIds(first_span_ids) if first_span_ids else None,
     )
     readers: list[MetricReader] = []
     closers: list[Callable[[], None]] = []
@@ -628,6 +618,24 @@ def configure_telemetry(
     telemetry._meter_later = meter_later
     atexit.register(telemetry.shutdown)
     return telemetry
+
+
+class _FirstSpanIds(RandomIdGenerator):
+    """The SDK's random ids, except for the first root span's: those chosen before. The SDK
+    asks for a root span's trace id, then at once for its span id; the provider is new, so
+    no other thread makes a span in between."""
+
+    def __init__(self, first: SpanIds) -> None:
+        self._first: SpanIds | None = first
+        self._handing: SpanIds | None = None  # the first root span's, between the two asks
+
+    def generate_trace_id(self) -> int:
+        self._handing, self._first = self._first, None
+        return self._handing.trace_id if self._handing else super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        handing, self._handing = self._handing, None
+        return handing.span_id if handing else super().generate_span_id()
 
 
 def _wants_metrics(env: Mapping[str, str]) -> bool:

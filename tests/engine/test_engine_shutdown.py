@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 from otel_lifecycle_hooks.actions.base import AttemptResult
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
 from otel_lifecycle_hooks.engine.clock import FakeClock
-from otel_lifecycle_hooks.engine.recording import ExecutionWatcher
+from otel_lifecycle_hooks.engine.observers import ExecutionWatcher
 from otel_lifecycle_hooks.engine.runners import ActionServices, Attempt, builtin_runners
 from otel_lifecycle_hooks.engine.runners.http import HttpRunner
 from otel_lifecycle_hooks.journal import FAILED_OUTCOMES

@@ -21,13 +21,13 @@ from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
 from otel_lifecycle_hooks.telemetry import setup
+from otel_lifecycle_hooks.telemetry.otel_env import merge_otel_env
 from otel_lifecycle_hooks.telemetry.sampling import SessionRecordingSampler
 from otel_lifecycle_hooks.telemetry.setup import (
     attach_or_configure,
     build_resource,
     configure_telemetry,
     exporter_names,
-    merge_otel_env,
     otlp_settings,
     parse_headers,
     sampler_from_env,

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from opentelemetry.trace import Span
-
 from ...actions.base import AttemptResult
 from ...redact import Redactor
 from ...render import RenderedCommand, RenderedRequest
@@ -23,6 +21,8 @@ from ..clock import Clock
 from ..model import LifecycleEvent, SessionInfo
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from ...actions.http import HttpClient
     from ...auth.credentials import Credentials
 
