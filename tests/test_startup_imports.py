@@ -8,7 +8,9 @@ console module is never imported (the report escapes through terminal.py). Nor t
 the first phases' event records are emitted once the agent has started. Nor, with a metrics
 exporter, the metrics SDK and OTLP's metric exporter: the meter provider is made once the
 agent has started. Nor, with a template of `lifecycle_hooks:` alone, the other seeds'
-executors (the-loop's) or scripts (the host protocol's). Before the spawn no cyclic collection
+executors (the-loop's) or scripts (the host protocol's). Nor, with nothing to do before the
+agent's start, the OTel SDK and the engine (the session is made right after the spawn), nor
+the dataclasses module. Before the spawn no cyclic collection
 runs, and the event socket and the HTTP route, listening, are not read yet (their readers'
 threads start after the spawn)."""
 
@@ -43,6 +45,14 @@ METRICS_EXPORT = ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp", "g
 OTHER_SYSTEMS = (
     "otel_lifecycle_hooks.systems.the_loop",
     "otel_lifecycle_hooks.systems.host_protocol",
+)
+# Made at the first event that fires a hook, or right after the agent's spawn
+# (supervisor/phases.py): the OTel SDK and the engine.
+SESSION_PARTS = (
+    "opentelemetry",
+    "otel_lifecycle_hooks.engine.engine",
+    "otel_lifecycle_hooks.engine.session",
+    "otel_lifecycle_hooks.telemetry.setup",
 )
 LOGS_API = ("opentelemetry._logs", "opentelemetry.logs", "otel_lifecycle_hooks.telemetry.logs_api")
 
@@ -244,31 +254,48 @@ def test_the_event_socket_and_the_http_route_are_read_once_the_agent_is_started(
     assert readers <= set(seen["threads"])
 
 
-# The package's dataclasses that may be made before the spawn (a frozen one costs about 0.5 ms
-# to create there, a NamedTuple 0.07 ms: docs/performance.md), each for a reason a NamedTuple
-# cannot meet.
-DATACLASSES_BEFORE_SPAWN = {
-    # Changed after they are made.
-    "otel_lifecycle_hooks.engine.dispatch.DispatchResult",
-    "otel_lifecycle_hooks.engine.dispatch._Job",
-    "otel_lifecycle_hooks.supervisor.options.SupervisorOptions",
-    "otel_lifecycle_hooks.template.problems.Located",
-    # Hashed by its event id alone, which each event gets when it is made.
-    "otel_lifecycle_hooks.engine.model.LifecycleEvent",
-    # A field named as a tuple's method (`index`, `count`).
-    "otel_lifecycle_hooks.template.problems.Problem",
-    "otel_lifecycle_hooks.template.model.RateLimit",
-}
+# No class made before the spawn is a dataclass: the dataclasses module brings inspect, ast and
+# dis, 8% of that start (template/problems.py).
+DATACLASSES = ("dataclasses", "inspect")
 
 
-def test_the_value_types_made_before_the_spawn_are_named_tuples(
+def test_no_dataclass_is_made_before_the_spawn(tmp_path: Path, target_server: TargetServer) -> None:
+    seen = noted_imports(tmp_path, target_server.url("/started"), DATACLASSES)
+    assert (seen["at-spawn"], seen["dataclasses-before-spawn"]) == ([], [])
+    # The check can see them: the engine's values, made after the spawn, are dataclasses.
+    assert "dataclasses" in seen["at-exit"]
+
+
+def test_a_template_with_nothing_before_the_agent_start_has_it_started_before_the_sdk(
     tmp_path: Path, target_server: TargetServer
 ) -> None:
-    seen = noted_imports(tmp_path, target_server.url("/started"), HTTP_CLIENTS)
-    made = set(seen["dataclasses-before-spawn"])
-    assert made <= DATACLASSES_BEFORE_SPAWN, sorted(made - DATACLASSES_BEFORE_SPAWN)
-    # The check can see them: the supervisor's options are one.
-    assert "otel_lifecycle_hooks.supervisor.options.SupervisorOptions" in made
+    seen = noted_imports(tmp_path, target_server.url("/started"), SESSION_PARTS)
+    assert seen["at-spawn"] == []
+    # The check can see them: the session, made right after the spawn, sent its post-start.
+    assert {"opentelemetry.sdk.trace", "otel_lifecycle_hooks.engine.engine"} <= set(seen["at-exit"])
+    [request] = target_server.wait_for(1)
+    assert request.path == "/started"
+
+
+def test_a_pre_start_hook_has_its_session_made_before_the_agent_is_started(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    before = (
+        "  - name: prepare\n"
+        "    on: [pre-start]\n"
+        "    action:\n"
+        "      type: http\n"
+        "      method: POST\n"
+        f'      url: "{target_server.url("/prepared")}"\n'
+    )
+    seen = noted_imports(
+        tmp_path, target_server.url("/started"), SESSION_PARTS, template_tail=before
+    )
+    assert {"opentelemetry.sdk.trace", "otel_lifecycle_hooks.engine.engine"} <= set(
+        seen["at-spawn"]
+    )
+    paths = [request.path for request in target_server.wait_for(2)]
+    assert paths == ["/prepared", "/started"]
 
 
 def test_the_other_systems_executors_and_scripts_are_loaded_only_for_a_template_with_them(

@@ -11,12 +11,11 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
-from ..actions.base import AttemptResult
-from ..template.model import HookSpec
-from .model import Execution, LifecycleEvent, SessionInfo
-
 if TYPE_CHECKING:
+    from ..actions.base import AttemptResult
     from ..journal.rows import AttemptRow
+    from ..template.model import HookSpec
+    from .model import Execution, LifecycleEvent, SessionInfo
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 

@@ -28,8 +28,8 @@ class TokenBucket:
     def __init__(self, limit: RateLimit, now: float) -> None:
         self.limit = limit
         self.lock = threading.Lock()
-        self._rate = limit.count / limit.period  # tokens per second
-        self._tokens = float(limit.count)  # a fresh bucket allows a full burst
+        self._rate = limit.executions / limit.period  # tokens per second
+        self._tokens = float(limit.executions)  # a fresh bucket allows a full burst
         self._stamp = now
 
     @property
@@ -50,11 +50,11 @@ class TokenBucket:
         hook) delays the others sharing the bucket by at most about one period, never for ever.
         """
         self._refill(now)
-        self._tokens = max(self._tokens - 1.0, -float(self.limit.count))
+        self._tokens = max(self._tokens - 1.0, -float(self.limit.executions))
 
     def _refill(self, now: float) -> None:
         elapsed = max(0.0, now - self._stamp)
-        self._tokens = min(float(self.limit.count), self._tokens + elapsed * self._rate)
+        self._tokens = min(float(self.limit.executions), self._tokens + elapsed * self._rate)
         self._stamp = max(self._stamp, now)
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from ..engine.model import Execution
 from ..engine.observers import ExecutionWatcher
 from ..template.model import RETRIED_EVENTS
 
 if TYPE_CHECKING:
+    from ..engine.model import Execution
     from ..journal.retention import RetentionKeeper
 
 

@@ -11,15 +11,15 @@ Importing this package composes them with the core, which never names them:
 - it registers their readers with the template loader: `read_foreign_hooks` for the `hooks:`
   key of a file whose hooks are written in one of them, `read_hook_scripts` for
   `hook_scripts:` (reading never imports, runs or contacts anything of the system read);
-- it adds the runners of their action types to the engine's default registry
-  (`engine.runners.RUNNERS`, see `runners.register_runners`).
+- the first time one of those readers reads hooks of its system, it adds the runners of
+  their action types to the engine's default registry (`engine.runners.RUNNERS`, see
+  `register_action_types`; code that builds such hooks itself calls it).
 The edges that load templates with every system's hooks use `load_templates`,
 `read_templates` and `load_template_text` from here, so the composition is always in place.
 """
 
 from __future__ import annotations
 
-from ..engine.runners import RUNNERS
 from ..template.loader import (
     load_template_text,
     load_templates,
@@ -29,7 +29,6 @@ from ..template.loader import (
 from ..template.model import HookSpec
 from ..template.problems import Located, Problem, describe
 from .core_agent import read_core_agent_hooks
-from .runners import register_runners
 
 __all__ = [
     "load_template_text",
@@ -37,14 +36,34 @@ __all__ = [
     "read_foreign_hooks",
     "read_hook_scripts",
     "read_templates",
+    "register_action_types",
 ]
 
-register_runners(RUNNERS)
+_registered = False
+
+
+def register_action_types() -> None:
+    """Add these systems' action types to the engine's registry (`engine.runners.RUNNERS`).
+    Their readers do it when a template has hooks of theirs; code that builds such hooks
+    itself calls it."""
+    global _registered
+    if _registered:
+        return
+    # Here, not at the top: the engine's runners, about 13M instructions of `run`'s start
+    # before its agent's spawn that a template of `lifecycle_hooks:` alone does not need
+    # (callgrind, bench_startup.py's judged template).
+    from ..engine.runners import RUNNERS
+    from .runners import register_runners
+
+    register_runners(RUNNERS)
+    _registered = True
 
 
 def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
     """The `hooks:` key of a file with no `lifecycle_hooks:`: a mapping of event -> handlers
     is core-agent's (seed 001); a list of named executors is the-loop's (seed 002)."""
+    if section.is_mapping or section.is_list:
+        register_action_types()
     if section.is_mapping:
         return read_core_agent_hooks(section, file)
     if section.is_list:
@@ -67,6 +86,7 @@ def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list
     # engine's values and actions it loads, before `run`'s spawn; -X importtime).
     from .host_protocol import read_hook_scripts as read
 
+    register_action_types()
     return read(section, file)
 
 

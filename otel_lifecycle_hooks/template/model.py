@@ -6,7 +6,6 @@ Field names follow seed 000's `LifecycleHookSpec` and `HookAction`; durations ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -71,12 +70,11 @@ RATE_PERIODS: Mapping[str, float] = MappingProxyType(
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class RateLimit:
-    """`count` executions per `period` seconds (`10/min`): a burst of up to `count`, then one
-    every `period / count` seconds (a token bucket)."""
+class RateLimit(NamedTuple):
+    """`executions` per `period` seconds (`10/min`): a burst of up to `executions`, then one
+    every `period / executions` seconds (a token bucket)."""
 
-    count: int
+    executions: int
     period: float
     text: str = ""
 

@@ -9,31 +9,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import LifecycleHooksError
 from .model import Position
 
 
-# Not frozen, compared by identity: the loader fills a mapping's keys in after making it.
-@dataclass(slots=True, eq=False, repr=False)
+# Neither these two nor any other class made before `run` spawns its agent is a dataclass: the
+# dataclasses module brings inspect, ast and dis, 33M instructions, 8% of that start
+# (callgrind, bench_startup.py's judged template; tests/test_startup_imports.py).
 class Located:
     """A parsed value and where it was written.
 
     `value` is a scalar (str, int, float, bool, None, date), a list of Located, or a dict of
     key -> Located. `source` is a scalar's text as written, `style` its YAML quoting style
-    (None when plain). Mappings keep their keys' positions and any key written twice.
+    (None when plain). Mappings keep their keys' positions and any key written twice. Not
+    frozen, compared by identity: the loader fills a mapping's keys in after making it.
     """
 
-    value: Any
-    position: Position
-    source: str | None = None
-    style: str | None = None
-    key_positions: dict[str, Position] = field(init=False, default_factory=dict)
-    # (key, where the repeat stands, message) for each key written more than once
-    duplicate_keys: list[tuple[str, Position, str]] = field(init=False, default_factory=list)
+    __slots__ = ("duplicate_keys", "key_positions", "position", "source", "style", "value")
+
+    def __init__(
+        self, value: Any, position: Position, source: str | None = None, style: str | None = None
+    ) -> None:
+        self.value = value
+        self.position = position
+        self.source = source
+        self.style = style
+        self.key_positions: dict[str, Position] = {}
+        # (key, where the repeat stands, message) for each key written more than once
+        self.duplicate_keys: list[tuple[str, Position, str]] = []
 
     def __repr__(self) -> str:
         return f"Located({self.value!r}, {self.position})"
@@ -59,9 +65,8 @@ class Located:
         return self.source if self.source is not None else str(self.value)
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a template, and where. Not changed once made."""
+class Problem(NamedTuple):
+    """One thing wrong with a template, and where."""
 
     position: Position
     hook: str | None
@@ -69,14 +74,14 @@ class Problem:
     message: str
     # The entry's index in its file's `lifecycle_hooks`, for a problem about an entry (also
     # points at a hook that has no usable name); None for the rest of the file.
-    index: int | None = None
+    entry: int | None = None
 
     def __str__(self) -> str:
         parts = [str(self.position) if self.position.line else self.position.file]
         if self.hook is not None:
             parts.append(f'hook "{self.hook}"')
-        elif self.index is not None:
-            parts.append(f"lifecycle_hooks[{self.index}]")
+        elif self.entry is not None:
+            parts.append(f"lifecycle_hooks[{self.entry}]")
         if self.field:
             parts.append(f'field "{self.field}"')
         parts.append(self.message)
@@ -94,8 +99,8 @@ class Problem:
             "message": self.message,
             "text": str(self),
         }
-        if self.index is not None:
-            view["index"] = self.index
+        if self.entry is not None:
+            view["index"] = self.entry
         return view
 
 

@@ -235,7 +235,7 @@ def test_a_call_with_a_deadline_runs_on_the_worker(executor):
 
 def test_an_inline_run_spends_a_rate_limit_token(executor):
     hook = blocking_template().hooks[0]
-    bucket = TokenBucket(RateLimit(count=3, period=60.0), SYSTEM_CLOCK.monotonic())
+    bucket = TokenBucket(RateLimit(executions=3, period=60.0), SYSTEM_CLOCK.monotonic())
     queue = HookQueue(hook, executor, EngineListener(), gate=RateGate([bucket]))  # type: ignore[arg-type]
     for _ in range(5):  # blocking calls never wait for a token, but each spends one
         job = _Job(event(), SESSION, future=Future())

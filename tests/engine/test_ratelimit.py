@@ -34,7 +34,7 @@ FIVE_PER_SECOND = RateLimit(5, 1.0, "5/s")
 )
 def test_a_rate_is_a_count_per_unit(text: str, count: int, period: float) -> None:
     limit = RateLimit.parse(text)
-    assert (limit.count, limit.period) == (count, period)
+    assert (limit.executions, limit.period) == (count, period)
 
 
 @pytest.mark.parametrize("text", ["10", "0/s", "-1/s", "1.5/s", "5/day", "x/min", "/s", "５/s"])

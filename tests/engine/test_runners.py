@@ -6,6 +6,9 @@ engine's execution modules never import."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -118,29 +121,54 @@ def test_an_action_type_without_a_runner_is_refused_before_any_attempt() -> None
     assert "no runner is registered for python actions" in execution.message
 
 
+# In a fresh interpreter: importing the systems registers their readers only; the first file
+# with hooks of theirs adds their action types to the engine's registry.
+REGISTERED_WHEN_READ = """
+import json, sys
+import otel_lifecycle_hooks.systems as systems
+imported_at_once = "otel_lifecycle_hooks.engine.runners" in sys.modules
+systems.load_template_text('{"hooks": {"tool-start": [{"command": "true"}]}}', "config.json")
+from otel_lifecycle_hooks.engine.runners import RUNNERS
+from otel_lifecycle_hooks.template.model import HookAction
+found = {
+    kind: type(RUNNERS.runner_for(action)).__name__
+    for kind, action in {
+        "python": HookAction(type="python"),
+        "jsonrpc": HookAction(type="jsonrpc"),
+        "core-agent": HookAction(type="script", protocol="core-agent"),
+        "host-v1": HookAction(type="script", protocol="host-v1"),
+    }.items()
+}
+print(json.dumps({"imported_at_once": imported_at_once, "found": found}))
+"""
+
+
 def test_the_package_runs_http_webhook_and_script_and_systems_add_the_other_seeds_types() -> None:
     builtin = builtin_runners()
     assert isinstance(builtin.runner_for(HookAction(type="http")), HttpRunner)
     assert isinstance(builtin.runner_for(HookAction(type="webhook")), HttpRunner)
     assert type(builtin.runner_for(HookAction(type="script"))) is ScriptRunner
 
-    import otel_lifecycle_hooks.systems  # noqa: F401  (registers the systems' runners)
-
-    found = {
-        kind: type(RUNNERS.runner_for(action)).__name__
-        for kind, action in {
-            "python": HookAction(type="python"),
-            "jsonrpc": HookAction(type="jsonrpc"),
-            "core-agent": HookAction(type="script", protocol="core-agent"),
-            "host-v1": HookAction(type="script", protocol="host-v1"),
-        }.items()
-    }
-    assert found == {
+    done = subprocess.run(
+        [sys.executable, "-c", REGISTERED_WHEN_READ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    seen = json.loads(done.stdout)
+    assert seen["imported_at_once"] is False  # a template of lifecycle_hooks: alone pays nothing
+    assert seen["found"] == {
         "python": "LocalExecutorRunner",
         "jsonrpc": "JsonRpcRunner",
         "core-agent": "CoreAgentScriptRunner",
         "host-v1": "HostProtocolRunner",
     }
+    # Code that builds such hooks itself asks for them (here, in a process that read none).
+    import otel_lifecycle_hooks.systems as systems
+
+    systems.register_action_types()
+    assert type(RUNNERS.runner_for(HookAction(type="jsonrpc"))).__name__ == "JsonRpcRunner"
 
 
 def test_the_execution_modules_never_import_the_other_seeds_systems() -> None:

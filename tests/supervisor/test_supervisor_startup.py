@@ -13,7 +13,9 @@ from pathlib import Path
 
 from otel_lifecycle_hooks.supervisor.options import SupervisorOptions
 from otel_lifecycle_hooks.supervisor.run import agent_metadata
+from otel_lifecycle_hooks.telemetry.tracefile import read_trace_file
 from otel_lifecycle_hooks.template.model import Template
+from tests.supervisor.supervised import Workspace, recorded, recorder_hook
 from tests.support.target_server import TargetServer
 
 # Imported by `run` only when a template, an exporter or a harness needs them.
@@ -123,3 +125,26 @@ def test_the_agent_id_is_uuid5_of_the_slug_without_hashlib() -> None:
         metadata = agent_metadata(options)
         expected = uuid.uuid5(uuid.NAMESPACE_URL, "agent:" + metadata["AGENT_SLUG"])
         assert metadata["AGENT_ID"] == str(expected)
+
+
+def test_the_session_made_after_the_spawn_is_the_one_the_agent_was_given(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    # Nothing fires before the agent's start: the session span is made after its spawn, with
+    # the ids the agent was given, its start and the first phases' events at their moments.
+    agent_env = workspace.root / "agent-env.json"
+    template = workspace.template(recorder_hook(target_server.url("/events"), ["post-start"]))
+    run = workspace.start(template, workspace.agent_command(env_file=str(agent_env), exit=0))
+
+    assert run.wait(timeout=120) == 0, run.stderr
+    agent_started = agent_env.stat().st_mtime_ns
+    [trace_file] = workspace.trace_dir.glob("*.jsonl")
+    [session] = [s for s in read_trace_file(trace_file) if s["name"] == "invoke_agent test-agent"]
+    traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
+    assert traceparent == f"00-{session['trace_id']}-{session['span_id']}-01"
+    before = [e["attributes"]["agent.lifecycle.event"] for e in session["events"][:3]]
+    assert before == ["phase-change", "pre-start", "phase-change"]
+    moments = [session["start_time_unix_nano"]] + [e["time_unix_nano"] for e in session["events"]]
+    assert moments == sorted(moments)
+    assert session["events"][2]["time_unix_nano"] <= agent_started
+    assert [r["EVENT"] for r in recorded(target_server)] == ["post-start"]
