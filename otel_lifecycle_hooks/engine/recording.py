@@ -1,6 +1,7 @@
 """Where executions are recorded besides their span: metrics, the hook log and the journal,
-each an `ExecutionObserver` of the executor; and `ExecutionWatcher`, what operators are shown
-as it happens (the journal's id of each execution, each retry, each drop).
+each an `ExecutionObserver` of the executor; and the `ExecutionWatcher`s (observers.py) told
+what operators are shown as it happens (the journal's id of each execution, each retry, each
+drop).
 
 Each recorder is optional and isolated: a journal on a full disk or a hook log that cannot be
 written is reported once by its own module and never stops a hook. Opening a journal or a hook
