@@ -29,8 +29,9 @@ class SpanIds(NamedTuple):
         return cls(random.getrandbits(128) or 1, random.getrandbits(64) or 1)
 
     def traceparent(self) -> str:
-        """`00-<trace id>-<span id>-01`: a sampled span of these ids."""
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
+        """`00-<trace id>-<span id>-03`: a sampled span of these ids, whose trace id is random
+        (W3C Trace Context level 2's flag, which the SDK sets for its random ids)."""
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-03"
 
 
 def traceparent(context: SpanContext | None) -> str | None:

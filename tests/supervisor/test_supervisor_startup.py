@@ -141,10 +141,31 @@ def test_the_session_made_after_the_spawn_is_the_one_the_agent_was_given(
     [trace_file] = workspace.trace_dir.glob("*.jsonl")
     [session] = [s for s in read_trace_file(trace_file) if s["name"] == "invoke_agent test-agent"]
     traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
-    assert traceparent == f"00-{session['trace_id']}-{session['span_id']}-01"
+    # Sampled, and the trace id random (W3C level 2's flag): what the SDK gives its span.
+    assert traceparent == f"00-{session['trace_id']}-{session['span_id']}-03"
     before = [e["attributes"]["agent.lifecycle.event"] for e in session["events"][:3]]
     assert before == ["phase-change", "pre-start", "phase-change"]
     moments = [session["start_time_unix_nano"]] + [e["time_unix_nano"] for e in session["events"]]
     assert moments == sorted(moments)
     assert session["events"][2]["time_unix_nano"] <= agent_started
+    assert [r["EVENT"] for r in recorded(target_server)] == ["post-start"]
+
+
+def test_a_sampler_that_decides_makes_the_session_before_the_spawn_so_the_agent_gets_its_flags(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    # The session sampled out: its span is recorded for the hooks but not sampled, and the
+    # agent's TRACEPARENT says so (flags 02: not sampled, the trace id random), as the SDK's
+    # sampler decided.
+    agent_env = workspace.root / "agent-env.json"
+    template = workspace.template(recorder_hook(target_server.url("/events"), ["post-start"]))
+    run = workspace.start(
+        template,
+        workspace.agent_command(env_file=str(agent_env), exit=0),
+        env={"OTEL_TRACES_SAMPLER": "always_off"},
+    )
+
+    assert run.wait(timeout=120) == 0, run.stderr
+    traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
+    assert traceparent.startswith("00-") and traceparent.endswith("-02"), traceparent
     assert [r["EVENT"] for r in recorded(target_server)] == ["post-start"]
