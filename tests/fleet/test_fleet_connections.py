@@ -190,8 +190,25 @@ def test_through_pgbouncer_in_transaction_mode_the_database_sees_only_its_pool(
     database = postgres_url.rsplit("/", 1)[1]
     pooled = pgbouncer.url(database)
     counter = ConnectionCounter(postgres_url.rsplit("/", 1)[0] + "/postgres", database)
+    # Registrations answered late, as a busy registry's (or a busy machine's) would be: every
+    # one has arrived well before its supervisor knows its answer and journals it.
+    receiver.always("/register", Reply(delay=0.5))
     runs = start_fleet(workspace, receiver, supervisors, pooled)
     # One pod lost after registering, recovered through the pooler: reads and claims work.
+    # Lost once its registration is journaled: killed before, it would have no row for it
+    # (post-start is never sent again), and the count below would be one short.
+    (lost,) = {
+        body(r)["session"] for r in deliveries(receiver, "/register") if body(r)["agent"] == "pod-0"
+    }
+    wait_until(
+        lambda: query(
+            pooled,  # through the pooler: a connection of its own would count against the pool
+            "SELECT 1 FROM executions WHERE session_id = %s AND hook = 'register'",
+            lost,
+        ),
+        timeout=120,  # a hang guard: the row is committed within a batch window when idle
+        what="the lost pod's registration in the journal",
+    )
     lost_pid = workspace.root / "agent-tool-0.pid"
     kill_with_agent(workspace, runs[0], lost_pid)
     time.sleep(1.5)  # its heartbeat grows older than --stale-after
