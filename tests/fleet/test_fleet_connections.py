@@ -4,7 +4,8 @@
   at most (their start-up recovery read and their writer share it), counted in
   `pg_stat_activity` throughout; and behind a real PgBouncer in transaction mode (8 supervisors;
   30 in the `slow` tier) the database sees no more than its pool, while every row, claim and
-  read still goes through.
+  read still goes through; a registration's write that waits past its lock limit there is
+  written once the lock goes, never refused nor dropped.
 - The sessions table stays bounded under the default retention, an unfinished owed session
   is never pruned, and a pass stopped between chunks is resumed by the next.
 - The unfinished-sessions query is served by its index (EXPLAIN).
@@ -237,6 +238,43 @@ def test_through_pgbouncer_in_transaction_mode_the_database_sees_only_its_pool(
     for run in runs[1:]:
         for sign in ("could not read", "unreachable", "refused", "kept in"):
             assert sign not in run.stderr, run.stderr
+
+
+def test_through_pgbouncer_a_registration_held_up_by_a_locked_row_is_written_once_it_goes(
+    postgres_url: str, pgbouncer: PgBouncer, tmp_path: Path
+) -> None:
+    # A supervisor's post-start writes (its session's mark, its registration's row) meet the
+    # session's row locked by another connection for longer than a write waits for a lock.
+    journal = PostgresJournal(pgbouncer.url(postgres_url.rsplit("/", 1)[1]), spill_dir=tmp_path)
+    try:
+        journal.open_session("pod-0-session", agent_name="pod-0", started_at=1.0)
+        assert journal.flush(timeout=60)
+        with psycopg.connect(postgres_url) as holder:  # a transaction left open, as a frozen node's
+            holder.execute("SELECT 1 FROM sessions WHERE session_id = 'pod-0-session' FOR UPDATE")
+            registration = journal_rows.ExecutionRow(
+                hook="register", event="post-start", outcome="success", started_at=2.0,
+                session_id="pod-0-session",
+            )  # fmt: skip
+            # The locked row's write first: every batch holding the registration waits on it.
+            journal.mark_post_start("pod-0-session", at=2.0)
+            journal.record_execution(registration)
+            wait_until(  # a write that met the lock is counted as a failure, or as refused
+                lambda: journal.stats()["failures"] + journal.stats()["refused"] >= 1,
+                timeout=120,  # a hang guard: the batch gives up on the lock after 1 s
+                what="the batch to give up waiting for the locked row",
+            )
+            assert query(postgres_url, "SELECT hook FROM executions") == []  # rolled back whole
+            holder.rollback()
+        assert journal.flush(timeout=120)  # a hang guard: retried within seconds of the lock going
+    finally:
+        journal.close()
+    assert [row["hook"] for row in query(postgres_url, "SELECT hook FROM executions")] == [
+        "register"
+    ]
+    (session,) = query(postgres_url, "SELECT post_started_at FROM sessions")
+    assert session["post_started_at"] == 2.0
+    counts = journal.stats()
+    assert (counts["refused"], counts["spilled"], counts["pending"]) == (0, 0, 0), counts
 
 
 def insert_sessions(url: str, finished: int, unfinished: int) -> None:
