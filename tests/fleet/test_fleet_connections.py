@@ -4,7 +4,8 @@
   at most (their start-up recovery read and their writer share it), counted in
   `pg_stat_activity` throughout; and behind a real PgBouncer in transaction mode (8 supervisors;
   30 in the `slow` tier) the database sees no more than its pool, while every row, claim and
-  read still goes through.
+  read still goes through; a registration's write that waits past its lock limit there is
+  written once the lock goes, never refused nor dropped.
 - The sessions table stays bounded under the default retention, an unfinished owed session
   is never pruned, and a pass stopped between chunks is resumed by the next.
 - The unfinished-sessions query is served by its index (EXPLAIN).
@@ -190,8 +191,25 @@ def test_through_pgbouncer_in_transaction_mode_the_database_sees_only_its_pool(
     database = postgres_url.rsplit("/", 1)[1]
     pooled = pgbouncer.url(database)
     counter = ConnectionCounter(postgres_url.rsplit("/", 1)[0] + "/postgres", database)
+    # Registrations answered late, as a busy registry's (or a busy machine's) would be: every
+    # one has arrived well before its supervisor knows its answer and journals it.
+    receiver.always("/register", Reply(delay=0.5))
     runs = start_fleet(workspace, receiver, supervisors, pooled)
     # One pod lost after registering, recovered through the pooler: reads and claims work.
+    # Lost once its registration is journaled: killed before, it would have no row for it
+    # (post-start is never sent again), and the count below would be one short.
+    (lost,) = {
+        body(r)["session"] for r in deliveries(receiver, "/register") if body(r)["agent"] == "pod-0"
+    }
+    wait_until(
+        lambda: query(
+            pooled,  # through the pooler: a connection of its own would count against the pool
+            "SELECT 1 FROM executions WHERE session_id = %s AND hook = 'register'",
+            lost,
+        ),
+        timeout=120,  # a hang guard: the row is committed within a batch window when idle
+        what="the lost pod's registration in the journal",
+    )
     lost_pid = workspace.root / "agent-tool-0.pid"
     kill_with_agent(workspace, runs[0], lost_pid)
     time.sleep(1.5)  # its heartbeat grows older than --stale-after
@@ -220,6 +238,43 @@ def test_through_pgbouncer_in_transaction_mode_the_database_sees_only_its_pool(
     for run in runs[1:]:
         for sign in ("could not read", "unreachable", "refused", "kept in"):
             assert sign not in run.stderr, run.stderr
+
+
+def test_through_pgbouncer_a_registration_held_up_by_a_locked_row_is_written_once_it_goes(
+    postgres_url: str, pgbouncer: PgBouncer, tmp_path: Path
+) -> None:
+    # A supervisor's post-start writes (its session's mark, its registration's row) meet the
+    # session's row locked by another connection for longer than a write waits for a lock.
+    journal = PostgresJournal(pgbouncer.url(postgres_url.rsplit("/", 1)[1]), spill_dir=tmp_path)
+    try:
+        journal.open_session("pod-0-session", agent_name="pod-0", started_at=1.0)
+        assert journal.flush(timeout=60)
+        with psycopg.connect(postgres_url) as holder:  # a transaction left open, as a frozen node's
+            holder.execute("SELECT 1 FROM sessions WHERE session_id = 'pod-0-session' FOR UPDATE")
+            registration = journal_rows.ExecutionRow(
+                hook="register", event="post-start", outcome="success", started_at=2.0,
+                session_id="pod-0-session",
+            )  # fmt: skip
+            # The locked row's write first: every batch holding the registration waits on it.
+            journal.mark_post_start("pod-0-session", at=2.0)
+            journal.record_execution(registration)
+            wait_until(  # a write that met the lock is counted as a failure, or as refused
+                lambda: journal.stats()["failures"] + journal.stats()["refused"] >= 1,
+                timeout=120,  # a hang guard: the batch gives up on the lock after 1 s
+                what="the batch to give up waiting for the locked row",
+            )
+            assert query(postgres_url, "SELECT hook FROM executions") == []  # rolled back whole
+            holder.rollback()
+        assert journal.flush(timeout=120)  # a hang guard: retried within seconds of the lock going
+    finally:
+        journal.close()
+    assert [row["hook"] for row in query(postgres_url, "SELECT hook FROM executions")] == [
+        "register"
+    ]
+    (session,) = query(postgres_url, "SELECT post_started_at FROM sessions")
+    assert session["post_started_at"] == 2.0
+    counts = journal.stats()
+    assert (counts["refused"], counts["spilled"], counts["pending"]) == (0, 0, 0), counts
 
 
 def insert_sessions(url: str, finished: int, unfinished: int) -> None:
