@@ -146,9 +146,10 @@ class Supervisor:
     def _make_session(self) -> AgentSession:
         """Telemetry, the engine and the session span, made when the first event fires a hook,
         or right after the agent's spawn when nothing before it needed them."""
-        # Here, not at the top: the OTel SDK and the engine's modules, about 40 ms that an
+        # Here, not at the top: the OTel SDK and the engine's modules, 94M instructions (a
+        # fifth of `run`'s start, callgrind with bench_startup.py's judged template) that an
         # agent whose template fires nothing before its start does not wait for
-        # (bench_startup.py; tests/test_startup_imports.py).
+        # (tests/test_startup_imports.py).
         from ..engine.engine import HookEngine
         from ..engine.session import AgentSession
         from ..telemetry.metrics import JournalLosses
