@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from ..reported import allowed_fields
-from .dialects._common import as_text
-from .normalized import ERROR_MESSAGE, NormalizedEvent
+from .normalized import ERROR_MESSAGE, NormalizedEvent, as_text
 
 if TYPE_CHECKING:
     import yaml

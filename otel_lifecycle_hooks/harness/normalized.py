@@ -35,6 +35,7 @@ This module imports only the standard library: the `hook` command runs it on eve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -70,6 +71,19 @@ _RUNTIME_EVENTS = frozenset(RUNTIME_EVENTS)
 
 class WireFormatError(ValueError, LifecycleHooksError):
     """A wire object that is not a valid normalized event."""
+
+
+def as_text(value: object) -> str:
+    """A payload's value as a field's text: a string as is; other JSON values as compact JSON;
+    None as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return ""
 
 
 def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import NamedTuple
+from dataclasses import dataclass
 
 # Test-only: seconds added to this process's clock, to show that a decision on a shared
 # database does not depend on it. Never set in production.
 CLOCK_OFFSET_ENV = "LIFECYCLE_HOOKS_TEST_CLOCK_OFFSET"
 
 
-class LivenessClock(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class LivenessClock:
     """What staleness is measured against: the journal's `now` and the moment from which a
     live supervisor could have written (`alive_since`), both in unix seconds on one clock."""
 

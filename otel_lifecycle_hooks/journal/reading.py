@@ -38,7 +38,8 @@ _LARGEST_ID = 2**63 - 1
 
 _EXECUTION = "SELECT * FROM executions WHERE id = ?"
 _ATTEMPTS = "SELECT * FROM attempts WHERE execution_uid = ? ORDER BY attempt"
-_NTH_NEWEST_ID = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
+# The newest execution beyond the newest `?` (retention.py cuts its row bound at it too).
+NEWEST_ID_BEYOND = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
 _REPLAYED = (
     "SELECT DISTINCT replayed_from FROM executions"
     " WHERE replayed_from IS NOT NULL AND outcome = 'success'"
@@ -194,7 +195,7 @@ class JournalReader(ABC):
     def newest_id_beyond(self, rows: int) -> int | None:
         """The id of the newest execution that is not among the newest `rows` (None when
         there are no more than `rows`)."""
-        found = self._select(_NTH_NEWEST_ID, (_count(rows),))
+        found = self._select(NEWEST_ID_BEYOND, (_count(rows),))
         return cells.integer(found[0]["id"]) if found else None
 
     def session_counts(self, session_ids: Sequence[str]) -> dict[str, SessionCounts]:

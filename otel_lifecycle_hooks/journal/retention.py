@@ -33,9 +33,11 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..errors import LifecycleHooksError
+from .reading import NEWEST_ID_BEYOND
 
 log = logging.getLogger("otel_lifecycle_hooks.journal")
 
@@ -54,7 +56,8 @@ class RetentionError(ValueError, LifecycleHooksError):
     """A retention setting that cannot be read; the message says what would be valid."""
 
 
-class Retention(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Retention:
     """Limits on what the journal keeps; None for no limit of that kind."""
 
     max_age: float | None = None  # seconds
@@ -131,7 +134,6 @@ def apply_every_rows(environ: Mapping[str, str]) -> int:
     return DEFAULT_APPLY_EVERY_ROWS
 
 
-_BEYOND_ROWS = "SELECT id FROM executions ORDER BY id DESC LIMIT 1 OFFSET ?"
 CHUNK_ROWS = 2000  # executions deleted per transaction: a writer never waits long behind one
 
 # Runs statements in one transaction; the row count of the last.
@@ -208,7 +210,7 @@ def _conditions(retention: Retention, now: float) -> list[tuple[str, tuple[Any, 
     if cutoff is not None:
         conditions.append(("started_at < ?", (cutoff,)))
     if retention.max_rows is not None:
-        conditions.append((f"id <= ({_BEYOND_ROWS})", (retention.max_rows,)))
+        conditions.append((f"id <= ({NEWEST_ID_BEYOND})", (retention.max_rows,)))
     return conditions
 
 

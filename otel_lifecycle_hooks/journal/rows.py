@@ -46,6 +46,8 @@ EXECUTION_COLUMNS = (
 )  # fmt: skip
 
 
+# The three rows stay NamedTuples: callers copy them with `_replace` (in_flight.py,
+# supervisor/owed_moments.py) and show them as dicts with `_asdict` (views.py, cli/list_hooks.py).
 class ExecutionRow(NamedTuple):
     """One hook execution as journaled. `request` is the redacted rendered request (or
     command), kept so that `replay` can send it again; `replayed_from` links a replay to the

@@ -9,32 +9,43 @@ import, the package's journal modules and the file's opening (about 3 ms of each
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..journal.base import Journal
 
 
 class DeferredJournal:
-    """Stands for the journal at `explicit` (`--journal`; None: the environment's or the
-    default location): every attribute is the opened journal's, opened once, by whichever
-    thread asks first."""
+    """Stands for the journal at `explicit` (`--journal`, a URL or any path; None: the
+    environment's or the default location): every attribute is the opened journal's, opened
+    once, by whichever thread asks first."""
 
-    def __init__(self, explicit: Any, environ: Mapping[str, str]) -> None:
-        self._explicit = explicit
+    def __init__(
+        self, explicit: str | bytes | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> None:
+        if explicit is not None and not isinstance(explicit, str):
+            # Text may be a URL (postgresql://, sqlite:///); any other path is a SQLite file's.
+            explicit = Path(os.fsdecode(explicit))
+        self._explicit: str | Path | None = explicit or None
         self._environ = environ
-        self._journal: Any = None
+        self._journal: Journal | None = None
         self._lock = threading.Lock()
 
-    def opened(self) -> Any:
+    def opened(self) -> Journal:
+        """The journal, opened now if it was not yet."""
         journal = self._journal
         if journal is None:
             with self._lock:
-                if self._journal is None:
+                journal = self._journal
+                if journal is None:
                     from ..journal import journal_location, open_journal
 
-                    location = journal_location(self._explicit or None, self._environ)
-                    self._journal = open_journal(location)
-                journal = self._journal
+                    location = journal_location(self._explicit, self._environ)
+                    journal = self._journal = open_journal(location)
         return journal
 
     @property
@@ -42,7 +53,7 @@ class DeferredJournal:
         return self._journal is not None
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # protocol probes (hasattr(j, "__fspath__")) open nothing
+        if name.startswith("__"):  # probes for special methods (copy, pickle) open nothing
             raise AttributeError(name)
         return getattr(self.opened(), name)
 

@@ -49,8 +49,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..engine.model import LifecycleEvent, SessionInfo
@@ -410,7 +411,8 @@ def earlier_run_gone(
     return True, ""
 
 
-class OwedEvent(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class OwedEvent:
     """One owed event of a claimed session: its moment (`${TIMESTAMP}`) and the hooks still
     to send, in declaration order."""
 
@@ -465,7 +467,11 @@ def _delivered(journaled: Iterable[Any], template: Any) -> set[tuple[str, str]]:
 # -- doing --
 
 
-class Recovery(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What one recovery of a claimed session did: the owed events, the hooks sent, and
+    which of them did not deliver."""
+
     session_id: str
     agent_id: str
     owed: list[OwedEvent]

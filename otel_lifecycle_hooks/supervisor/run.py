@@ -426,7 +426,7 @@ class Supervisor:
 def _deferred(journal: JournalOption, environ: Mapping[str, str]) -> Journal | Literal[False]:
     """The journal for the engine: a path or None is opened at its first use (deferred.py),
     not before the agent starts; an instance or False as it is."""
-    if journal is None or isinstance(journal, (str, bytes)) or hasattr(journal, "__fspath__"):
+    if journal is None or isinstance(journal, (str, bytes, os.PathLike)):
         # A stand-in whose every attribute is the journal it opens: typed as that journal.
         return cast("Journal", DeferredJournal(journal, environ))
     return journal

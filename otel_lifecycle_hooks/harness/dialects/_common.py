@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from ..normalized import NormalizedEvent
@@ -27,18 +26,6 @@ def nested(value: object, *path: str) -> object:
             return None
         value = value.get(key)
     return value
-
-
-def as_text(value: object) -> str:
-    """A string as is; other JSON values as compact JSON; None as ""."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return ""
 
 
 def event(

@@ -29,8 +29,9 @@ from ..normalized import (
     TOOL_OUTPUT,
     TRANSCRIPT_PATH,
     NormalizedEvent,
+    as_text,
 )
-from ._common import as_text, event, text
+from ._common import event, text
 
 # On the hook path: `typing` (3 ms to import) is for checkers (bench_hook_path.py, 14.7 ms).
 TYPE_CHECKING = False

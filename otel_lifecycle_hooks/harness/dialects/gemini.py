@@ -34,8 +34,9 @@ from ..normalized import (
     TOOL_OUTPUT,
     TRANSCRIPT_PATH,
     NormalizedEvent,
+    as_text,
 )
-from ._common import as_text, event, nested, text
+from ._common import event, nested, text
 
 NAME = "gemini"
 

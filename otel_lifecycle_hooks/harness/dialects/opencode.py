@@ -31,8 +31,9 @@ from ..normalized import (
     TOOL_NAME,
     TOOL_OUTPUT,
     NormalizedEvent,
+    as_text,
 )
-from ._common import as_text, event, nested, text
+from ._common import event, nested, text
 
 NAME = "opencode"
 
