@@ -283,6 +283,7 @@ def test_a_pre_start_hook_has_its_session_made_before_the_agent_is_started(
     before = (
         "  - name: prepare\n"
         "    on: [pre-start]\n"
+        "    blocking: true\n"
         "    action:\n"
         "      type: http\n"
         "      method: POST\n"

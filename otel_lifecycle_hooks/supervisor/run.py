@@ -24,16 +24,14 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
-from .. import events as ev
 from ..telemetry.otel_env import merge_otel_env, samples_every_session
 from ..tracecontext import SpanIds, traceparent
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS, METADATA_ENV
 from .admission import Admitted
 from .agent_events import AgentEvents
 from .agent_tree import AgentTree, spawn_environment
-from .deferred import DeferredJournal
 from .inbox import AgentExited, Inbox, SignalReceived
 from .limits import Limits
 from .options import DEFAULT_GRACE_PERIOD, SupervisorOptions
@@ -45,10 +43,8 @@ if TYPE_CHECKING:
     from ..engine.dispatch import DispatchResult
     from ..engine.engine import HookEngine
     from ..engine.session import AgentSession
-    from ..journal.base import Journal
     from ..telemetry.setup import Telemetry
     from .journaling import SessionJournal
-    from .options import JournalOption
     from .owed_moments import JournalLike
 
 __all__ = [
@@ -146,58 +142,21 @@ class Supervisor:
     def _make_session(self) -> AgentSession:
         """Telemetry, the engine and the session span, made when the first event fires a hook,
         or right after the agent's spawn when nothing before it needed them."""
-        # Here, not at the top: the OTel SDK and the engine's modules, about 40 ms that an
+        # Here, not at the top: the OTel SDK and the engine's modules, 94M instructions (a
+        # fifth of `run`'s start, callgrind with bench_startup.py's judged template) that an
         # agent whose template fires nothing before its start does not wait for
-        # (bench_startup.py; tests/test_startup_imports.py).
-        from ..engine.engine import HookEngine
-        from ..engine.session import AgentSession
-        from ..telemetry.metrics import JournalLosses
-        from ..telemetry.setup import configure_telemetry
+        # (tests/test_startup_imports.py).
+        from .session_parts import make_session_parts
 
-        options = self.options
-        resource = {
-            attr: self.metadata[name]
-            for name, attr in ev.METADATA_ATTRIBUTES.items()
-            if self.metadata.get(name)
-        }
-        telemetry = self.telemetry = configure_telemetry(
-            options.template.env,
-            options.environ,
-            resource_attributes=resource,
-            session_id=self.metadata["AGENT_SLUG"],
-            metrics_later=True,  # made once the agent has started (start_metrics)
-            first_span_ids=self._session_ids,
+        parts = make_session_parts(
+            self.options, self.metadata, self._session_ids, self._started, self._journal_losses
         )
-        telemetry.quiet_session_export_failures()
-        engine = self.engine = self.shutdown.engine = HookEngine(
-            options.template,
-            tracer_provider=telemetry.tracer_provider,
-            meter_provider=telemetry.meter_provider,
-            environ=options.environ,
-            journal=_deferred(options.journal, options.environ),
-            hook_log=options.hook_log,
-            script_user=options.user,
-        )
-        self._journal = engine.recorders.journal
-        for watcher in options.watchers:
-            engine.recorders.watch(watcher)
-        engine.recorders.watch(self.owed_failures)
-        self.events.count_with(telemetry.meter_provider)
-        JournalLosses(self._journal_losses, telemetry.meter_provider)
-        session = AgentSession(
-            engine,
-            agent_name=self.metadata["AGENT_NAME"],
-            metadata=self.metadata,
-            tracer_provider=telemetry.tracer_provider,
-            start_time=self._started,
-        )
-        context = session.span.get_span_context()
-        if context.is_valid and (context.trace_id, context.span_id) != self._session_ids:
-            raise RuntimeError("the session span did not get the ids its agent is given")
-        # The log records of the events before the agent's start wait for it (their
-        # timestamps kept).
-        session.hold_event_records()
-        return session
+        self.telemetry, self.engine = parts.telemetry, parts.engine
+        self.shutdown.engine = parts.engine
+        self._journal = parts.engine.recorders.journal
+        parts.engine.recorders.watch(self.owed_failures)
+        self.events.count_with(parts.telemetry.meter_provider)
+        return parts.session
 
     def _lifecycle(self) -> int:
         options, phases = self.options, self.phases
@@ -420,15 +379,6 @@ class Supervisor:
 
     def _journal_losses(self) -> dict[str, int]:
         return self._journaling().losses()
-
-
-def _deferred(journal: JournalOption, environ: Mapping[str, str]) -> Journal | Literal[False]:
-    """The journal for the engine: a path or None is opened at its first use (deferred.py),
-    not before the agent starts; an instance or False as it is."""
-    if journal is None or isinstance(journal, (str, bytes, os.PathLike)):
-        # A stand-in whose every attribute is the journal it opens: typed as that journal.
-        return cast("Journal", DeferredJournal(journal, environ))
-    return journal
 
 
 def _keep_journal_settings_from_children(environ: Mapping[str, str]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from otel_lifecycle_hooks.journal import open_journal
 from otel_lifecycle_hooks.journal.rows import ExecutionRow
 from otel_lifecycle_hooks.supervisor.deferred import DeferredJournal
-from otel_lifecycle_hooks.supervisor.run import _deferred
+from otel_lifecycle_hooks.supervisor.session_parts import engine_journal
 
 
 class NamedPath:
@@ -36,7 +36,7 @@ def as_bytes(path: Path) -> bytes:
 def test_a_journal_named_by_any_path_is_opened_there_at_first_use(given, tmp_path: Path) -> None:
     path = tmp_path / "journal.sqlite3"
 
-    journal = _deferred(given(path), {"HOME": str(tmp_path / "home")})
+    journal = engine_journal(given(path), {"HOME": str(tmp_path / "home")})
 
     assert isinstance(journal, DeferredJournal)
     assert not journal.is_open and not path.exists()
@@ -54,7 +54,7 @@ def test_a_journal_named_by_any_path_is_opened_there_at_first_use(given, tmp_pat
 def test_no_journal_named_opens_the_environments_at_first_use(tmp_path: Path) -> None:
     path = tmp_path / "from-environment.sqlite3"
 
-    journal = _deferred(None, {"LIFECYCLE_HOOKS_JOURNAL": str(path)})
+    journal = engine_journal(None, {"LIFECYCLE_HOOKS_JOURNAL": str(path)})
 
     assert isinstance(journal, DeferredJournal) and not path.exists()
     assert journal.opened().path == path
@@ -64,10 +64,10 @@ def test_no_journal_named_opens_the_environments_at_first_use(tmp_path: Path) ->
 def test_a_journal_instance_or_none_at_all_is_used_as_it_is(tmp_path: Path) -> None:
     instance = open_journal(tmp_path / "journal.sqlite3")
     try:
-        assert _deferred(instance, {}) is instance
+        assert engine_journal(instance, {}) is instance
     finally:
         instance.close()
-    assert _deferred(False, {}) is False
+    assert engine_journal(False, {}) is False
 
 
 def test_a_probe_for_a_special_method_opens_nothing(tmp_path: Path) -> None:
