@@ -21,7 +21,10 @@ from typing import Any, Protocol
 
 from . import cells
 from .rows import (
+    EARLIER_INTERRUPTED_OUTCOMES,
+    EARLIER_INTERRUPTED_SQL,
     FAILED_OUTCOMES,
+    INTERRUPTED,
     UNFINISHED,
     AttemptRow,
     ExecutionRow,
@@ -292,8 +295,9 @@ def execution_filters(
             params.append(int(search))
         clauses.append(f"id IN ({' UNION '.join(found)})")
     if outcomes:
-        clauses.append(f"outcome IN ({', '.join('?' for _ in outcomes)})")
-        params.extend(outcomes)
+        clause, values = _outcomes_filter(outcomes)
+        clauses.append(clause)
+        params.extend(values)
     if since is not None:
         clauses.append("started_at >= ?")
         params.append(since)
@@ -301,6 +305,25 @@ def execution_filters(
         clauses.append("started_at < ?")
         params.append(until)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _outcomes_filter(outcomes: Sequence[str]) -> tuple[str, list[str]]:
+    """A clause and its parameters for the rows that read as one of `outcomes`
+    (`rows.read_outcome`): an interrupted delivery an earlier release journaled as failed or
+    timed out is found as `interrupted`, not as what it was written as."""
+    listed = f"outcome IN ({', '.join('?' for _ in outcomes)})"
+    if INTERRUPTED in outcomes:
+        # Each lookup through the outcome's index, as `search`'s are: an OR, or an IN that
+        # also takes every failed row, would have SQLite scan the table for a page.
+        found = [f"SELECT id FROM executions WHERE {listed}"] + [
+            f"SELECT id FROM executions WHERE outcome = '{earlier}'"
+            f" AND error_type = '{INTERRUPTED}'"
+            for earlier in EARLIER_INTERRUPTED_OUTCOMES
+        ]
+        return f"id IN ({' UNION '.join(found)})", list(outcomes)
+    if any(outcome in EARLIER_INTERRUPTED_OUTCOMES for outcome in outcomes):
+        return f"{listed} AND NOT {EARLIER_INTERRUPTED_SQL}", list(outcomes)
+    return listed, list(outcomes)
 
 
 def _count(value: int) -> int:
