@@ -7,6 +7,7 @@ every reader (the rows, the outcome filters of `history` and the page, the failu
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from otel_lifecycle_hooks.cli.main import main as cli_main
 from otel_lifecycle_hooks.journal import ExecutionRow, open_journal
 from otel_lifecycle_hooks.journal.base import Journal
 from otel_lifecycle_hooks.journal.rows import INSERT_EXECUTION, execution_values
@@ -65,15 +67,18 @@ def _write_as_an_earlier_release(location: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def journal(
+def location(
     request: pytest.FixtureRequest, tmp_path: Path, postgres_server: PostgresServer
-) -> Iterator[Journal]:
+) -> str:
     if request.param == "sqlite":
-        location = str(tmp_path / "journal.sqlite3")
-    else:
-        if postgres_server.process is None or postgres_server.process.poll() is not None:
-            postgres_server.start()
-        location = postgres_server.new_database()
+        return str(tmp_path / "journal.sqlite3")
+    if postgres_server.process is None or postgres_server.process.poll() is not None:
+        postgres_server.start()
+    return postgres_server.new_database()
+
+
+@pytest.fixture
+def journal(location: str, tmp_path: Path) -> Iterator[Journal]:
     opened = open_journal(location, spill_dir=tmp_path / "spill")
     assert opened.sessions() == [] and opened.healthy  # its first use made the schema
     _write_as_an_earlier_release(location)
@@ -125,3 +130,15 @@ def test_replay_selects_earlier_interrupted_rows_as_interrupted(journal: Journal
     assert {row.hook for row in chosen if isinstance(row, ExecutionRow)} == {
         "failed", "failed-untyped",
     }  # fmt: skip
+
+
+def test_history_shows_and_filters_earlier_interrupted_rows_as_interrupted(
+    journal: Journal, location: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(["history", "--status", "interrupted", "--json", "--journal", location])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    shown = json.loads(out)
+    assert {(d["hook"], d["outcome"], d["error_type"]) for d in shown} == {
+        (hook, "interrupted", "interrupted") for hook in INTERRUPTED
+    }
