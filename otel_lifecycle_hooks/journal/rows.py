@@ -33,13 +33,9 @@ RUNNING = "running"
 INTERRUPTED = "interrupted"
 # How earlier releases journaled one: its own run wrote `failed` (or `timeout`) with error
 # type `interrupted`, the shutdown `interrupted` with `Interrupted`. Such rows are read as
-# today's form (`read_outcome`), not rewritten: a fleet's older supervisors may still write
-# them. The SQL of those its run wrote, which an outcome filter of `interrupted` also finds,
-# and one of `failed` or `timeout` leaves out (`reading.execution_filters`).
+# today's form (`read_outcome`, and the outcome filters of `reading.py`), not rewritten: a
+# fleet's older supervisors may still write them.
 EARLIER_INTERRUPTED_OUTCOMES = ("failed", "timeout")
-EARLIER_INTERRUPTED_SQL = (
-    f"(outcome IN ('failed', 'timeout') AND COALESCE(error_type, '') = '{INTERRUPTED}')"
-)
 # The events whose hooks a killed session still owes, and the post-start that makes them owed:
 # the moment each began is journaled before its hooks are sent (it is their X-Scion-Hook-ID).
 OWED_EVENTS = ("pre-stop", "session-end")

@@ -204,7 +204,6 @@ FILTERED_READS = [
     {"after_id": 50_000},
     {"outcomes": ("failed",)},
     {"outcomes": ("interrupted",)},  # an earlier release's form found too (journal/rows.py)
-    {"outcomes": ("failed", "timeout", "dropped", "interrupted")},  # the `failures` filter
     {"hook": "audit-log"},
     {"event": "pre-stop"},
     {"search": "sess-000500"},
