@@ -47,9 +47,9 @@ class InFlight:
         self._lock = threading.Lock()
         # Per execution in flight: its row's uid and how many of its attempts are journaled.
         self._rows: dict[_Key, tuple[str, int]] = {}
-        # The same, for those journaled as interrupted while they still run.
-        self._interrupted: dict[_Key, tuple[str, int]] = {}
-        # Held across a running row's write and an interrupted record's, which come from two
+        # The same, for those the shutdown gave up on and journaled while they still run.
+        self._given_up: dict[_Key, tuple[str, int]] = {}
+        # Held across a running row's write and a given-up record's, which come from two
         # threads (the hook's, the shutdown's): the second finds the first's row to rewrite.
         self._writing = threading.Lock()
 
@@ -71,7 +71,7 @@ class InFlight:
             try:
                 key = (session.session_id, hook.name, event.name, idempotency_key)
                 with self._lock:
-                    if key in self._interrupted:
+                    if key in self._given_up:
                         return  # its interrupted row stands until it ends
                     uid, written = self._rows.get(key) or (new_row_uid(), 0)
                 started_at = attempt_log[0].started_at
@@ -115,10 +115,10 @@ class InFlight:
 
     def _record(self, execution: Any, given_up: bool) -> int | None:
         found = None
-        if self._rows or self._interrupted:  # the common case, nothing in flight, is one check
+        if self._rows or self._given_up:  # the common case, nothing in flight, is one check
             key = _key_of(execution)
             with self._lock:
-                found = self._rows.pop(key, None) or self._interrupted.pop(key, None)
+                found = self._rows.pop(key, None) or self._given_up.pop(key, None)
         if found is None and not given_up:
             return self._journal.record(execution)
         uid, written = found or (new_row_uid(), 0)
@@ -130,7 +130,7 @@ class InFlight:
             # Journaled while it still runs: its own end may come yet, and then rewrites this
             # row. Kept before the write, which that end follows.
             with self._lock:
-                self._interrupted[_key_of(execution)] = (uid, written + len(attempts))
+                self._given_up[_key_of(execution)] = (uid, written + len(attempts))
         if found is None:
             return self._journal.record_execution(row, attempts)
         return self._journal.update_execution(row, attempts)
