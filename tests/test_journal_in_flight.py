@@ -226,10 +226,10 @@ def test_an_interrupted_record_made_while_the_running_row_is_written_rewrites_th
     interrupted = SimpleNamespace(
         hook=hook, event=event, session_id="s1", outcome="interrupted", attempts=1,
         duration=0.0, started_at=time.time(), idempotency_key="key-1", status_code=None,
-        exit_code=None, error_type="Interrupted", message="interrupted: shutdown", request=None,
+        exit_code=None, error_type="interrupted", message="interrupted: shutdown", request=None,
         trace_id=None, span_id=None, agent_id=None, replayed_from=None, attempt_log=(),
     )  # fmt: skip
-    in_flight.record(interrupted)
+    in_flight.given_up(interrupted)
     retrying.join(60.0)
 
     rows = journal.executions()

@@ -29,6 +29,7 @@ OUTCOME_COLOURS = {
     "failed": RED,
     "timeout": YELLOW,
     "refused": YELLOW,
+    "interrupted": RED,  # it may not have arrived, as a failure
     "skipped": DIM,
 }
 

@@ -16,7 +16,7 @@ from ..template.model import HookSpec
 from ..variables import Variables
 from .model import LifecycleEvent, SessionInfo
 from .observers import Observers, Retry
-from .policies import attempt_timeout, retry_policy_for
+from .policies import INTERRUPTED, attempt_timeout, retry_policy_for
 from .runners.base import ActionRunner, ActionServices, Attempt
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class AttemptLoop:
             timeout = attempt_timeout(hook, clock.monotonic(), self._deadline)
             if self._interrupted.is_set():  # the operator asked twice: no new attempt
                 result = AttemptResult(
-                    "timeout", 0.0, error_type="interrupted", message="run interrupted"
+                    "timeout", 0.0, error_type=INTERRUPTED, message="run interrupted"
                 )
             elif timeout <= 0:
                 result = AttemptResult(
@@ -74,11 +74,11 @@ class AttemptLoop:
                 # Cut short by the operator's second signal (a blocking hook on the main
                 # thread is abandoned by an exception): interrupted, not the hook's failure.
                 result = AttemptResult(
-                    "transient", result.duration, error_type="interrupted",
+                    "transient", result.duration, error_type=INTERRUPTED,
                     message=f"run interrupted during attempt {attempt}",
                 )  # fmt: skip
             self._keep(attempt, attempt_started, result, rendered)
-            if result.error_type == "interrupted":
+            if result.error_type == INTERRUPTED:
                 return self._end(attempt, result)
             decision = policy.decide(attempt, result, waited)
             if not decision.retry:
@@ -95,7 +95,7 @@ class AttemptLoop:
                 if self._interrupted.is_set():  # the operator's doing, not the endpoint's
                     reason = f"run interrupted before attempt {attempt + 1} of "
                     result = result._replace(
-                        error_type="interrupted",
+                        error_type=INTERRUPTED,
                         message=f"{reason}{policy.max_attempts}: {result.message}",
                     )
                 return self._end(attempt, result)

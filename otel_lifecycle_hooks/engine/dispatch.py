@@ -21,7 +21,9 @@ runtime event waiting in front of them is let through with them so that order is
 A delivery has one end, recorded once: at shutdown, the dispatcher records a delivery still in
 flight as `interrupted` (the process may end before it does) only if it claims that delivery's
 end first; a delivery that then ends after all rewrites that journal row with what it did
-(`replay` must not send a delivery that arrived), and is not counted a second time.
+(`replay` must not send a delivery that arrived), and is not counted a second time. Its own
+run, cut short by the operator, records the same form (outcome and error type `interrupted`),
+so that which of the two records it never shows.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from ..template.model import HookSpec, Template
 from .executor import HookExecutor
 from .gates import GateDecision, merge
 from .model import Execution, LifecycleEvent, SessionInfo
-from .policies import DebounceWindow, fails_transition
+from .policies import INTERRUPTED, DebounceWindow, fails_transition
 from .ratelimit import RateGate, gates_for
 from .workers import DEFAULT_WORKERS, WorkerPool
 
@@ -554,7 +556,7 @@ class Dispatcher:
                 job,
                 "shutdown",
                 "still running at the shutdown deadline",
-                outcome="interrupted",
+                outcome=INTERRUPTED,
             )
 
     def settle(self, deadline: float) -> int:

@@ -31,7 +31,7 @@ from .gates import BadDecision, answer_of, decide, is_gate
 from .hook_span import HookSpans, end_span, hex_id
 from .model import Execution, LifecycleEvent, SessionInfo
 from .observers import ExecutionObserver, Observers
-from .policies import outcome_of
+from .policies import INTERRUPTED, outcome_of
 from .request_record import request_record
 from .runners import RUNNERS, ActionRegistry, Refusal
 from .runners.base import OutputListener
@@ -266,7 +266,7 @@ class HookExecutor:
             if self.interrupted.is_set():
                 # The operator's second signal, raised out of what the main thread was doing
                 # for a blocking hook (a retry wait): interrupted, replayable, not a fault.
-                outcome, error_type = "failed", "interrupted"
+                outcome, error_type = INTERRUPTED, INTERRUPTED
                 message = f"run interrupted after attempt {len(loop.rows)}"
             else:
                 log.exception("hook %s failed unexpectedly", hook.name)

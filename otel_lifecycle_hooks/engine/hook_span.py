@@ -17,6 +17,7 @@ from .. import events as ev
 from ..template.model import HookSpec
 from .gates import ATTR_DECISION, ATTR_DECISION_REASON
 from .model import Execution, LifecycleEvent, SessionInfo
+from .policies import INTERRUPTED
 
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
@@ -81,9 +82,12 @@ def end_span(span: Span, execution: Execution) -> None:
     """Set the execution's outcome on its span and end it."""
     try:
         # Set together: one call (and one lock of the span's) instead of one for each.
+        # The span keeps the contract's five outcomes: a run cut short is `failed` there,
+        # its error.type `interrupted` (the journal, metrics and hook log say `interrupted`).
+        outcome = "failed" if execution.outcome == INTERRUPTED else execution.outcome
         attributes: dict[str, AttributeValue] = {
             ev.HOOK_ATTR_ATTEMPTS: execution.attempts,
-            ev.HOOK_ATTR_OUTCOME: execution.outcome,
+            ev.HOOK_ATTR_OUTCOME: outcome,
         }
         if execution.status_code is not None:
             attributes["http.response.status_code"] = execution.status_code
@@ -95,7 +99,7 @@ def end_span(span: Span, execution: Execution) -> None:
             attributes[ATTR_DECISION] = execution.decision.verdict
             if execution.decision.reason:
                 attributes[ATTR_DECISION_REASON] = execution.decision.reason
-        failed = execution.outcome in ("failed", "timeout", "refused")
+        failed = outcome in ("failed", "timeout", "refused")
         if failed:
             attributes["error.type"] = execution.error_type or execution.outcome
         span.set_attributes(attributes)

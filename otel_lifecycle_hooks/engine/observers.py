@@ -57,6 +57,10 @@ class ExecutionObserver(Protocol):
 class LateEndObserver(Protocol):
     """An observer that keeps a record of each execution it can rewrite (the journal)."""
 
+    def on_given_up(self, execution: Execution) -> None:
+        """The shutdown stopped waiting for `execution`, still in flight, and records it as
+        interrupted: a record to keep rewritable, as its own end may still come."""
+
     def on_late_end(self, execution: Execution) -> None:
         """`execution` ended after the shutdown had recorded it as interrupted: its record
         now says what it did."""
@@ -121,6 +125,19 @@ class Observers:
         for observer in self._observers:
             try:
                 observer.on_execution(execution)
+            except Exception:  # a broken observer must not stop the others
+                log.exception("recording hook execution of %s failed", execution.hook.name)
+
+    def given_up(self, execution: Execution) -> None:
+        """Tell every observer that the shutdown recorded `execution`, still in flight, as
+        interrupted: counted and logged as any execution that ended, and kept rewritable by
+        the observers that can rewrite it (`ended_late`)."""
+        for observer in self._observers:
+            try:
+                if isinstance(observer, LateEndObserver):
+                    observer.on_given_up(execution)
+                else:
+                    observer.on_execution(execution)
             except Exception:  # a broken observer must not stop the others
                 log.exception("recording hook execution of %s failed", execution.hook.name)
 

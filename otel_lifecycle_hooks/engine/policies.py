@@ -9,6 +9,11 @@ from typing import NamedTuple
 from ..actions.base import AttemptResult
 from ..template.model import HookSpec
 
+# A delivery cut short, by the operator (`run`'s second signal) or the engine's shutdown (it
+# stopped waiting for one in flight): it may have reached its target. Its outcome and error
+# type alike, whoever records it; `replay` re-sends it with the same idempotency key.
+INTERRUPTED = "interrupted"
+
 # Seed 000: "retry with exponential backoff (1s, 2s, 4s), max 3".
 RETRY_DELAYS: tuple[float, ...] = (1.0, 2.0, 4.0)
 
@@ -72,11 +77,14 @@ def retry_policy_for(hook: HookSpec) -> RetryPolicy:
 
 
 def outcome_of(result: AttemptResult) -> str:
-    """The span/journal outcome for a final attempt: success, skipped, timeout or failed."""
+    """The journal's outcome for a final attempt: success, skipped, interrupted (the run was
+    cut short: `AttemptLoop` says so in its error type), timeout or failed."""
     if result.kind == "ok" and result.skipped:
         return "skipped"
     if result.kind == "ok":
         return "success"
+    if result.error_type == INTERRUPTED:
+        return INTERRUPTED
     if result.kind == "timeout":
         return "timeout"
     return "failed"

@@ -149,6 +149,15 @@ class JournalObserver:
         for watcher in self._watchers:
             _tell(watcher.recorded, execution, history_id)
 
+    def on_given_up(self, execution: Execution) -> None:
+        """Journal the execution the shutdown stopped waiting for as interrupted, its row kept
+        for its own end to rewrite, then tell the watchers its journal id."""
+        history_id: int | None = None
+        if self._journal is not None:
+            history_id = self._in_flight_of(self._journal).given_up(execution)
+        for watcher in self._watchers:
+            _tell(watcher.recorded, execution, history_id)
+
     def on_late_end(self, execution: Execution) -> None:
         """Rewrite the row the shutdown journaled as interrupted with what the execution did
         (the watchers were shown that row already)."""

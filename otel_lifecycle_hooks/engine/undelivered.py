@@ -1,10 +1,12 @@
 """Deliveries that did not finish: a run's grace period ended while they were still queued
-(`dropped`), or the engine shut down while one was still in flight (`interrupted`: it may
-have reached its target, or not).
+(`dropped`, error type `NotDelivered`), or the engine shut down while one was still in flight
+(`interrupted`, error type `interrupted`: it may have reached its target, or not; the form a
+run cut short by the operator records itself, engine/policies.py).
 
 They are recorded like any execution (metrics, hook log, journal) with that outcome and the
 request, rendered and redacted, so that `replay` can send it with the same idempotency key (a
-receiver that saw it already can tell). No hook span is made here.
+receiver that saw it already can tell). An interrupted one is still running: its record is
+kept rewritable for its own end (`Observers.given_up`). No hook span is made here.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from ..render import RenderError, hook_id_header, render_action
 from ..template.model import HookSpec
 from .executor import HookExecutor
 from .model import Execution, LifecycleEvent, SessionInfo
+from .policies import INTERRUPTED
 from .request_record import request_record
 
 DROPPED = "dropped"
-INTERRUPTED = "interrupted"
 
 
 def record_undelivered(
@@ -48,10 +50,13 @@ def record_undelivered(
         duration=0.0,
         started_at=executor.clock.wall(),
         idempotency_key=hook_id,
-        error_type="NotDelivered" if outcome == DROPPED else "Interrupted",
+        error_type="NotDelivered" if outcome == DROPPED else INTERRUPTED,
         message=f"not delivered: {reason}" if outcome == DROPPED else f"interrupted: {reason}",
         request=request,
         agent_id=session.metadata.get("AGENT_ID"),
     )
-    executor.observers.execution(execution)
+    if outcome == INTERRUPTED:
+        executor.observers.given_up(execution)
+    else:
+        executor.observers.execution(execution)
     return execution

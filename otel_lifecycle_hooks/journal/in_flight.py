@@ -10,8 +10,9 @@ A `running` row whose run was killed stays `running`: readers show it as unfinis
 crash recovery does not count it as a hook that ran.
 
 An execution the engine's shutdown stopped waiting for is journaled as `interrupted` while it
-still runs (engine/dispatch.py); its row is kept here too, so that if it ends after all, before
-the journal closes, that row is rewritten with what it did, not joined by a second.
+still runs (engine/dispatch.py; `given_up`); its row is kept here too, so that if it ends after
+all, before the journal closes, that row is rewritten with what it did, not joined by a second.
+An execution whose own run was interrupted ends like any other (`record`), in the same form.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 
 from .base import Journal
 from .rows import (
-    INTERRUPTED,
     RUNNING,
     AttemptRow,
     ExecutionRow,
@@ -47,9 +47,9 @@ class InFlight:
         self._lock = threading.Lock()
         # Per execution in flight: its row's uid and how many of its attempts are journaled.
         self._rows: dict[_Key, tuple[str, int]] = {}
-        # The same, for those journaled as interrupted while they still run.
-        self._interrupted: dict[_Key, tuple[str, int]] = {}
-        # Held across a running row's write and an interrupted record's, which come from two
+        # The same, for those the shutdown gave up on and journaled while they still run.
+        self._given_up: dict[_Key, tuple[str, int]] = {}
+        # Held across a running row's write and a given-up record's, which come from two
         # threads (the hook's, the shutdown's): the second finds the first's row to rewrite.
         self._writing = threading.Lock()
 
@@ -71,7 +71,7 @@ class InFlight:
             try:
                 key = (session.session_id, hook.name, event.name, idempotency_key)
                 with self._lock:
-                    if key in self._interrupted:
+                    if key in self._given_up:
                         return  # its interrupted row stands until it ends
                     uid, written = self._rows.get(key) or (new_row_uid(), 0)
                 started_at = attempt_log[0].started_at
@@ -105,29 +105,32 @@ class InFlight:
 
     def record(self, execution: Any) -> int | None:
         """Journal an execution that ended: its in-flight row rewritten, or a new row."""
-        if execution.outcome == INTERRUPTED:
-            with self._writing:
-                return self._record(execution)
-        return self._record(execution)
+        return self._record(execution, given_up=False)
 
-    def _record(self, execution: Any) -> int | None:
+    def given_up(self, execution: Any) -> int | None:
+        """Journal an execution the shutdown stopped waiting for, as interrupted, while it
+        still runs: its in-flight row rewritten, or a new row, kept for its own end."""
+        with self._writing:
+            return self._record(execution, given_up=True)
+
+    def _record(self, execution: Any, given_up: bool) -> int | None:
         found = None
-        if self._rows or self._interrupted:  # the common case, nothing in flight, is one check
+        if self._rows or self._given_up:  # the common case, nothing in flight, is one check
             key = _key_of(execution)
             with self._lock:
-                found = self._rows.pop(key, None) or self._interrupted.pop(key, None)
-        if found is None and execution.outcome != INTERRUPTED:
+                found = self._rows.pop(key, None) or self._given_up.pop(key, None)
+        if found is None and not given_up:
             return self._journal.record(execution)
         uid, written = found or (new_row_uid(), 0)
         row = execution_row_of(execution)._replace(row_uid=uid)
         attempts = attempts_of(execution)[written:]
-        if execution.outcome == INTERRUPTED:
+        if given_up:
             # The shutdown's record knows of no attempt; the row it rewrites knows how many.
             row = row._replace(attempts=max(row.attempts, written))
-            # Journaled while it still runs (the shutdown gave up on it): its own end may come
-            # yet, and then rewrites this row. Kept before the write, which that end follows.
+            # Journaled while it still runs: its own end may come yet, and then rewrites this
+            # row. Kept before the write, which that end follows.
             with self._lock:
-                self._interrupted[_key_of(execution)] = (uid, written + len(attempts))
+                self._given_up[_key_of(execution)] = (uid, written + len(attempts))
         if found is None:
             return self._journal.record_execution(row, attempts)
         return self._journal.update_execution(row, attempts)

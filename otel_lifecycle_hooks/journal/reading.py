@@ -21,7 +21,9 @@ from typing import Any, Protocol
 
 from . import cells
 from .rows import (
+    EARLIER_INTERRUPTED_OUTCOMES,
     FAILED_OUTCOMES,
+    INTERRUPTED,
     UNFINISHED,
     AttemptRow,
     ExecutionRow,
@@ -293,8 +295,9 @@ def execution_filters(
             params.append(int(search))
         clauses.append(f"id IN ({' UNION '.join(found)})")
     if outcomes:
-        clauses.append(f"outcome IN ({', '.join('?' for _ in outcomes)})")
-        params.extend(outcomes)
+        clause, values = _outcomes_filter(outcomes)
+        clauses.append(clause)
+        params.extend(values)
     if since is not None:
         clauses.append("started_at >= ?")
         params.append(since)
@@ -302,6 +305,35 @@ def execution_filters(
         clauses.append("started_at < ?")
         params.append(until)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _outcomes_filter(outcomes: Sequence[str]) -> tuple[str, list[str]]:
+    """A clause and its parameters for the rows that read as one of `outcomes`
+    (`rows.read_outcome`): an interrupted delivery an earlier release journaled as failed or
+    timed out is found as `interrupted`, not as what it was written as."""
+    listed = f"outcome IN ({', '.join('?' for _ in outcomes)})"
+    if INTERRUPTED in outcomes:
+        also = [outcome for outcome in EARLIER_INTERRUPTED_OUTCOMES if outcome not in outcomes]
+        if not also:  # `failures`: every form is among the outcomes listed
+            return listed, list(outcomes)
+        # A union of index lookups, as `search`'s: an OR, or an IN that also took every
+        # failed row, has SQLite scan the whole table for a page.
+        found = [f"SELECT id FROM executions WHERE {listed}"] + [
+            f"SELECT id FROM executions WHERE outcome = '{outcome}'"
+            f" AND error_type = '{INTERRUPTED}'"
+            for outcome in also
+        ]
+        return f"id IN ({' UNION '.join(found)})", list(outcomes)
+    earlier = [outcome for outcome in EARLIER_INTERRUPTED_OUTCOMES if outcome in outcomes]
+    if earlier:
+        # A test of each row the outcome's index gives: a page reads no more than it shows.
+        written_as = ", ".join(f"'{outcome}'" for outcome in earlier)
+        return (
+            f"{listed} AND NOT (outcome IN ({written_as})"
+            f" AND COALESCE(error_type, '') = '{INTERRUPTED}')",
+            list(outcomes),
+        )
+    return listed, list(outcomes)
 
 
 def _count(value: int) -> int:

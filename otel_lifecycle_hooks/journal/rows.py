@@ -28,8 +28,14 @@ FAILED_OUTCOMES = ("failed", "timeout", "dropped", "interrupted")
 # An execution still being retried (`in_flight.py`): journaled at its first retry, rewritten
 # in place with its outcome when it ends. Not an outcome a finished execution ever has.
 RUNNING = "running"
-# The engine's shutdown stopped waiting for the delivery: it may have reached its target.
+# A delivery cut short, by the engine's shutdown (it stopped waiting for it) or by the operator
+# (`run`'s second signal): it may have reached its target. Its outcome and its error type.
 INTERRUPTED = "interrupted"
+# How earlier releases journaled one: its own run wrote `failed` (or `timeout`) with error
+# type `interrupted`, the shutdown `interrupted` with `Interrupted`. Such rows are read as
+# today's form (`read_outcome`, and the outcome filters of `reading.py`), not rewritten: a
+# fleet's older supervisors may still write them.
+EARLIER_INTERRUPTED_OUTCOMES = ("failed", "timeout")
 # The events whose hooks a killed session still owes, and the post-start that makes them owed:
 # the moment each began is journaled before its hooks are sent (it is their X-Scion-Hook-ID).
 OWED_EVENTS = ("pre-stop", "session-end")
@@ -55,7 +61,8 @@ class ExecutionRow(NamedTuple):
 
     hook: str
     event: str
-    outcome: str  # success | failed | timeout | skipped | refused | running (in flight)
+    # success | failed | timeout | dropped | interrupted | skipped | refused | running
+    outcome: str
     started_at: float  # unix seconds
     attempts: int = 1
     duration_ms: float = 0.0
@@ -259,14 +266,25 @@ def attempt_row(row: Any) -> AttemptRow:
     )
 
 
+def read_outcome(outcome: str, error_type: str | None) -> tuple[str, str | None]:
+    """The (outcome, error type) a journaled row means: an interrupted delivery, in this
+    release's form or an earlier one's, is `interrupted` both."""
+    if outcome == INTERRUPTED or (
+        outcome in EARLIER_INTERRUPTED_OUTCOMES and error_type == INTERRUPTED
+    ):
+        return INTERRUPTED, INTERRUPTED
+    return outcome, error_type
+
+
 def execution_row(row: Any) -> ExecutionRow:
     """From a database row (sqlite3.Row or a dict), read by column name (each cell as its
-    type: see `cells`)."""
+    type: see `cells`); an interrupted delivery in an earlier release's form as today's."""
+    outcome, error_type = read_outcome(text(row["outcome"]) or "", text(row["error_type"]))
     return ExecutionRow(
         id=integer(row["id"]),
         hook=text(row["hook"]) or "",
         event=text(row["event"]) or "",
-        outcome=text(row["outcome"]) or "",
+        outcome=outcome,
         started_at=number(row["started_at"]) or 0.0,
         attempts=integer(row["attempts"]) or 0,
         duration_ms=number(row["duration_ms"]) or 0.0,
@@ -274,7 +292,7 @@ def execution_row(row: Any) -> ExecutionRow:
         agent_id=text(row["agent_id"]) or "",
         http_status=integer(row["http_status"]),
         exit_code=integer(row["exit_code"]),
-        error_type=text(row["error_type"]),
+        error_type=error_type,
         message=text(row["message"]) or "",
         trace_id=text(row["trace_id"]),
         span_id=text(row["span_id"]),

@@ -1,5 +1,6 @@
-"""What `run` tells the operator: one line per hook that fails, is refused, retries or is
-dropped (every execution with `-v`, nothing with `-q`), and a summary when the run ends. The
+"""What `run` tells the operator: one line per hook that fails, is refused, is interrupted,
+retries or is dropped (every execution with `-v`, nothing with `-q`), and a summary when the
+run ends. The
 package's logged warnings come the same way (`-q`: only its errors).
 
 Where the lines go is decided once, at start: an agent that owns the terminal (its stdin and
@@ -31,7 +32,10 @@ HELD_LINES_LIMIT = 200
 SUMMARY_FAILURES_LIMIT = 5
 # A message (which may quote a response) is cut to this in a line.
 MESSAGE_LIMIT = 160
-PROBLEM_OUTCOMES = ("failed", "timeout", "refused")
+# An interrupted delivery (`run`'s second signal, or the shutdown's deadline) may not have
+# arrived: a line as for a failure, its own count in the summary.
+INTERRUPTED = "interrupted"
+PROBLEM_OUTCOMES = ("failed", "timeout", "refused", INTERRUPTED)
 # How a line is painted: a problem red, a warning (a retry, a drop) yellow.
 PROBLEM, WARNING = "problem", "warning"
 # Drops come by the thousand under a flood: one line for a hook's first drop of a reason, then
@@ -150,9 +154,12 @@ class RunReport(ExecutionWatcher):
         if not total and not dropped and not counts:
             return ""
         parts = [f"{counts.get('success', 0)} ok"]
-        problems = sum(counts.get(outcome, 0) for outcome in PROBLEM_OUTCOMES)
-        if problems:
-            parts.append(f"{problems} failed")
+        interrupted = counts.get(INTERRUPTED, 0)
+        failed = sum(counts.get(outcome, 0) for outcome in PROBLEM_OUTCOMES) - interrupted
+        if failed:
+            parts.append(f"{failed} failed")
+        if interrupted:
+            parts.append(f"{interrupted} interrupted")
         if counts.get("skipped"):
             parts.append(f"{counts['skipped']} skipped")
         if dropped:

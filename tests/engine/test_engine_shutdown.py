@@ -5,6 +5,7 @@ real journal file."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import textwrap
 import threading
@@ -14,6 +15,9 @@ from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_lifecycle_hooks.actions.base import AttemptResult
 from otel_lifecycle_hooks.engine import AgentSession, HookEngine
@@ -21,7 +25,8 @@ from otel_lifecycle_hooks.engine.clock import FakeClock
 from otel_lifecycle_hooks.engine.observers import ExecutionWatcher
 from otel_lifecycle_hooks.engine.runners import ActionServices, Attempt, builtin_runners
 from otel_lifecycle_hooks.engine.runners.http import HttpRunner
-from otel_lifecycle_hooks.journal import FAILED_OUTCOMES
+from otel_lifecycle_hooks.journal import FAILED_OUTCOMES, open_journal
+from otel_lifecycle_hooks.journal.views import list_executions
 from otel_lifecycle_hooks.telemetry.metrics import DROPPED, EXECUTIONS
 from otel_lifecycle_hooks.template.loader import load_template_text
 from tests.support.target_server import Reply, TargetServer
@@ -60,7 +65,7 @@ def test_a_shutdown_journals_the_delivery_in_flight_and_those_queued(
         ).fetchall()
     by_outcome = {outcome: (error, request, key) for outcome, error, request, key in rows}
     assert set(by_outcome) >= {"interrupted", "dropped"}
-    assert by_outcome["interrupted"][0] == "Interrupted"
+    assert by_outcome["interrupted"][0] == "interrupted"
     assert '\\"first\\"' in by_outcome["interrupted"][1]
     assert by_outcome["dropped"][0] == "NotDelivered"
     assert '\\"second\\"' in by_outcome["dropped"][1]
@@ -108,8 +113,107 @@ def test_an_interruption_that_wakes_a_blocking_hooks_retry_wait_is_journaled_as_
         [(outcome, error_type, message)] = db.execute(
             "SELECT outcome, error_type, message FROM executions WHERE hook = 'end-retry'"
         ).fetchall()
-    assert error_type == "interrupted", (outcome, error_type, message)
+    assert (outcome, error_type) == ("interrupted", "interrupted"), message
     assert "run interrupted before attempt 2" in message
+    session.end()
+
+
+def test_the_shutdown_and_the_run_itself_journal_an_interrupted_delivery_in_one_form(
+    tmp_path: Path, target_server: TargetServer
+) -> None:
+    # One situation, one form, whoever records it: a delivery the engine's shutdown stopped
+    # waiting for while it was in flight (recorded by the shutdown), and one the operator's
+    # second signal cut short in its retry wait (recorded by its own run), each read the same
+    # in the journal, the executions metric, the hook log and the page's status filter.
+    target_server.always("/slow", Reply.hang())
+    target_server.always("/busy", Reply.json(503, '{"error": "unavailable"}'))
+    reader = InMemoryMetricReader()
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    journal = tmp_path / "journal.sqlite3"
+    hook_log = tmp_path / "hooks.log"
+    template = load_template_text(
+        textwrap.dedent(
+            f"""
+            lifecycle_hooks:
+              - name: given-up
+                on: [tool-start]
+                timeout: 60s
+                action:
+                  type: http
+                  method: POST
+                  url: "{target_server.url("/slow")}"
+                  body: '{{}}'
+              - name: cut-short
+                on: [session-end]
+                blocking: true
+                on_error: retry
+                action:
+                  type: http
+                  method: POST
+                  url: "{target_server.url("/busy")}"
+                  body: '{{}}'
+            """
+        )
+    )
+    engine = HookEngine(
+        template,
+        journal=journal,
+        hook_log=hook_log,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        tracer_provider=tracer_provider,
+    )
+    session = AgentSession(engine, agent_name="agent")
+
+    class InterruptAtTheRetryWait(ExecutionWatcher):
+        def retrying(self, *_: object) -> None:  # told just before the wait begins
+            engine.executor.interrupted.set()
+            engine.executor.stopping.set()
+
+    engine.recorders.watch(InterruptAtTheRetryWait())
+    session.record("tool-start", {"TOOL_NAME": "first"})
+    target_server.wait_for(1)  # given-up is in flight: the target holds it
+    session.record("session-end", {"EXIT_CODE": "0"})  # cut-short ends, interrupted, first
+    engine.dispatcher.shutdown(0.0)  # gives up on given-up, still held
+
+    with sqlite3.connect(journal) as db:
+        found = db.execute("SELECT hook, outcome, error_type FROM executions").fetchall()
+    assert {hook: (outcome, error_type) for hook, outcome, error_type in found} == {
+        "given-up": ("interrupted", "interrupted"),
+        "cut-short": ("interrupted", "interrupted"),
+    }
+    reading = open_journal(journal)
+    try:
+        shown = list_executions(reading, outcomes=["interrupted"])
+    finally:
+        reading.close()
+    assert sorted((d["hook"], d["replayable"]) for d in shown) == [
+        ("cut-short", True),
+        ("given-up", True),
+    ]
+    assert _counted(reader, EXECUTIONS) == {
+        ("given-up", "interrupted"): 1,
+        ("cut-short", "interrupted"): 1,
+    }
+    engine.shutdown(1.0)  # the hook log flushed and closed
+    logged = {
+        hook: (_logged(line, "outcome"), _logged(line, "error"))
+        for line in hook_log.read_text().splitlines()
+        for hook in ("given-up", "cut-short")
+        if f"hook={hook} " in line
+    }
+    assert logged == {
+        "given-up": ("interrupted", "interrupted"),
+        "cut-short": ("interrupted", "interrupted"),
+    }
+    # The span keeps the contract's outcomes: failed, its error type saying why.
+    [span] = [s for s in spans.get_finished_spans() if s.name == "agent.lifecycle_hook cut-short"]
+    assert span.attributes is not None
+    assert (span.attributes["agent.lifecycle_hook.outcome"], span.attributes["error.type"]) == (
+        "failed",
+        "interrupted",
+    )
     session.end()
 
 
@@ -169,7 +273,7 @@ def test_a_delivery_that_ends_after_the_shutdown_gave_up_on_it_has_one_row_sayin
     assert held.started.wait(60.0)  # in flight, held
 
     engine.dispatcher.shutdown(0.0)  # gives up on it: its last call passes while it is held
-    assert [row[:2] for row in _rows(journal)] == [("interrupted", "Interrupted")]
+    assert [row[:2] for row in _rows(journal)] == [("interrupted", "interrupted")]
 
     held.release.set()  # it ends after all
     deadline = time.monotonic() + 60.0
@@ -237,7 +341,7 @@ def test_a_retrying_delivery_the_shutdown_gave_up_on_keeps_its_one_row_to_its_en
     assert _rows(journal) == [("running", None, 1)]
 
     engine.dispatcher.shutdown(0.0)
-    assert _rows(journal) == [("interrupted", "Interrupted", 1)]
+    assert _rows(journal) == [("interrupted", "interrupted", 1)]
 
     clock.release.set()
     deadline = time.monotonic() + 60.0
@@ -257,6 +361,12 @@ def _rows(journal: Path) -> list[tuple[Any, ...]]:
         return db.execute(
             "SELECT outcome, error_type, attempts FROM executions ORDER BY id"
         ).fetchall()
+
+
+def _logged(line: str, key: str) -> str | None:
+    """The value of `key` in a hook log line (`key=value`, its first)."""
+    found = re.search(rf" {key}=(\S+)", line)
+    return found.group(1) if found else None
 
 
 def _counted(reader: InMemoryMetricReader, name: str) -> dict[tuple[Any, ...], int]:

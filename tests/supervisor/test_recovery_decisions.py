@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from otel_lifecycle_hooks.journal import ExecutionRow, SessionRow, journal_location
+import pytest
+
+from otel_lifecycle_hooks.journal import ExecutionRow, Journal, SessionRow, journal_location
 from otel_lifecycle_hooks.supervisor import recovery
 from otel_lifecycle_hooks.supervisor.recovery import (
     earlier_run_gone,
@@ -63,6 +65,43 @@ def test_a_session_killed_in_pre_stop_owes_the_hooks_that_did_not_run_and_sessio
     assert [(o.event, o.timestamp, [h.name for h in o.hooks]) for o in owed] == [
         ("pre-stop", 10.0, ["drain"]),
         ("session-end", 11.0, ["farewell"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "error_type"),
+    [
+        ("interrupted", "interrupted"),
+        ("failed", "interrupted"),  # an earlier release's run recorded it
+        ("timeout", "interrupted"),
+        ("interrupted", "Interrupted"),  # an earlier release's shutdown recorded it
+    ],
+)
+def test_a_hook_the_session_journaled_as_interrupted_is_not_owed_again_in_any_form(
+    tmp_path: Path, outcome: str, error_type: str
+) -> None:
+    # It may have reached its target: `replay` re-sends it with its idempotency key, recovery
+    # does not fire it a second time. A hook whose row is still `running` stays owed.
+    journal = Journal(tmp_path / "journal.sqlite3")
+    for row in (
+        ExecutionRow(
+            "deregister", "pre-stop", outcome, 0.0, session_id="s1", error_type=error_type
+        ),
+        ExecutionRow("drain", "pre-stop", "running", 0.0, session_id="s1"),
+    ):
+        journal.record_execution(row)
+    assert journal.flush()
+    journaled = journal.executions(session_id="s1")
+    journal.close()
+    assert {(row.hook, row.outcome, row.error_type) for row in journaled} == {
+        ("deregister", "interrupted", "interrupted"), ("drain", "running", None),
+    }  # fmt: skip
+    owed = owed_events(
+        template(tmp_path), session(pre_stop_at=10.0, session_end_at=11.0), journaled
+    )
+    assert [(o.event, [h.name for h in o.hooks]) for o in owed] == [
+        ("pre-stop", ["drain"]),
+        ("session-end", ["farewell"]),
     ]
 
 

@@ -42,6 +42,30 @@ def test_the_summary_counts_every_delivery_and_names_each_failure() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "message",
+    ["run interrupted during attempt 1", "interrupted: still running at the shutdown deadline"],
+    ids=["its run recorded it", "the shutdown recorded it"],
+)
+def test_an_interrupted_delivery_has_a_line_and_its_own_count_whoever_recorded_it(
+    message: str,
+) -> None:
+    stream = io.StringIO()
+    report = RunReport(stream=stream, hold=False)
+    report.recorded(_execution("bad", "failed", exit_code=3), 8)
+    report.recorded(
+        _execution("notify", "interrupted", error_type="interrupted", message=message), 9
+    )
+    assert stream.getvalue().splitlines()[1] == (
+        f"otel-lifecycle-hooks: hook notify (session-end) interrupted in 250ms (history 9): "
+        f"{message}"
+    )
+    assert report.summary() == (
+        "2 deliveries: 0 ok, 1 failed, 1 interrupted: bad exit 3, history 8; "
+        "notify interrupted, history 9"
+    )
+
+
 def test_quiet_writes_nothing_and_verbose_writes_successes() -> None:
     quiet, loud = io.StringIO(), io.StringIO()
     for stream, level in ((quiet, QUIET), (loud, VERBOSE)):

@@ -205,8 +205,9 @@ def test_a_second_sigterm_while_session_end_hangs_ends_run_and_journals_the_hook
         journal.close()
     assert len(rows) == 1, rows
     assert rows[0].request is not None and rows[0].request["url"] == target_server.url("/hangs")
+    assert (rows[0].outcome, rows[0].error_type) == ("interrupted", "interrupted")
     assert rows[0].message == "run interrupted during attempt 1"
-    assert "hook notify-end (session-end) failed" in run.stderr
+    assert "hook notify-end (session-end) interrupted" in run.stderr
 
 
 def test_a_second_sigterm_while_a_hook_waits_to_retry_journals_it_as_interrupted(
@@ -233,5 +234,6 @@ def test_a_second_sigterm_while_a_hook_waits_to_retry_journals_it_as_interrupted
     finally:
         journal.close()
     assert len(rows) == 1, rows
+    assert (rows[0].outcome, rows[0].error_type) == ("interrupted", "interrupted")
     assert rows[0].message.startswith("run interrupted before attempt 2 of 4: HTTP 503"), rows
     assert "(history " in run.stderr and "run interrupted before attempt 2 of 4" in run.stderr
