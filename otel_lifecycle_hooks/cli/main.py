@@ -1,8 +1,8 @@
 """The `otel-lifecycle-hooks` command line.
 
 Each command lives in its own module exposing `add_parser(subparsers)` and `run(args) -> int`;
-a module imports what is heavy inside `run`, so building the parser stays cheap. `hook` is
-dispatched before argparse is even imported: a harness calls it on every event.
+a run imports only the module of the command it names. `hook` is dispatched before argparse
+is even imported: a harness calls it on every event.
 """
 
 from __future__ import annotations
