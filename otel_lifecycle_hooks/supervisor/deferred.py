@@ -30,6 +30,8 @@ class DeferredJournal:
         if journal is None:
             with self._lock:
                 if self._journal is None:
+                    # At first use, after the agent's start: the journal's modules and SQLite
+                    # are about 6 ms (-X importtime) that `run`'s spawn does not wait for.
                     from ..journal import journal_location, open_journal
 
                     location = journal_location(self._explicit or None, self._environ)
