@@ -6,7 +6,7 @@ fitted to the terminal's width. Escaping agent-controlled text and choosing colo
 from __future__ import annotations
 
 import os
-import shutil  # only a terminal pays for it
+import shutil
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field

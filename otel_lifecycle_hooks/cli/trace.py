@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import sys
-import textwrap  # only a failure's message pays for it
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
