@@ -135,7 +135,7 @@ def _most_recent(sessions: dict[str, Any]) -> dict[str, Any]:
 
 def _engine() -> Any:
     # Here, not at the top: an engine that cannot load is one clear line (EngineMissing), and
-    # `status` reads the state file without the engine (about 30 ms, -X importtime).
+    # an agent's `status` signal, sent with whatever python the agent has, needs no engine.
     try:
         from . import standalone
     except ImportError as exc:
