@@ -9,6 +9,7 @@ processor to the provider already in place.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 
@@ -50,7 +51,6 @@ def instrument() -> None:
     except Exception:
         logger.exception("lifecycle hooks from %s not loaded", template)
         return
-    import atexit
 
     # At exit, hooks still running must finish while the provider can export their spans:
     # exit handlers run last-registered first, so this runs before the provider's shutdown.

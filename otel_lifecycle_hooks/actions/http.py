@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import email.utils
 import heapq
 import itertools
 import logging
@@ -47,6 +48,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -733,8 +735,6 @@ def _classify_error(
 
 def _proxied(url: httpx.URL) -> bool:
     """Whether the environment names a proxy for `url`'s scheme (as httpx reads it)."""
-    import urllib.request
-
     if is_loopback_host(url.host):
         return False
     proxies = urllib.request.getproxies()
@@ -753,8 +753,6 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     try:
         seconds = float(value)
     except ValueError:
-        import email.utils  # the HTTP-date form only
-
         try:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):

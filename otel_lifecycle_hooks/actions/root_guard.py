@@ -36,6 +36,7 @@ Pure reads (`os.stat`, at most one read of a script's first line); no state.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -491,7 +492,6 @@ def _mode(info: os.stat_result) -> str:
 def _names_another_user(user: str | None) -> bool:
     if user is None:
         return False
-    import pwd
 
     try:
         return pwd.getpwnam(user).pw_uid != 0

@@ -116,7 +116,7 @@ class Credentials:
         missing = gcp_missing(auth.type)
         if missing is not None:  # the `gcp` extra brings google-auth; the attempt fails, told why
             raise AuthError(missing, error_type=CREDENTIALS_UNAVAILABLE)
-        # google-auth is imported only when a hook first needs it
+        # The [gcp] extra's google-auth, imported when a hook first needs a Google token.
         from .gcp import (
             CREDENTIALS_ENV,
             DEFAULT_REQUEST_TIMEOUT,

@@ -6,6 +6,8 @@ fitted to the terminal's width. Escaping agent-controlled text and choosing colo
 from __future__ import annotations
 
 import os
+import shutil
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
@@ -50,7 +52,6 @@ def output_width(stream: IO[str], environ: Mapping[str, str] | None = None) -> i
             return None
     except (AttributeError, ValueError):
         return None
-    import shutil  # only a terminal pays for it
 
     return shutil.get_terminal_size((80, 24)).columns
 
@@ -102,7 +103,6 @@ class TableLayout:
             )
         if not parts:
             return ""
-        import textwrap
 
         return textwrap.fill(f"({'; '.join(parts)})", width=self.width or 10_000)
 

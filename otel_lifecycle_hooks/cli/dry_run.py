@@ -31,13 +31,18 @@ from ..render import (
     hook_id_header,
     render_action,
 )
+from ..systems import load_templates
+from ..template.checks import script_problem
 from ..template.model import AuthSpec, HookSpec, Template
+from ..template.problems import TemplateError, did_you_mean
 from ..template.secrets import secret_names_for
 from ..variables import (
     EVENT_VARIABLES,
     METADATA_VARIABLES,
+    Reference,
     Variables,
     format_timestamp,
+    parse_template,
 )
 
 EXIT_OK = 0
@@ -156,8 +161,6 @@ def dry_run(
 ) -> int:
     """Render what `event` would make the templates' hooks do; see the module docstring."""
     if event not in events.ALL_EVENTS:
-        from ..template.problems import did_you_mean
-
         hint = did_you_mean(event, events.TEMPLATE_EVENTS + events.RUNTIME_EVENTS)
         err.write(
             f"error: unknown event {event!r}{hint}\n"
@@ -173,14 +176,13 @@ def dry_run(
             return EXIT_USAGE
         overrides[match.group(1)] = match.group(2)
     if execute:
+        # Not at the top: only --execute needs the engine, and without it a dry run still
+        # renders (test_execute_exits_2_when_the_engine_cannot_be_loaded).
         try:
             import otel_lifecycle_hooks.engine  # noqa: F401
         except ImportError as exc:
             err.write(f"error: --execute needs the hook engine, which cannot be loaded: {exc}\n")
             return EXIT_USAGE
-
-    from ..systems import load_templates
-    from ..template.problems import TemplateError
 
     try:
         template = load_templates(list(template_paths))
@@ -397,8 +399,6 @@ def preview_hook(hook: HookSpec, context: DryRunContext) -> HookPreview:
 
 def _sources(hook: HookSpec, variables: Variables, context: DryRunContext) -> dict[str, str]:
     """Every variable the action references, and where its value would come from."""
-    from ..variables import Reference, parse_template
-
     action = hook.action
     texts = [action.url or "", action.body or "", *action.headers.values()]
     texts += [*action.command, *action.env.values()]
@@ -416,7 +416,6 @@ def _sources(hook: HookSpec, variables: Variables, context: DryRunContext) -> di
 def _script_problem(hook: HookSpec) -> str | None:
     if hook.action.type != "script":
         return None
-    from ..template.checks import script_problem
 
     return script_problem(hook.action.command)
 
@@ -554,6 +553,7 @@ def _execute(template: Template, context: DryRunContext, err: TextIO) -> int:
     """Fire the event once through the real engine, with the dry run's variables, and report
     each hook's outcome (also recorded in the hook log and the journal)."""
     try:
+        # --execute only, as above: the engine's executor, dispatcher and HTTP stack.
         from ..engine import HookEngine, SessionInfo
         from ..engine.model import Execution
         from ..engine.observers import ExecutionCallback

@@ -28,6 +28,15 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..harness import socket_client
+from ..harness.install import HARNESSES, InstallError, Scope, fail_closed_events, plan
+from ..loopback import is_loopback_host
+from ..template.loader import load_templates
+from ..template.problems import TemplateError
 
 EXIT_PROBLEM = 1
 EXIT_CONFIG = 2
@@ -36,8 +45,6 @@ PING_WAIT_S = 2.0
 
 def add_parser(subparsers: Any) -> None:
     """Register the `harness` command and its three actions."""
-    from ..harness.install import HARNESSES
-
     parser = subparsers.add_parser(
         "harness",
         help="install, remove or check a harness's hook configuration",
@@ -72,8 +79,6 @@ def run(args: Any) -> int:
 
 
 def _scope(args: Any) -> Any:
-    from ..harness.install import InstallError, Scope
-
     home = Path(os.environ.get("HOME") or Path.home())
     project = None
     if getattr(args, "project", None):
@@ -82,17 +87,11 @@ def _scope(args: Any) -> Any:
             raise InstallError(f"--project {args.project}: not a directory")
     fail_closed = None
     if getattr(args, "template", None):
-        from ..harness.install import fail_closed_events
-        from ..template.loader import load_templates
-
         fail_closed = fail_closed_events(load_templates([args.template]))
     return Scope(home=home, project=project, environ=dict(os.environ), fail_closed=fail_closed)
 
 
 def _install(args: Any) -> int:
-    from ..harness.install import InstallError, plan
-    from ..template.problems import TemplateError
-
     try:
         change = plan(args.harness_action, args.name, _scope(args))
         if not args.dry_run:
@@ -145,8 +144,6 @@ def _doctor(args: Any) -> int:
 
 def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, Any]:
     """Every check of `harness doctor`, as data."""
-    from ..harness import socket_client
-
     checks: list[dict[str, Any]] = []
     result: dict[str, Any] = {"checks": checks}
 
@@ -253,8 +250,6 @@ def diagnose(environ: dict[str, str], harness: str | None = None) -> dict[str, A
 def _claude_http_route(environ: dict[str, str], harness: str) -> bool:
     """Whether Claude Code's hooks come by the session's HTTP route alone: the settings
     the supervisor wrote for `--settings` exist and no command hook is installed."""
-    from ..harness.install import InstallError, Scope, plan
-
     if not environ.get("LIFECYCLE_HOOKS_CLAUDE_SETTINGS"):
         return False
     home = Path(environ.get("HOME") or Path.home())
@@ -278,10 +273,6 @@ def _sandbox_hint(error: OSError, harness: str | None, environ: dict[str, str]) 
 
 
 def _is_loopback_url(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    from ..loopback import is_loopback_host
-
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -292,8 +283,6 @@ def _is_loopback_url(url: str) -> bool:
 
 
 def _received(url: str, token: str) -> int | None:
-    import httpx
-
     try:
         # trust_env=False: a proxy from the environment must never see the session token.
         with httpx.Client(trust_env=False, timeout=1.0) as client:
@@ -311,8 +300,6 @@ def _received(url: str, token: str) -> int | None:
 def _check_installed(
     harness: str, environ: dict[str, str], add: Any, result: dict[str, Any]
 ) -> None:
-    from ..harness.install import InstallError, Scope, plan
-
     home = Path(environ.get("HOME") or Path.home())
     try:
         pending = plan("install", harness, Scope(home=home, environ=environ))

@@ -25,15 +25,29 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ..journal import AttemptRow, ExecutionRow
-    from ..journal.base import Journal
-    from .console import Step, TableLayout
+from ..journal import FAILED_OUTCOMES, AttemptRow, ExecutionRow, journal_location, open_journal
+from ..journal.base import Journal
+from ..journal.retention import retention_from
+from ..journal.rows import RUNNING
+from ..journal.views import attempt_dict, execution_dict, visible_execution, visible_executions
+from ..template.durations import DurationError, parse_duration
+from .console import (
+    DIM,
+    EXIT_NOTHING,
+    EXIT_USAGE,
+    OUTCOME_COLOURS,
+    Step,
+    TableLayout,
+    escape_control,
+    fit_table,
+    output_width,
+    paint,
+    wants_colour,
+)
 
 DEFAULT_LIMIT = 20
 FOLLOW_INTERVAL = 1.0  # seconds between two reads of the journal under --follow
@@ -133,8 +147,6 @@ def add_filter_options(parser: argparse.ArgumentParser, outcomes: tuple[str, ...
 
 def since_time(text: str) -> float:
     """`--since`: a duration back from now, or an RFC 3339 moment; unix seconds."""
-    from ..template.durations import DurationError, parse_duration
-
     try:
         return time.time() - parse_duration(text)
     except DurationError:
@@ -153,16 +165,11 @@ def since_time(text: str) -> float:
 def journal_path(args: argparse.Namespace) -> Path | str:
     """--journal, else the environment's or the default location: a SQLite file's path, or
     a PostgreSQL URL."""
-    from ..journal import journal_location
-
     return journal_location(args.journal or None, os.environ)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the executions (or one, with `show`); exit 1 when there is nothing to read."""
-    from ..journal import open_journal
-    from .console import EXIT_NOTHING, EXIT_USAGE
-
     execution_id: int | None = None
     if args.show not in (None, "show") or (args.show is None and args.id is not None):
         word = args.show if args.show is not None else args.id
@@ -214,7 +221,6 @@ def run(args: argparse.Namespace) -> int:
         names = agent_names(journal, rows)
     finally:
         journal.close()
-    from .console import output_width, wants_colour
 
     if args.json:
         print(json.dumps([row._asdict() for row in rows], indent=2))
@@ -254,9 +260,6 @@ def select_rows(
 ) -> list[ExecutionRow]:
     """The newest `limit` executions that pass every filter given and the journal's
     retention (the environment's, unless `retention` is given)."""
-    from ..journal import FAILED_OUTCOMES
-    from ..journal.views import visible_executions
-
     outcomes = tuple(statuses or ())
     if failed_only:
         outcomes = (
@@ -325,8 +328,6 @@ def table(
     a note under them naming what was left out; control characters escaped (a hook's message
     or error may quote what an endpoint or the agent wrote), outcomes coloured when `colour`.
     `layout` (from `follow_layout`) keeps the columns of successive calls aligned."""
-    from .console import escape_control, fit_table
-
     if not rows and header:
         return "no executions recorded"
     names = agent_names or {}
@@ -339,8 +340,6 @@ def table(
 
 
 def _outcome_painter(colour: bool) -> Callable[[int, str, str], str] | None:
-    from .console import OUTCOME_COLOURS, paint
-
     if not colour:
         return None
     outcome = _COLUMNS.index("OUTCOME")
@@ -361,8 +360,6 @@ def fitting_steps() -> list[Step]:
     leaves empty, a shorter STARTED, then ERROR cut, then ATTEMPTS, REPLAY_OF, DURATION,
     SESSION and AGENT left out in turn, hook and event names cut. Ids (ID, SESSION, REPLAY_OF
     and an agent's short id) are never cut; `history show ID` and `--json` have everything."""
-    from .console import Step
-
     return [
         Step("omit", "REPLAY_OF", when_all="-"),
         Step("omit", "ERROR", when_all="-"),
@@ -426,9 +423,6 @@ def _cells(row: ExecutionRow, names: dict[str, str]) -> tuple[str, ...]:
 
 def _follow(journal: Journal, args: argparse.Namespace) -> int:
     """The newest matching rows, then every new one, until Ctrl-C (exit 0)."""
-    from ..journal.rows import RUNNING
-    from .console import output_width, wants_colour
-
     colour = wants_colour(sys.stdout)
     layout = follow_layout(output_width(sys.stdout))
 
@@ -479,8 +473,6 @@ def _follow(journal: Journal, args: argparse.Namespace) -> int:
 def follow_layout(width: int | None) -> TableLayout:
     """The columns of `--follow`, fixed at its start, wide enough for most rows so that later
     rows line up: RESULT fits "http 200", ERROR "ConnectError"."""
-    from .console import fit_table
-
     least = [len(column) for column in _COLUMNS]
     for index, wide in (
         (1, 20), (2, SHORT_ID), (3, SHORT_ID), (4, 16), (5, 14), (8, 8), (9, 8), (10, 12)
@@ -500,10 +492,6 @@ def _newest_id(journal: Any) -> int:
 
 
 def _show(journal: Journal, execution_id: int, args: argparse.Namespace) -> int:
-    from ..journal.retention import retention_from
-    from ..journal.views import execution_dict, visible_execution
-    from .console import EXIT_NOTHING, wants_colour
-
     retention = retention_from(os.environ)
     row = visible_execution(journal, execution_id, retention)
     if not journal.healthy:
@@ -521,8 +509,6 @@ def _show(journal: Journal, execution_id: int, args: argparse.Namespace) -> int:
     attempts = journal.attempts(row.row_uid)
     session = journal.session(row.session_id) if row.session_id else None
     if args.json:
-        from ..journal.views import attempt_dict
-
         shown = execution_dict(row)
         shown["agent_name"] = session.agent_name if session is not None else ""
         # As journal.views.get_execution: the list under "attempts", the count beside it.
@@ -538,7 +524,6 @@ def describe(
     row: ExecutionRow, attempts: list[AttemptRow], session: Any = None, colour: bool = False
 ) -> str:
     """One execution and its attempts as text, every value escaped: the endpoint wrote some."""
-    from .console import DIM, OUTCOME_COLOURS, escape_control, paint
 
     def e(value: object) -> str:
         return escape_control(value)

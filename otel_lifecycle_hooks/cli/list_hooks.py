@@ -12,11 +12,23 @@ import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ..template.model import HookSpec, Template
-    from .console import Step
+from ..journal import Journal
+from ..systems import load_templates
+from ..template.durations import format_duration
+from ..template.model import HookSpec, Template
+from ..template.problems import TemplateError
+from .console import (
+    OUTCOME_COLOURS,
+    Step,
+    escape_control,
+    fit_table,
+    output_width,
+    paint,
+    shorten,
+    wants_colour,
+)
 
 JOURNAL_ENV = "OTEL_LIFECYCLE_HOOKS_JOURNAL"
 RECENT_LIMIT = 5
@@ -64,9 +76,6 @@ def default_journal_path() -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the hooks table (or JSON); exit 1 when the templates do not load."""
-    from ..systems import load_templates
-    from ..template.problems import TemplateError
-
     try:
         template = load_templates(args.templates)
     except TemplateError as exc:
@@ -83,13 +92,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(template, recent), indent=2, default=str))
     else:
-        from .console import output_width
-
         width = output_width(sys.stdout)
         print(_table(template, width))
         if recent is not None:
-            from .console import wants_colour
-
             print()
             print(_recent_text(recent, colour=wants_colour(sys.stdout), width=width))
     return 0
@@ -97,8 +102,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _table(template: Template, width: int | None = None) -> str:
     """The hooks as aligned columns within `width` (None: no limit), as `_fitting_steps` says."""
-    from .console import escape_control, fit_table
-
     rows = [tuple(escape_control(cell) for cell in _row(hook)) for hook in template.hooks]
     layout = fit_table(_COLUMNS, rows, width, _fitting_steps())
     lines = layout.lines(rows)
@@ -113,8 +116,6 @@ def _fitting_steps() -> list[Step]:
     its default (named in a note), then TARGET cut, then on a line of its own under its hook,
     EVENTS cut, then the policy columns left out, ENABLED last. A hook's name is never cut:
     it is what `history --hook` and `replay` take."""
-    from .console import Step
-
     return [
         Step("omit", "ENABLED", when_all="yes"),
         Step("omit", "ON_ERROR", when_all="log"),
@@ -134,8 +135,6 @@ def _fitting_steps() -> list[Step]:
 
 
 def _row(hook: HookSpec) -> tuple[str, ...]:
-    from ..template.durations import format_duration
-
     target = _target(hook)
     if len(target) > _TARGET_WIDTH:
         target = target[: _TARGET_WIDTH - 1] + "…"
@@ -225,10 +224,6 @@ def _recent_executions(path: str, names: Sequence[str]) -> dict[str, list[Any]] 
     if not os.path.isfile(path):
         return None
     try:
-        from ..journal import Journal  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    try:
         journal = Journal(path)
         try:
             return {
@@ -245,8 +240,6 @@ def _recent_text(
     recent: Mapping[str, list[Any]], colour: bool = False, width: int | None = None
 ) -> str:
     """Each hook's recent executions, a line each, cut to `width` (the error type last)."""
-    from .console import OUTCOME_COLOURS, escape_control, paint, shorten
-
     lines = ["RECENT EXECUTIONS"]
     for name, records in recent.items():
         lines.append(f"{name}:")

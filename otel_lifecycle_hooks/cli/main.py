@@ -1,8 +1,8 @@
 """The `otel-lifecycle-hooks` command line.
 
 Each command lives in its own module exposing `add_parser(subparsers)` and `run(args) -> int`;
-a module imports what is heavy inside `run`, so building the parser stays cheap. `hook` is
-dispatched before argparse is even imported: a harness calls it on every event.
+a run imports only the module of the command it names. `hook` is dispatched before argparse
+is even imported: a harness calls it on every event.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import sys
 
 from ..errors import LifecycleHooksError
+from ..version import __version__
 
 EXIT_CONFIG = 2  # a setting or an install that cannot work: what the message says to change
 EXIT_USAGE = 2  # as argparse exits on a command line it cannot parse
@@ -45,6 +46,8 @@ COMMANDS: dict[str, str] = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "hook" and "-h" not in args and "--help" not in args:
+        # Here, not at the top: `hook`'s module (about 0.3 ms of `run`'s start, -X importtime)
+        # only for `hook`, which never builds the parser below.
         from .hook import main as hook_main
         from .hook import run_command
 
@@ -58,10 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser(names: Iterable[str]) -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
     """The command line's parser with the commands `names` (from COMMANDS), and their modules.
     `completion` builds it with every command; a run builds it with the one it names."""
+    # Here, not at the top: the parser's modules (argparse, importlib, the examples), about
+    # 2 ms of every harness event's `hook` (-X importtime), which never builds a parser.
     import argparse
     import importlib
 
-    from .. import __version__
     from .examples import attach_examples
 
     parser = argparse.ArgumentParser(
@@ -87,7 +91,7 @@ def build_parser(names: Iterable[str]) -> tuple[argparse.ArgumentParser, dict[st
 
 def unknown_command(word: str) -> str:
     """The one line for a first word that is no command, naming the nearest ones."""
-    import difflib
+    import difflib  # a mistyped command only: about 0.8 ms of every start (-X importtime)
 
     near = difflib.get_close_matches(word, COMMANDS, n=3, cutoff=0.6)
     if not near:
@@ -97,7 +101,7 @@ def unknown_command(word: str) -> str:
 
 
 def _run_parsed(args: list[str], own_process: bool = False) -> int:
-    import gc
+    import gc  # not `hook`'s: the hook path imports nothing it does not use (0.04 ms)
 
     if args and not args[0].startswith("-") and args[0] not in COMMANDS:
         print(unknown_command(args[0]), file=sys.stderr)

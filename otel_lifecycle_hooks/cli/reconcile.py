@@ -42,8 +42,26 @@ from pathlib import Path
 from typing import Any
 
 from .. import confinement
+from .. import events as ev
+from ..engine.destination import (
+    journaled_metadata,
+    journaled_variables,
+    operator_metadata,
+    unsupplied,
+)
+from ..engine.engine import HookEngine
+from ..journal import open_journal
 from ..journal.base import Journal
+from ..journal.seal import JournalKeyError, journal_key, unvouched
+from ..supervisor import recovery
+from ..systems import load_templates
+from ..telemetry.metrics import JournalLosses
+from ..telemetry.setup import configure_telemetry
+from ..template.durations import DurationError, parse_duration
+from ..template.problems import TemplateError
 from ..variables import format_unix_timestamp
+from .history import add_journal_option, journal_path
+from .replay import operator_templates
 
 log = logging.getLogger("otel_lifecycle_hooks.reconcile")
 
@@ -54,8 +72,6 @@ MAX_CONCURRENCY = 64
 
 def add_parser(subparsers: Any) -> None:
     """Register the `reconcile` command."""
-    from .history import add_journal_option
-
     parser = subparsers.add_parser(
         "reconcile",
         help="run the owed pre-stop and session-end hooks of sessions whose supervisor died",
@@ -108,11 +124,6 @@ def _concurrency(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..journal import open_journal
-    from ..journal.seal import JournalKeyError, journal_key
-    from ..template.durations import DurationError, parse_duration
-    from .history import journal_path
-
     try:
         stale_after = parse_duration(args.stale_after)
         interval = parse_duration(args.interval)
@@ -165,10 +176,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _named_template(args: argparse.Namespace) -> Any:
     """The template the operator named, loaded; or the exit code when there is none."""
-    from ..systems import load_templates
-    from ..template.problems import TemplateError
-    from .replay import operator_templates
-
     paths = operator_templates(args.template, os.environ)
     if not paths:
         print(
@@ -201,8 +208,6 @@ def reconcile_pass(
     ran it and whose rows are sealed under `key`, up to `concurrency` at once; a report per
     session acted on, refused or left for another template (and, in a dry run, per session
     that would be, or is left alone), in the order the sessions started."""
-    from ..supervisor import recovery
-
     here = recovery.process_namespace()
     digests = recovery.template_digests(template)
     # The journal's clock, read before its rows: a heartbeat written meanwhile is only newer.
@@ -240,9 +245,6 @@ def _reconcile_session(
 ) -> dict[str, Any] | None:
     """What a pass does with one unfinished session; its report, or None when there is
     nothing to say (alive outside a dry run, or taken by another reconciler)."""
-    from ..journal.seal import unvouched
-    from ..supervisor import recovery
-
     gone, why = recovery.earlier_run_gone(
         row, here=here, now=clock.now, stale_after=stale_after,
         require_stale_heartbeat=True, alive_since=clock.alive_since,
@@ -287,9 +289,6 @@ def _reconcile_session(
 def _unsupplied(journal: Any, row: Any, template: Any) -> str:
     """Why `row` cannot be recovered from here: the variables deciding where one of its owed
     hooks' requests goes that this environment does not set ("" when none)."""
-    from ..engine.destination import operator_metadata, unsupplied
-    from ..supervisor import recovery
-
     operator = operator_metadata(template, os.environ)
     journaled = journal.executions(session_id=row.session_id)
     missing = [
@@ -304,11 +303,6 @@ def _unsupplied(journal: Any, row: Any, template: Any) -> str:
 
 def _recover(journal: Journal, row: Any, template: Any) -> Any:
     """Send `row`'s owed hooks; the recovery.Recovery of it (what was sent, what failed)."""
-    from ..engine.destination import journaled_metadata, journaled_variables, operator_metadata
-    from ..engine.engine import HookEngine
-    from ..supervisor import recovery
-    from ..telemetry.metrics import JournalLosses
-
     # The session's journaled values fill only what this environment does not set, and only
     # as content: the agent may have written them, so none decides where a request goes,
     # what runs, which credential is attached, or this process's own settings.
@@ -348,9 +342,6 @@ def _recover(journal: Journal, row: Any, template: Any) -> Any:
 def _telemetry(template: Any, environ: dict[str, str], row: Any) -> Any:
     """The session's telemetry set-up from OTEL_*, so that recovered hooks have their spans
     (under the session's agent attributes); None when it cannot be built."""
-    from .. import events as ev
-    from ..telemetry.setup import configure_telemetry
-
     resource = {
         attr: row.metadata[name]
         for name, attr in ev.METADATA_ATTRIBUTES.items()

@@ -32,7 +32,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from ..journal import FAILED_OUTCOMES, open_journal
+from ..replay import Replayer
+from ..telemetry.setup import configure_telemetry
+from .console import escape_control
 from .history import (
     add_filter_options,
     add_journal_option,
@@ -41,9 +46,6 @@ from .history import (
     journal_path,
     session_ids,
 )
-
-# What replay may re-send (journal.FAILED_OUTCOMES, not imported: building the parser stays cheap).
-_REPLAYABLE = ("failed", "timeout", "dropped", "interrupted")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -61,7 +63,7 @@ def add_parser(subparsers: Any) -> None:
         "--failed", "--all-failed", dest="all_failed", action="store_true",
         help="every failed delivery not yet replayed (`history --failed`'s list)",
     )  # fmt: skip
-    add_filter_options(parser, outcomes=_REPLAYABLE)
+    add_filter_options(parser, outcomes=FAILED_OUTCOMES)  # what replay may re-send
     add_last_option(parser, None)
     parser.add_argument(
         "--template", "-t", action="append", default=[], metavar="FILE",
@@ -77,9 +79,6 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay the chosen rows and print each outcome."""
-    from ..journal import open_journal
-    from ..replay import Replayer
-
     filtered = any(
         value is not None
         for value in (
@@ -150,8 +149,6 @@ def replay_telemetry(command: str) -> Any:
     """The telemetry a replay's hook span and metrics go to, from this command's OTEL_* (the
     local trace file when no exporter is named), as a delivery's; None when it cannot be
     built: telemetry never stops a replay."""
-    from ..telemetry.setup import configure_telemetry
-
     try:
         return configure_telemetry(None, os.environ)
     except Exception as exc:  # noqa: BLE001 - telemetry never stops a replay
@@ -174,8 +171,6 @@ def operator_templates(given: Sequence[str], environ: Mapping[str, str]) -> list
 def shown_location(location: str) -> str:
     """--journal as the operator gave it, but a URL's password left out: it goes into a
     message."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(location)
         password = parts.password
@@ -190,8 +185,6 @@ def shown_location(location: str) -> str:
 def _line(outcome: Any) -> str:
     """One outcome's line, escaped: its hook, event and message come from the journal and
     the endpoint."""
-    from .console import escape_control
-
     target = f"#{outcome.source_id} {outcome.hook}/{outcome.event}"
     result = outcome.outcome
     if outcome.status_code is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..template.schema import lifecycle_hooks_schema, template_file_schema
+
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `schema`."""
@@ -23,8 +25,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Print the schema as indented JSON."""
-    from ..template.schema import lifecycle_hooks_schema, template_file_schema
-
     schema = lifecycle_hooks_schema() if args.hooks_only else template_file_schema()
     print(json.dumps(schema, indent=2, ensure_ascii=False))
     return 0

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..harness import socket_client, without_supervisor
+
 # The message used when none is given, as sciontool words it.
 DEFAULT_MESSAGES: dict[str, str] = {
     "ask_user": "Input requested",
@@ -61,6 +63,8 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: Any) -> int:
     """Send the signal; 0 when delivered, 1 when nothing could take it."""
+    # The listings only, not at the top: an agent sends its signal with whatever python it
+    # has, and the signal's path needs the standard library alone (the listing needs the SDK).
     if args.signal is None and args.json:
         from ..supervisor.running import running_supervisors
 
@@ -72,13 +76,11 @@ def run(args: Any) -> int:
               "no signal", file=sys.stderr)  # fmt: skip
         return 2
     if args.signal is None:
-        from ..supervisor.running import describe_running
+        from ..supervisor.running import describe_running  # as above
 
         code, text = describe_running()
         print(text, file=sys.stdout if code == 0 else sys.stderr)
         return code
-    from ..harness import socket_client, without_supervisor
-
     message = " ".join(args.message).strip() or DEFAULT_MESSAGES[args.signal]
     try:
         socket_client.send_status(args.signal, message)

@@ -14,17 +14,25 @@ Every value the agent or an endpoint controls is shown with its control characte
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import events
-from .console import escape_control
+from ..telemetry.tracefile import (
+    TRACE_FILE_SUFFIX,
+    default_trace_dir,
+    newest_trace_file,
+    read_trace_file,
+)
+from .console import EXIT_NOTHING, EXIT_OK, escape_control, wants_colour
 
 OUTCOME_MARKS = {"success": "✓", "failed": "✗", "timeout": "⏱", "skipped": "–", "refused": "⊘"}
 EVENT_MARK = "◆"
@@ -74,9 +82,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..telemetry.tracefile import default_trace_dir, newest_trace_file, read_trace_file
-    from .console import EXIT_NOTHING, EXIT_OK, wants_colour
-
     path: Path | None = args.file
     if path is None:
         directory = default_trace_dir()
@@ -133,8 +138,6 @@ def newest_traces(spans: list[dict[str, Any]], count: int) -> list[dict[str, Any
 
 def _file_holding(trace_id: str, directory: Path) -> Path | None:
     """The newest trace file of `directory` with a span of a trace starting with `trace_id`."""
-    from ..telemetry.tracefile import TRACE_FILE_SUFFIX, read_trace_file
-
     wanted = trace_id.strip().rstrip("…").lower()
     if not wanted:
         return None
@@ -248,8 +251,6 @@ def _render_tree(root: _Node, width: int, color: bool) -> str:
 
 
 def _started(nanos: int) -> str:
-    import datetime
-
     if not nanos:
         return "?"
     moment = datetime.datetime.fromtimestamp(nanos / 1e9, tz=datetime.UTC)
@@ -261,7 +262,6 @@ def _wrap(text: str, width: int) -> list[str]:
     indent = text[: len(text) - len(text.lstrip())] + "  "
     body = escape_control(text.strip())
     room = max(width - len(indent), 20)
-    import textwrap  # only a failure's message pays for it
 
     # Between words; a word longer than the line (a URL) is cut where the line ends.
     parts = textwrap.wrap(body, room, break_on_hyphens=False) or [""]

@@ -18,12 +18,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..journal import open_journal
+from ..ui.server import NotLoopback, PageServer, serve
+from ..ui.views import BadQuery, trace_url_template
 from .history import add_journal_option, journal_path
+from .replay import operator_templates, replay_telemetry, shown_location
 
 # Where `--trace-url` is read from when it is not given.
 TRACE_URL_ENV = "LIFECYCLE_HOOKS_TRACE_URL"
@@ -68,12 +73,6 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the page until interrupted."""
-    import secrets
-
-    from ..journal import open_journal
-    from ..ui.server import NotLoopback, PageServer, serve
-    from .replay import operator_templates, replay_telemetry, shown_location
-
     trace_url = args.trace_url
     if trace_url is None and os.environ.get(TRACE_URL_ENV):
         try:
@@ -150,8 +149,6 @@ def _port(text: str) -> int:
 
 
 def _trace_url(text: str) -> str:
-    from ..ui.views import BadQuery, trace_url_template
-
     try:
         return trace_url_template(text.strip())
     except BadQuery as exc:

@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..systems import read_templates
+from ..template.checks import template_warnings
+from ..template.loader import TemplateReading, template_file, with_partial_hooks
+from ..template.model import Position
+from ..template.problems import Problem
+from ..template.validate import capture_warnings
+from ..variables import captured_variable_names
 from .console import GREEN, RED, YELLOW, paint, wants_colour
-
-if TYPE_CHECKING:
-    from ..template.loader import TemplateReading
-    from ..template.model import Position
-    from ..template.problems import Problem
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,9 +44,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print `ok: ...` or one line per problem."""
-    from ..systems import read_templates
-    from ..template.loader import template_file
-
     files = [template_file(path) for path in args.templates]
     reading = read_templates(args.templates)
     warnings = _warnings(reading)
@@ -100,11 +99,6 @@ def _warnings(reading: TemplateReading) -> list[Problem]:
     """The warnings of every hook, those with problems included (what of them read cleanly).
     A capture of a hook that failed its own rules is left out: its action may not have been
     read, and the author has its problems to fix first."""
-    from ..template.checks import template_warnings
-    from ..template.loader import with_partial_hooks
-    from ..template.validate import capture_warnings
-    from ..variables import captured_variable_names
-
     if reading.template is None:
         return []
     template = with_partial_hooks(reading.template, reading.partial_hooks)

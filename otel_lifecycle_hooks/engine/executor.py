@@ -107,7 +107,8 @@ class HookExecutor:
             return client
         with self._lazy_lock:
             if self._http_client is None:
-                # httpx only with the first HTTP attempt (engine/runners/http.py says why).
+                # httpx only with the first HTTP attempt: with its instrumentation, 180 ms or
+                # more of `run`'s start (engine/runners/http.py).
                 from ..actions.http import make_client
 
                 self._http_client = make_client(
@@ -121,7 +122,8 @@ class HookExecutor:
         """The token cache every attempt shares, made at its first use."""
         with self._lazy_lock:
             if self._credentials is None:
-                from ..auth.credentials import Credentials  # auth's strategies, when one is used
+                # auth's strategies when one is used: about 1 ms before the spawn (-X importtime)
+                from ..auth.credentials import Credentials
 
                 self._credentials = Credentials()
             return self._credentials

@@ -27,19 +27,20 @@ mapping produce no event.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import yaml
 
 from ..errors import LifecycleHooksError
 from ..events import RUNTIME_EVENTS
 from ..reported import allowed_fields
 from .normalized import ERROR_MESSAGE, NormalizedEvent, as_text
-
-if TYPE_CHECKING:
-    import yaml
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_ALIASES = {"error": ERROR_MESSAGE}
@@ -114,8 +115,6 @@ def resolve(value: Any, path: tuple[str, ...]) -> Any:
 
 def load_dialect_file(path: str | Path) -> MappingDialect:
     """Read and check a dialect file; every problem raises `DialectFileError` naming the file."""
-    import yaml  # only data-driven dialects pay for the YAML parser
-
     try:
         text = _read_bounded(Path(path))
         document = yaml.load(text, Loader=_loader_without_aliases())
@@ -127,9 +126,6 @@ def load_dialect_file(path: str | Path) -> MappingDialect:
 def _read_bounded(path: Path) -> str:
     """The file's text: a regular file of at most `MAX_DIALECT_BYTES`, opened without blocking
     (whoever wrote the hook configuration may name a FIFO or a device)."""
-    import os
-    import stat
-
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     with open(descriptor, "rb") as handle:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -143,7 +139,6 @@ def _read_bounded(path: Path) -> str:
 def _loader_without_aliases() -> type[yaml.SafeLoader]:
     """yaml.SafeLoader refusing aliases: a few nested aliases expand exponentially once the
     document is walked (a `responses:` value is serialized), and a dialect needs none."""
-    import yaml  # already loaded by the caller; the dialect-free hook path never gets here
 
     class NoAliasLoader(yaml.SafeLoader):
         def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:

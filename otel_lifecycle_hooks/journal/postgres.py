@@ -696,7 +696,7 @@ class PostgresJournal(JournalReader):
         return adopted
 
     def _write_loop(self) -> None:
-        import psycopg
+        import psycopg  # the [postgres] extra: only a postgresql:// journal needs it
 
         failures = 0
         while True:
@@ -796,7 +796,7 @@ class PostgresJournal(JournalReader):
         """One transaction for the batch. A write the database refuses (not a connection
         failure) must not hold up the rest: the batch is then written one by one, and each
         refused write is reported and left out."""
-        import psycopg
+        import psycopg  # the [postgres] extra: only a postgresql:// journal needs it
 
         try:
             with db.transaction(), db.cursor() as cursor:
@@ -878,7 +878,7 @@ class PostgresJournal(JournalReader):
         """One read or claim (`?` placeholders) on the shared connection; [] when it fails.
         A claim names the session whose row it locks (`locked_row`): it waits at most
         `CLAIM_LOCK_WAIT` for that lock, and [] when it was held longer."""
-        import psycopg
+        import psycopg  # the [postgres] extra: only a postgresql:// journal needs it
 
         with self._db_lock:
             try:
@@ -942,7 +942,7 @@ class PostgresJournal(JournalReader):
                 self._db_lock.release()
 
     def _connect(self) -> Any:
-        import psycopg
+        import psycopg  # the [postgres] extra: only a postgresql:// journal needs it
         from psycopg.rows import dict_row
 
         db = psycopg.connect(

@@ -42,6 +42,8 @@ class DeferredJournal:
             with self._lock:
                 journal = self._journal
                 if journal is None:
+                    # At first use, after the agent's start: the journal's modules and SQLite
+                    # are about 6 ms (-X importtime) that `run`'s spawn does not wait for.
                     from ..journal import journal_location, open_journal
 
                     location = journal_location(self._explicit, self._environ)

@@ -58,7 +58,7 @@ def run_legacy_hooks(
     scripts = discover(event, environ)
     if not scripts:
         return  # the usual case: no legacy directory, and no script runner to import
-    from ..actions.script import run_script
+    from ..actions.script import run_script  # about 1.5 ms before the spawn (-X importtime)
 
     for script in scripts:
         timeout = DEFAULT_SCRIPT_TIMEOUT

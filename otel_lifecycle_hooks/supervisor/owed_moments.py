@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.session import AgentSession
 from ..journal.rows import SessionRow, unjournaled_moments
+from ..journal.seal import JournalKeyError, journal_key, seal
 from ..variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV
 from .deferred import DeferredJournal
 from .recovery import registration_wait
@@ -74,9 +75,7 @@ def read_journal_key(environ: Mapping[str, str]) -> bytes | None:
     """The journal key (journal/seal.py); a key setting that cannot be used is reported and
     the session's row left unsealed (no recoverer will act on it)."""
     if not (environ.get(JOURNAL_KEY_ENV) or environ.get(JOURNAL_KEY_FILE_ENV)):
-        return None  # hashlib's OpenSSL bindings (~4 ms of each run) only for a key
-    from ..journal.seal import JournalKeyError, journal_key
-
+        return None
     try:
         return journal_key(environ)
     except JournalKeyError as exc:
@@ -120,10 +119,6 @@ class OwedMoments:
         self._key = key
         if key is None:
             return
-        # Here, not at the top: the seal's module and hashlib (about 4 ms, -X importtime) only
-        # for a key; a plain run never imports them.
-        from ..journal.seal import seal
-
         self._sealed_row = SessionRow(
             session_id=row["session_id"],
             agent_id=row["agent_id"],
@@ -171,7 +166,6 @@ class OwedMoments:
         """The session row's seal once `event` began at `moment` (None: this run seals not)."""
         if self._key is None or self._sealed_row is None:
             return None
-        from ..journal.seal import seal  # hashlib only for a key (see seal_row)
 
         self._sealed_row = _with_first_moment(self._sealed_row, event, moment)
         return seal(self._key, self._sealed_row)

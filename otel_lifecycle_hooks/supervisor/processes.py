@@ -46,6 +46,7 @@ Linux only; elsewhere every function here is a no-op that reports it did nothing
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -71,12 +72,10 @@ _prctl_cache: list[Callable[..., int] | None] = []
 
 
 def _libc_prctl() -> Callable[..., int] | None:
-    """libc's prctl, looked up once (ctypes is imported only by a supervisor on Linux)."""
+    """libc's prctl, looked up once (None off Linux)."""
     if not _prctl_cache:
         prctl = None
         if sys.platform.startswith("linux"):
-            import ctypes
-
             try:
                 # The interpreter's own symbols include libc's: no library search at start-up.
                 prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -90,7 +89,6 @@ def is_subreaper() -> bool:
     prctl = _libc_prctl()
     if prctl is None:
         return False
-    import ctypes
 
     flag = ctypes.c_int(0)
     return prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value != 0
@@ -103,8 +101,6 @@ def set_subreaper(on: bool) -> bool:
     if prctl is None:
         return False
     if prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
-        import ctypes
-
         log.warning("could not set the child subreaper flag: %s", os.strerror(ctypes.get_errno()))
         return False
     return True

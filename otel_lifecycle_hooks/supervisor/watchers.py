@@ -28,7 +28,8 @@ class OwedFailures(ExecutionWatcher):
         event = execution.event
         if not execution.hook.retry_horizon:
             return
-        # Here, not at the top: the journal's modules come after the agent's start.
+        # Here, not at the top: the journal's modules come after the agent's start (with
+        # SQLite about 6 ms, -X importtime).
         from ..journal.rows import FAILED_OUTCOMES
 
         if (

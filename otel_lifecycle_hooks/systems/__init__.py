@@ -82,8 +82,8 @@ def read_foreign_hooks(section: Located, file: str) -> tuple[list[HookSpec], lis
 
 def read_hook_scripts(section: Located, file: str) -> tuple[list[HookSpec], list[Problem]]:
     """`hook_scripts:` of the host-agnostic protocol (seed 003), beside any other hooks."""
-    # Only a template with hook_scripts: pays for the protocol's runner (about 18 ms, with the
-    # engine's values and actions it loads, before `run`'s spawn; -X importtime).
+    # Only a template with hook_scripts: pays for the protocol's module (about 0.4 ms before
+    # `run`'s spawn, -X importtime; tests/test_startup_imports.py pins it).
     from .host_protocol import read_hook_scripts as read
 
     register_action_types()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -306,8 +307,6 @@ class LifecycleHookDispatcher:
 
     def flush(self, timeout: float) -> bool:
         """Wait until every hook has handled what it was given (True), or `timeout` passed."""
-        import time
-
         deadline = time.monotonic() + timeout
         return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._workers)
 

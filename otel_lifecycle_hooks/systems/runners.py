@@ -57,12 +57,14 @@ class LocalExecutorRunner:
         action = attempt.hook.action
         if action.path:
             # In-process: the supervisor's rights, root's when it is root. A file the agent's
-            # user could write would be the agent's code run as root.
+            # user could write would be the agent's code run as root. (Imported for a path only:
+            # about 0.4 ms before the spawn, -X importtime.)
             from ..actions.root_guard import unsafe_code_file_as_root
 
             refusal = unsafe_code_file_as_root(action.path)
             if refusal is not None:
                 return AttemptResult("permanent", 0.0, error_type="UnsafeScript", message=refusal)
+        # the-loop's executors only with its hooks (about 4 ms before the spawn; systems/__init__)
         from .the_loop import call_local
 
         return call_local(action, attempt.event.name, system_context(attempt), attempt.timeout)
@@ -75,6 +77,7 @@ class JsonRpcRunner:
 
     def attempt(self, services: ActionServices, attempt: Attempt) -> AttemptResult:
         """Call each point of the event in turn, within the attempt's timeout."""
+        # With the-loop's hooks only, as above (the JSON-RPC module about 0.6 ms more).
         from ..actions.jsonrpc import read_answer, request_body
         from .the_loop import decide
 
@@ -133,6 +136,7 @@ class HostProtocolRunner(ScriptRunner):
             argv = (*script.command.argv, stage)
             return run_command(services, script, argv, stdin, left, on_output)
 
+        # With hook_scripts: only, as systems/__init__ reads them (about 0.4 ms before the spawn).
         from .host_protocol import run_event
 
         log_line = services.output_listener(attempt.hook, script.redactor) or _ignore

@@ -44,6 +44,7 @@ from ..errors import LifecycleHooksError
 from ..template.condition import Condition
 from ..template.model import MAX_TIMEOUT, AuthSpec, HookAction, HookSpec
 from ..template.problems import Located, Problem, describe, did_you_mean, quote
+from ..template.validate import _host, _is_loopback  # the template rules' own URL checks
 
 # The six points, in the order the-loop reaches them, and the event of ours each one is.
 POINTS: tuple[str, ...] = (
@@ -290,8 +291,6 @@ def _read_local(entry: _Entry, kind: str, base: Path, points: tuple[str, ...]) -
 
 
 def _read_remote(entry: _Entry, points: tuple[str, ...]) -> tuple[HookAction | None, float]:
-    from ..template.validate import _host, _is_loopback  # the template rules' own URL checks
-
     located = entry.fields["url"]
     url = located.value if isinstance(located.value, str) else ""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""

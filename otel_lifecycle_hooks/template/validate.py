@@ -534,7 +534,7 @@ def _read_condition(r: _Reporter, located: Located | None) -> Condition | None:
             f'got {describe(located)}; write an expression such as "ACTIVITY == completed"',
         )
         return None
-    # Imported here: the parser and its classes (about 5 ms, -X importtime) cost `run`'s
+    # Imported here: the parser and its classes (about 2 ms, -X importtime) cost `run`'s
     # start-up only when a template uses `condition:`.
     from .condition import ConditionSyntaxError, parse_condition
 

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +38,7 @@ from ..journal import views as journal_views
 from ..journal.base import Journal
 from ..journal.rows import RUNNING
 from ..loopback import is_loopback_host
+from ..replay import Replayer, restart_ui_advice
 from . import access, views
 
 log = logging.getLogger("otel_lifecycle_hooks.ui")
@@ -87,8 +89,6 @@ class PageServer(ThreadingHTTPServer):
             )
         bare = host.strip("[]")
         if ":" in bare:
-            import socket
-
             self.address_family = socket.AF_INET6
         self.journal = journal
         self.token = token
@@ -322,7 +322,6 @@ class _Handler(BaseHTTPRequestHandler):
         # The very code `replay ID` runs: select nothing of its own, send, journal the new row.
         # Only the templates `ui` was started with render it; without any, the refusal says
         # how to restart the page with the one the journal names.
-        from ..replay import Replayer, restart_ui_advice
 
         server = self.server
         with server.redeliver_lock:

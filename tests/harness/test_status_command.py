@@ -92,3 +92,17 @@ def test_without_a_supervisor_a_template_fires_the_signal_in_process(
         ("activity-change", None),
         ("task-completed", "shipped"),
     ]
+
+
+def test_an_agents_signal_needs_only_the_standard_library(tmp_path: Path) -> None:
+    """An agent sends `status` with whatever python it has: without site-packages (no
+    OpenTelemetry, no httpx) the signal still reaches the point of looking for a supervisor."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if "LIFECYCLE_HOOKS" not in k}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(repo), XDG_RUNTIME_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "otel_lifecycle_hooks", "status", "task_completed", "done"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "no supervisor is running" in done.stderr

@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from otel_lifecycle_hooks.cli import list_hooks
 from otel_lifecycle_hooks.cli.main import main
 from tests.support.terminal import run_on_a_terminal
 
@@ -226,9 +226,7 @@ def test_list_shows_recent_executions_from_the_journal(
         def close(self) -> None:
             pass
 
-    fake = types.ModuleType("otel_lifecycle_hooks.journal")
-    fake.Journal = Journal  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "otel_lifecycle_hooks.journal", fake)
+    monkeypatch.setattr(list_hooks, "Journal", Journal)
     monkeypatch.setenv("OTEL_LIFECYCLE_HOOKS_JOURNAL", str(journal_path))
 
     assert main(["list", str(EXAMPLE)]) == 0
