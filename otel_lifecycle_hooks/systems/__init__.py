@@ -49,9 +49,9 @@ def register_action_types() -> None:
     global _registered
     if _registered:
         return
-    # Here, not at the top: the engine's runners, about 13M instructions of `run`'s start
-    # before its agent's spawn that a template of `lifecycle_hooks:` alone does not need
-    # (callgrind, bench_startup.py's judged template).
+    # Here, not at the top: the engine's runners and what they import (the dataclasses module
+    # among them), 37M instructions, a tenth of `run`'s start before its agent's spawn, that
+    # a template of `lifecycle_hooks:` alone does not need (callgrind).
     from ..engine.runners import RUNNERS
     from .runners import register_runners
 
