@@ -591,6 +591,7 @@ def configure_telemetry(
     make_metrics: Callable[[], MeterProvider] | None = None
     meter_later: MeterProviderLater | None = None
     if metrics_later and not disabled and _wants_metrics(env):
+        # Only with a metrics exporter, which a run's start does not wait for (below).
         from .meter_later import MeterProviderLater
 
         meter_later = MeterProviderLater()
@@ -656,6 +657,7 @@ class _TraceFilePath:
     def __call__(self) -> Path:
         with self._lock:
             if self._path is None:
+                # With the exporter, at the first span's end (see _span_exporters).
                 from .tracefile import default_trace_path
 
                 self._path = default_trace_path(self._path_env, self._session_id)
@@ -686,6 +688,7 @@ class _ExportLater(SpanProcessor):
         if processors is None:
             with self._lock:
                 if self._processors is None:
+                    # The SDK's export module, about 2 ms: at the first span's end.
                     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
                     made = self._make()
@@ -750,6 +753,8 @@ def _meter_provider(readers: list[MetricReader], resource: Resource) -> MeterPro
     nothing to read them, the SDK's aggregations would only cost start-up time and memory."""
     if not readers:
         return NoOpMeterProvider()
+    # Only with a reader: the metrics SDK is about 20 ms (-X importtime) that a run with no
+    # metrics exporter never pays.
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
     return SdkMeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
@@ -767,6 +772,8 @@ def _span_exporters(
 ) -> list[SpanExporter]:
     """The exporters `names` asks for; none named: the local trace file's, at `trace_file`."""
     if trace_file is not None:
+        # Exporters are made when the first span ends (_ExportLater): a pre-start hook's
+        # session does not wait for them (the SDK's export module alone is about 2 ms).
         from .tracefile import TraceFileExporter
 
         return [TraceFileExporter(trace_file())]
@@ -781,7 +788,7 @@ def _span_exporters(
 def _span_exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
     if name == "none":
         return None
-    if name == "console":
+    if name == "console":  # named only by who debugs with it
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter()
@@ -810,6 +817,7 @@ def _metric_readers(
         exporter = _guarded(name, lambda n=name: _metric_exporter(n, env))  # type: ignore[misc]
         if exporter is not None:
             exporters.append(exporter)
+            # With a metrics exporter only: part of the metrics SDK's 20 ms (above).
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
             readers.append(
@@ -823,7 +831,7 @@ def _metric_readers(
 
 
 def _metric_exporter(name: str, env: Mapping[str, str]) -> MetricExporter | None:
-    if name == "console":
+    if name == "console":  # named only by who debugs with it
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter()
@@ -840,6 +848,7 @@ def _prometheus_reader(env: Mapping[str, str]) -> tuple[MetricReader, Callable[[
     require_extra(
         "opentelemetry.exporter.prometheus", "prometheus", "OTEL_METRICS_EXPORTER=prometheus"
     )
+    # The `prometheus` extra's modules, where they are used.
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -861,6 +870,7 @@ def _otlp_span_exporter(settings: OtlpSettings) -> SpanExporter:
     """An OTLP span exporter over `settings.protocol`."""
     if settings.protocol == "grpc":
         arguments = _grpc_arguments(settings)  # first: it tells when the extra is missing
+        # The `grpc` extra's exporter, where it is used.
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
@@ -875,6 +885,7 @@ def _otlp_metric_exporter(settings: OtlpSettings) -> MetricExporter:
     """An OTLP metric exporter over `settings.protocol`."""
     if settings.protocol == "grpc":
         arguments = _grpc_arguments(settings)  # first: it tells when the extra is missing
+        # The `grpc` extra's exporter, where it is used.
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,
         )
@@ -887,6 +898,8 @@ def _otlp_metric_exporter(settings: OtlpSettings) -> MetricExporter:
 
 def _http_arguments(settings: OtlpSettings) -> dict[str, Any]:
     """The http/protobuf exporters' keyword arguments (the same for spans and metrics)."""
+    # OTLP's exporters with protobuf and requests are about 25 ms (-X importtime): made with
+    # the first span's end or the meter provider, after the agent's spawn.
     from opentelemetry.exporter.otlp.proto.http import Compression
 
     return {
@@ -909,7 +922,7 @@ def _grpc_arguments(settings: OtlpSettings) -> dict[str, Any]:
         "grpc",
         "OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)",
     )
-    import grpc
+    import grpc  # the `grpc` extra's, where it is used
 
     credentials = None
     if not settings.insecure and settings.certificate_file:
