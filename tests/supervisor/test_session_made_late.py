@@ -287,3 +287,20 @@ def test_history_lists_a_late_made_sessions_hooks_under_its_session(
     assert history.returncode == 0, history.stderr
     [line] = [line for line in history.stdout.splitlines() if "recorder" in line]
     assert "post-start" in line, history.stdout
+
+
+def test_a_sampler_in_the_templates_env_decides_the_agents_flags_too(
+    workspace: Workspace, target_server: TargetServer
+) -> None:
+    agent_env = workspace.root / "agent-env.json"
+    template = workspace.template(
+        recorder_hook(target_server.url("/events"), ["post-start"]),
+        "env:\n  OTEL_TRACES_SAMPLER: always_off\n",
+    )
+    run = workspace.start(template, workspace.agent_command(env_file=str(agent_env), exit=0))
+    assert run.wait(timeout=120) == 0, run.stderr
+
+    traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
+    [request] = list(target_server.requests)
+    assert traceparent.split("-")[1] == request.headers["traceparent"].split("-")[1]
+    assert traceparent.endswith("-02"), traceparent
