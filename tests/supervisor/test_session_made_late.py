@@ -7,6 +7,7 @@ its provisioning."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,9 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from otel_lifecycle_hooks.journal import Journal
+from otel_lifecycle_hooks.supervisor.options import SupervisorOptions
+from otel_lifecycle_hooks.supervisor.run import Supervisor
 from otel_lifecycle_hooks.telemetry.tracefile import read_trace_file
+from otel_lifecycle_hooks.template.model import Template
+from otel_lifecycle_hooks.variables import JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV, JOURNAL_SETTINGS
 from tests.supervisor.supervised import (
     Workspace,
     recorded,
@@ -304,3 +311,42 @@ def test_a_sampler_in_the_templates_env_decides_the_agents_flags_too(
     [request] = list(target_server.requests)
     assert traceparent.split("-")[1] == request.headers["traceparent"].split("-")[1]
     assert traceparent.endswith("-02"), traceparent
+
+
+def test_a_library_caller_running_an_agent_inside_its_own_span_gets_a_child_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `Supervisor` is public: called under a span of the caller's, the session span is its
+    # child, and the agent is given that child's ids.
+    for name in (*JOURNAL_SETTINGS, JOURNAL_KEY_ENV, JOURNAL_KEY_FILE_ENV):
+        if name in os.environ:  # the run takes them out of the process environment
+            monkeypatch.setenv(name, os.environ[name])
+    given = tmp_path / "traceparent"
+    code = f"import os; open({str(given)!r}, 'w').write(os.environ.get('TRACEPARENT', ''))"
+    options = SupervisorOptions(
+        command=[sys.executable, "-c", code],
+        template=Template(),
+        environ={
+            "HOME": str(tmp_path),
+            "PATH": os.environ.get("PATH", ""),
+            "OTEL_LIFECYCLE_HOOKS_TRACE_DIR": str(tmp_path / "traces"),
+            "OTEL_METRICS_EXPORTER": "none",
+            "SCION_HOOKS_DIR": str(tmp_path / "no-legacy-hooks"),
+        },
+        journal=False,
+        hook_log=str(tmp_path / "hooks.log"),
+        metadata={"AGENT_NAME": "library-agent"},
+    )
+    caller = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    with trace.use_span(NonRecordingSpan(caller)):
+        assert Supervisor(options).run() == 0
+
+    [trace_file] = (tmp_path / "traces").glob("*.jsonl")
+    [span] = [s for s in read_trace_file(trace_file) if s["name"] == "invoke_agent library-agent"]
+    assert span["trace_id"] == f"{caller.trace_id:032x}"
+    assert given.read_text() == f"00-{span['trace_id']}-{span['span_id']}-01"
