@@ -17,6 +17,7 @@ from .. import events as ev
 from ..engine.engine import HookEngine
 from ..engine.session import AgentSession
 from ..telemetry.metrics import JournalLosses
+from ..telemetry.otel_env import in_a_callers_span
 from ..telemetry.setup import Telemetry, configure_telemetry
 from .deferred import DeferredJournal
 
@@ -44,6 +45,8 @@ def make_session_parts(
     """The parts of the session `options` describe: its span starts at `started` (unix
     nanoseconds) with `ids`, which the agent may already have been given; `journal_losses`
     reports what the journal lost, as a metric."""
+    # Under a library caller's span the session span is its child: no ids chosen before.
+    first_ids = None if in_a_callers_span() else ids
     resource = {
         attr: metadata[name] for name, attr in ev.METADATA_ATTRIBUTES.items() if metadata.get(name)
     }
@@ -53,7 +56,7 @@ def make_session_parts(
         resource_attributes=resource,
         session_id=metadata["AGENT_SLUG"],
         metrics_later=True,  # made once the agent has started (start_metrics)
-        first_span_ids=ids,
+        first_span_ids=first_ids,
     )
     telemetry.quiet_session_export_failures()
     engine = HookEngine(
@@ -76,7 +79,7 @@ def make_session_parts(
         start_time=started,
     )
     context = session.span.get_span_context()
-    if context.is_valid and (context.trace_id, context.span_id) != ids:
+    if first_ids and context.is_valid and (context.trace_id, context.span_id) != first_ids:
         raise RuntimeError("the session span did not get the ids its agent is given")
     # The log records of the events before the agent's start wait for it (their timestamps
     # kept).

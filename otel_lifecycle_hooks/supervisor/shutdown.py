@@ -42,13 +42,26 @@ class Shutdown:
         self._inbox = inbox
         self._agent = agent
         self._phases = phases
-        self.engine: HookEngine | None = None  # once made: a second signal stops its attempts
+        self._engine: HookEngine | None = None  # once made: a second signal stops its attempts
         self.reason: str | None = None  # why the run stops, once it does
         self.deadline: float | None = None  # the stop's grace deadline: then KILL
         self.exit_deadline: float | None = None  # the grace deadline from the agent's exit
         self.early_signal: int | None = None  # a stop signal that came before the agent started
         self.interrupted = False  # a second stop signal came
         self._signals = 0  # SIGINT/SIGTERM received, counted in the handler
+
+    @property
+    def engine(self) -> HookEngine | None:
+        """The run's engine, once made (with the session: it may come after the signals)."""
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: HookEngine | None) -> None:
+        self._engine = engine
+        if engine is not None and self.interrupted:
+            # A second signal came before the engine was made: it makes no attempt either.
+            engine.executor.interrupted.set()
+            engine.executor.stopping.set()
 
     @property
     def requested(self) -> bool:
