@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from .legacy import run_legacy_hooks
+from .legacy import discover, run_legacy_hooks
 
 if TYPE_CHECKING:
     from ..engine.dispatch import DispatchResult
@@ -127,5 +127,9 @@ class Phases:
         self.record("limits-exceeded", fields)
 
     def legacy(self, event: str, deadline: float | None = None) -> None:
-        """The seed's hook scripts for `event` (legacy.py), before the template's hooks."""
+        """The seed's hook scripts for `event` (legacy.py), before the template's hooks. A
+        session with scripts to run has its parts made first: what runs before the agent's
+        start is shown (`status`) and recorded as it happens."""
+        if self.session is None and discover(event, self._environ):
+            self.start_session()
         run_legacy_hooks(event, self._environ, deadline=deadline, user=self._user)

@@ -378,6 +378,8 @@ class Supervisor:
         return self._journaling().owed_moment(event)
 
     def _journal_losses(self) -> dict[str, int]:
+        if self.phases.session is None:  # read by the metrics' thread: never makes it
+            return {}
         return self._journaling().losses()
 
 

@@ -1,8 +1,9 @@
 """Which supervisors run, in which phase and activity: what `status` (with no signal) shows.
 
 Each `run` keeps one small JSON file, `<state>/otel-lifecycle-hooks/running/<pid>.json`
-(`$XDG_STATE_HOME`, default `~/.local/state`), written with its first phase change
-(provisioning, where pre-start hooks run), rewritten (atomically) when its phase or activity
+(`$XDG_STATE_HOME`, default `~/.local/state`), written with the first phase change its
+session records: provisioning when hooks or legacy scripts run before the agent's start, else
+the agent's start itself (supervisor/phases.py), rewritten (atomically) when its phase or activity
 changes and removed when it ends. A file whose process is gone (a killed supervisor) is
 ignored and removed by the next reader.
 """

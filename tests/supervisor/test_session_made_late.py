@@ -100,11 +100,6 @@ def test_a_second_sigterm_during_a_pre_start_with_no_hook_interrupts_session_end
     assert row.error_type == "interrupted", row
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the running file is an engine watcher: the phase-change to provisioning is held "
-    "until the session is made, after the legacy pre-start scripts and the agent's spawn",
-)
 def test_status_shows_a_run_in_provisioning_while_a_legacy_pre_start_script_runs(
     workspace: Workspace,
 ) -> None:
