@@ -72,6 +72,8 @@ def loopback_addresses(host: str) -> tuple[str, ...]:
     return (lowered.strip("[]"),)
 
 
+# A webhook's URL keeps its host from one delivery to the next: each host is checked once.
+@functools.lru_cache(maxsize=256)
 def ambiguous_host_reason(host: str) -> str | None:
     """Why a resolver would not read `host` (a URL's host, without brackets) as it is written,
     or None when it would: percent-encoding, whitespace or control characters, a zone id, or a
