@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
@@ -38,6 +38,8 @@ REPORTED_LIMIT_STATUS = "limits_exceeded"
 
 # How long the agent's exit waits for its last events still unread in the event socket.
 LAST_MESSAGES_BOUND = 1.0  # seconds
+# How often a `hook` the agent left running is looked for again while its event is awaited.
+SENDER_WAIT = 0.05  # seconds
 
 
 class AgentEvents:
@@ -224,10 +226,20 @@ class AgentEvents:
 
     # -- the end --
 
-    def take_last(self, *, stopping: bool) -> None:
+    def take_last(
+        self,
+        *,
+        stopping: bool,
+        senders_running: Callable[[], bool] = lambda: False,
+        until: float = 0.0,
+    ) -> None:
         """The agent's last events (a `status` just before it exits) may still be unread in
         the socket when its exit is seen: read them and handle them before the session ends,
-        within a short bound (a descendant still sending cannot hold the exit)."""
+        within a short bound (a descendant still sending cannot hold the exit). While a
+        `hook` the agent started still runs (`senders_running`: a harness that exits without
+        waiting for its last hook, as opencode does on a busy machine), its event is waited
+        for too, until `until` (the grace deadline: an agent that names its processes so
+        holds only its own session's end, and no longer than its grace period)."""
         if self._server is None:
             return
         deadline = time.monotonic() + LAST_MESSAGES_BOUND
@@ -240,7 +252,13 @@ class AgentEvents:
                     self.act_on(item, stopping=stopping)
                 # Anything else (a signal) changes nothing: the agent has exited and the
                 # session ends next.
-            if (settled and not handled) or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now < until and senders_running():
+                deadline = max(deadline, min(until, now + SENDER_WAIT))
+                if settled and not handled:
+                    time.sleep(SENDER_WAIT)  # the sender is starting or connecting
+                continue
+            if (settled and not handled) or now >= deadline:
                 return
 
     def close(self) -> None:

@@ -252,6 +252,11 @@ class AgentTree:
             time.sleep(0.01)
         self.reap_orphans(in_group)  # one that became a zombie after the last reap above
 
+    def senders_running(self) -> bool:
+        """Whether a `hook` of this package's that the agent started still runs: after the
+        agent's exit, its event may still be on its way."""
+        return self._processes is not None and bool(self._processes.our_programs())
+
     def _leftovers(self) -> bool:
         """Whether any process of the agent's still runs (a zombie has ended)."""
         if self._processes is not None and self._processes.alive():

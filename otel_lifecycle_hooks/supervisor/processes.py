@@ -422,6 +422,15 @@ class AgentProcesses:
             return False
         return any(os.path.basename(arg) in _OUR_PROGRAMS for arg in argv)
 
+    def our_programs(self) -> list[int]:
+        """Pids of this package's own programs still running in the agent's tree: a `hook`
+        the harness started, with an event on its way to the supervisor."""
+        return [
+            p.pid
+            for p in self.scan()
+            if p.state != "Z" and p.pid != self.agent_pid and self._is_ours(p.pid)
+        ]
+
     def alive(self) -> list[int]:
         """Pids of the agent's processes that have not exited (zombies excluded)."""
         return [p.pid for p in self.scan() if p.state != "Z" and p.pid != self.agent_pid]

@@ -247,7 +247,15 @@ class Supervisor:
                 agent.reap_orphans()
                 next_reap = time.monotonic() + REAP_INTERVAL
             if isinstance(item, AgentExited):
-                self.events.take_last(stopping=shutdown.requested)
+                # From the agent's exit, the grace period bounds the rest (see _finish).
+                shutdown.exit_deadline = (
+                    shutdown.exit_deadline or shutdown.deadline or shutdown.grace_deadline()
+                )
+                self.events.take_last(
+                    stopping=shutdown.requested,
+                    senders_running=agent.senders_running,
+                    until=shutdown.exit_deadline,
+                )
                 return self._finish(exit_code=item.code, error=shutdown.crash_message())
             if isinstance(item, SignalReceived):
                 name = signal.Signals(item.signum).name
@@ -278,7 +286,9 @@ class Supervisor:
         # From the agent's exit, the grace period bounds the rest: what it left running, and
         # the deliveries still queued (session-end's own hooks get their timeout after it).
         shutdown = self.shutdown
-        shutdown.exit_deadline = shutdown.deadline or shutdown.grace_deadline()
+        shutdown.exit_deadline = (
+            shutdown.exit_deadline or shutdown.deadline or shutdown.grace_deadline()
+        )
         shutdown.end_leftovers()
         phases = self.phases
         if error:
