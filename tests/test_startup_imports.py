@@ -273,8 +273,8 @@ def test_a_template_with_nothing_before_the_agent_start_has_it_started_before_th
     assert seen["at-spawn"] == []
     # The check can see them: the session, made right after the spawn, sent its post-start.
     assert {"opentelemetry.sdk.trace", "otel_lifecycle_hooks.engine.engine"} <= set(seen["at-exit"])
-    [request] = target_server.wait_for(1)
-    assert request.path == "/started"
+    # (an attempt that timed out on a busy machine is retried: the same path again)
+    assert {request.path for request in target_server.wait_for(1)} == {"/started"}
 
 
 def test_a_pre_start_hook_has_its_session_made_before_the_agent_is_started(
@@ -296,7 +296,7 @@ def test_a_pre_start_hook_has_its_session_made_before_the_agent_is_started(
         seen["at-spawn"]
     )
     paths = [request.path for request in target_server.wait_for(2)]
-    assert paths == ["/prepared", "/started"]
+    assert list(dict.fromkeys(paths)) == ["/prepared", "/started"]  # retries repeat a path
 
 
 def test_the_other_systems_executors_and_scripts_are_loaded_only_for_a_template_with_them(

@@ -255,8 +255,10 @@ def test_the_agents_traceparent_is_its_session_spans_whatever_the_exporter_and_s
     assert run.wait(timeout=120) == 0, run.stderr
 
     traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
-    [request] = list(target_server.requests)
-    _, trace_id, _, _ = request.headers["traceparent"].split("-")
+    # One delivery; on a busy machine an attempt may time out and be retried, in one trace.
+    requests = list(target_server.requests)
+    assert requests
+    [trace_id] = {request.headers["traceparent"].split("-")[1] for request in requests}
     assert traceparent.split("-")[1] == trace_id
     sampled = otel.get("OTEL_TRACES_SAMPLER_ARG") != "0"
     assert traceparent.endswith("-03" if sampled else "-02"), traceparent
@@ -303,8 +305,9 @@ def test_a_sampler_in_the_templates_env_decides_the_agents_flags_too(
     assert run.wait(timeout=120) == 0, run.stderr
 
     traceparent = json.loads(agent_env.read_text())["TRACEPARENT"]
-    [request] = list(target_server.requests)
-    assert traceparent.split("-")[1] == request.headers["traceparent"].split("-")[1]
+    # One delivery; on a busy machine an attempt may time out and be retried, in one trace.
+    trace_ids = {request.headers["traceparent"].split("-")[1] for request in target_server.requests}
+    assert trace_ids == {traceparent.split("-")[1]}
     assert traceparent.endswith("-02"), traceparent
 
 
