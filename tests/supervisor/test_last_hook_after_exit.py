@@ -38,4 +38,4 @@ def test_the_event_of_a_hook_still_starting_when_the_agent_exits_is_not_lost(
     run = workspace.start(template, agent)
 
     assert run.wait(timeout=120) == 0, run.stderr
-    assert [r["EVENT"] for r in recorded(target_server)] == ["prompt-submit"], run.stderr
+    assert {r["EVENT"] for r in recorded(target_server)} == {"prompt-submit"}, run.stderr
