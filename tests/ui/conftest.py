@@ -84,10 +84,12 @@ BULK_DELIVERIES = 100_000
 BULK_CACHE = Path(__file__).resolve().parents[2] / "build" / "test-cache"
 
 
-@pytest.fixture(scope="session")
+# Module-scoped: the browser's test redelivers (adds rows), the API's counts them; one
+# module's changes must never reach another's, whichever runs first in a worker.
+@pytest.fixture(scope="module")
 def bulk_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite journal of `BULK_DELIVERIES` generated deliveries (`bulk_journal`), this
-    session's own copy."""
+    module's own copy."""
     cached = BULK_CACHE / f"ui-journal-v{SCHEMA_VERSION}-{BULK_DELIVERIES}.sqlite3"
     if not cached.is_file():
         BULK_CACHE.mkdir(parents=True, exist_ok=True)
@@ -112,9 +114,10 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.remove()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def bulk_postgres(postgres_server: PostgresServer) -> str:
-    """A PostgreSQL journal of `BULK_DELIVERIES` generated deliveries; its URL."""
+    """A PostgreSQL journal of `BULK_DELIVERIES` generated deliveries, this module's own; its
+    URL."""
     url = postgres_server.new_database()
     bulk_journal.fill(url, BULK_DELIVERIES)
     return url
