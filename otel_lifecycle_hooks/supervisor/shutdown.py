@@ -60,8 +60,7 @@ class Shutdown:
         self._engine = engine
         if engine is not None and self.interrupted:
             # A second signal came before the engine was made: it makes no attempt either.
-            engine.executor.interrupted.set()
-            engine.executor.stopping.set()
+            _stop_attempts(engine)
 
     @property
     def requested(self) -> bool:
@@ -156,10 +155,15 @@ class Shutdown:
         interrupted, replayable), the agent killed, and a hook the main thread waits on
         abandoned by raising out of it."""
         if self.engine is not None:
-            self.engine.executor.interrupted.set()
-            self.engine.executor.stopping.set()
+            _stop_attempts(self.engine)
         self._agent.kill_now()
         if self._phases.dispatching and not self.interrupted:
             self.interrupted = True
             raise RunInterrupted(f"interrupted by a second {signal.Signals(signum).name}")
         self.interrupted = True
+
+
+def _stop_attempts(engine: HookEngine) -> None:
+    """No further attempt of `engine`'s: what is left is journaled as interrupted."""
+    engine.executor.interrupted.set()
+    engine.executor.stopping.set()
